@@ -1,0 +1,5 @@
+import sys
+
+from pipecast.cli.main import main
+
+sys.exit(main())

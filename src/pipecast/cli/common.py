@@ -1,0 +1,57 @@
+"""Arguments shared by verbs: which model and data set."""
+
+from __future__ import annotations
+
+import argparse
+
+from pipecast.data.registry import DEFAULT_SEQ_LEN, DEFAULT_VOCAB, DEFAULT_WIDTH, dataset_names
+from pipecast.models.registry import get_entry, model_names
+from pipecast.models.user import is_factory_path
+from pipecast.models.workload import Workload
+
+
+def add_workload_args(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
+    group = parser.add_argument_group("workload")
+    group.add_argument(
+        "--model",
+        required=required,
+        help=f"zoo model ({', '.join(model_names())}) or package.module:factory",
+    )
+    group.add_argument(
+        "--dataset", help=f"data set ({', '.join(dataset_names())}); default: the model's own"
+    )
+    group.add_argument("--seq-len", type=int, default=DEFAULT_SEQ_LEN, help="sequence length")
+    group.add_argument("--vocab", type=int, default=DEFAULT_VOCAB, help="vocabulary (tokens)")
+    group.add_argument("--width", type=int, default=DEFAULT_WIDTH, help="embedding width")
+    group.add_argument("--layers", type=int, default=0, help="transformer layers (0: default)")
+    group.add_argument("--heads", type=int, default=0, help="attention heads (0: default)")
+    group.add_argument("--ffn", type=int, default=0, help="feed-forward width (0: 4 x width)")
+
+
+def workload_from_args(args: argparse.Namespace) -> Workload:
+    dataset = args.dataset
+    if dataset is None:
+        dataset = "mnist" if is_factory_path(args.model) else get_entry(args.model).default_dataset
+    return Workload(
+        model=args.model,
+        dataset=dataset,
+        seq_len=args.seq_len,
+        vocab=args.vocab,
+        width=args.width,
+        layers=args.layers,
+        heads=args.heads,
+        ffn=args.ffn,
+    )
+
+
+def parse_int_list(text: str, what: str) -> list[int]:
+    """'8,16,32' -> [8, 16, 32], each at least 1."""
+    from pipecast.errors import ConfigError
+
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ConfigError(f"{what} must be comma-separated integers, got '{text}'") from None
+    if not values or any(v < 1 for v in values):
+        raise ConfigError(f"{what} must be integers of at least 1, got '{text}'")
+    return values

@@ -1,0 +1,50 @@
+"""`pipecast <verb>`: verbs are registered here, one module each."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from importlib import import_module
+
+from pipecast import __version__
+from pipecast.errors import PipecastError
+
+# Each module exposes register(subparsers); the order is the order of `pipecast --help`.
+VERBS: tuple[str, ...] = ("models", "data")
+
+_MODULES = {"models": "pipecast.cli.models_verb", "data": "pipecast.cli.data_verb"}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pipecast",
+        description="Profile, partition, schedule, simulate, recommend and run pipeline-"
+        "parallel training.",
+    )
+    parser.add_argument("--version", action="version", version=f"pipecast {__version__}")
+    sub = parser.add_subparsers(dest="verb", metavar="<verb>")
+    for verb in VERBS:
+        import_module(_MODULES.get(verb, f"pipecast.cli.{verb}")).register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func: Callable[[argparse.Namespace], int] | None = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return 0
+    try:
+        return func(args)
+    except PipecastError as exc:
+        print(f"pipecast: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("pipecast: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
