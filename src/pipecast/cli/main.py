@@ -11,9 +11,9 @@ from pipecast import __version__
 from pipecast.errors import PipecastError
 
 # Each module exposes register(subparsers); the order is the order of `pipecast --help`.
-VERBS: tuple[str, ...] = ("models", "data")
+VERBS: tuple[str, ...] = ("models", "data", "profile", "probe")
 
-_MODULES = {"models": "pipecast.cli.models_verb", "data": "pipecast.cli.data_verb"}
+_MODULES = {verb: f"pipecast.cli.{verb}_verb" for verb in VERBS}
 
 
 def build_parser() -> argparse.ArgumentParser:

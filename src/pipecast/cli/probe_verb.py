@@ -1,0 +1,82 @@
+"""`pipecast probe`: measure this machine's devices and links, or describe another machine."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from rich.table import Table
+
+from pipecast.cli.console import console, human_seconds
+from pipecast.hardware.cluster import Cluster
+from pipecast.hardware.presets import describe
+from pipecast.hardware.probe import ProbeOptions, probe
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "probe",
+        help="measure links, all-reduce bandwidth, matmul rate and memory (or describe a machine)",
+        description="Measure point-to-point latency and bandwidth between every pair of "
+        "devices, all-reduce bus bandwidth by group size, matmul FLOP/s and memory, and write "
+        "a Cluster. With --describe, write a Cluster for a machine you don't have instead.",
+    )
+    p.add_argument("--devices", type=int, default=2, help="how many devices to probe")
+    p.add_argument("--device", default="cpu", help="cuda (NCCL, one process per GPU) or cpu")
+    p.add_argument("--max-bytes", type=int, default=256 * 2**20, help="largest message")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--raw", help="also write the raw samples to this JSON file")
+    d = p.add_argument_group("describe a machine instead of measuring")
+    d.add_argument("--describe", action="store_true")
+    d.add_argument("--nodes", type=int, default=1)
+    d.add_argument("--gpus-per-node", type=int, default=4)
+    d.add_argument("--memory", default="80GiB", help="memory per GPU")
+    d.add_argument("--intra-bw", default="150GB/s", help="GPU-to-GPU bandwidth in a node")
+    d.add_argument("--intra-latency", default="10us")
+    d.add_argument("--inter-bw", default="50GB/s", help="GPU-to-GPU bandwidth across nodes")
+    d.add_argument("--inter-latency", default="5us")
+    p.add_argument("-o", "--output", help="where to write the Cluster JSON")
+    p.set_defaults(func=run)
+
+
+def print_cluster(cluster: Cluster) -> None:
+    table = Table(title=f"{cluster.name}: {cluster.world} x {cluster.device}, "
+                        f"{cluster.memory_bytes / 2**30:.1f} GiB each")  # fmt: skip
+    for col in ("link", "latency", "bandwidth"):
+        table.add_column(col, justify="left" if col == "link" else "right")
+    rows = [("intra-node", cluster.intra), ("inter-node", cluster.inter)]
+    rows += [(f"{a} -> {b}", link) for (a, b), link in sorted(cluster.pairs.items())]
+    for label, link in rows:
+        table.add_row(label, human_seconds(link.latency), f"{link.bandwidth / 1e9:.1f} GB/s")
+    for n, bw in sorted(cluster.allreduce_busbw.items()):
+        table.add_row(f"all-reduce x{n}", "", f"{bw / 1e9:.1f} GB/s bus")
+    if cluster.matmul_flops:
+        table.add_row("matmul", "", f"{cluster.matmul_flops / 1e12:.1f} TFLOP/s")
+    console.print(table)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.describe:
+        cluster = describe(
+            nodes=args.nodes,
+            gpus_per_node=args.gpus_per_node,
+            memory=args.memory,
+            intra_bandwidth=args.intra_bw,
+            intra_latency=args.intra_latency,
+            inter_bandwidth=args.inter_bw,
+            inter_latency=args.inter_latency,
+        )
+    else:
+        with console.status(f"probing {args.devices} x {args.device}"):
+            options = ProbeOptions(devices=args.devices, device=args.device,
+                                   max_bytes=args.max_bytes, repeats=args.repeats)  # fmt: skip
+            result = probe(options)
+        cluster = result.cluster
+        if args.raw:
+            with open(args.raw, "w") as fh:
+                json.dump(result.to_dict(), fh, indent=1)
+    print_cluster(cluster)
+    if args.output:
+        cluster.save(args.output)
+        console.print(f"cluster written to {args.output}")
+    return 0

@@ -1,0 +1,77 @@
+"""`pipecast profile`: measure every block of a model and save the Profile."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.table import Table
+
+from pipecast.cli.common import add_workload_args, parse_int_list, workload_from_args
+from pipecast.cli.console import console, human_bytes, human_count, human_seconds, progress
+from pipecast.profile.profiler import ProfileOptions, profile_model
+from pipecast.profile.types import Profile
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "profile",
+        help="measure each block's forward, backward (B and W), memory and output size",
+        description="Profile a model block by block at one or more micro-batch sizes and "
+        "write the Profile as JSON, the input of partition, simulate and recommend.",
+    )
+    add_workload_args(p)
+    p.add_argument("--micro-batch", default="1,2,4,8", help="sizes to measure, e.g. 8,16,32")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32")
+    p.add_argument("--autocast", action="store_true", help="fp32 parameters, autocast compute")
+    p.add_argument("--repeats", type=int, default=7, help="timed repeats per measurement")
+    p.add_argument("--warmup", type=int, default=2, help="untimed warm-up runs")
+    p.add_argument("--offload", action="store_true", help="hold one block on the device at a time")
+    p.add_argument("-o", "--output", help="where to write the profile JSON")
+    p.set_defaults(func=run)
+
+
+def print_profile(profile: Profile, micro_batch: int | None = None) -> None:
+    mb = micro_batch or max(profile.micro_batches)
+    table = Table(title=f"{profile.model} on {profile.dataset}, {profile.device}, "
+                        f"{profile.dtype}, micro-batch {mb}")  # fmt: skip
+    for col in ("block", "type", "forward", "B", "W", "output", "saved", "parameters"):
+        table.add_column(col, justify="left" if col == "type" else "right")
+    for i, block in enumerate(profile.blocks):
+        c = profile.cost(i, mb)
+        table.add_row(str(i), block.name, human_seconds(c.forward), human_seconds(c.backward_input),
+                      human_seconds(c.backward_weight), human_bytes(c.output_bytes),
+                      human_bytes(c.saved_bytes), human_count(block.params))  # fmt: skip
+    whole = profile.stage(0, profile.num_blocks, mb)
+    table.add_row("", "total", human_seconds(whole.forward), human_seconds(whole.backward_input),
+                  human_seconds(whole.backward_weight), "", human_bytes(whole.activation_bytes),
+                  human_count(profile.params), style="bold")  # fmt: skip
+    console.print(table)
+
+
+def run(args: argparse.Namespace) -> int:
+    workload = workload_from_args(args)
+    sizes = tuple(parse_int_list(args.micro_batch, "--micro-batch"))
+    options = ProfileOptions(
+        micro_batches=sizes,
+        device=args.device,
+        dtype=args.dtype,
+        autocast=args.autocast,
+        warmup=args.warmup,
+        repeats=args.repeats,
+        offload=True if args.offload else None,
+    )
+    model = workload.build()
+    with progress() as bar:
+        task = bar.add_task("profiling", total=len(model) * len(set(sizes)))
+
+        def step(label: str) -> None:
+            bar.update(task, advance=1, description=f"profiling {label}")
+
+        profile = profile_model(model, workload.spec, options, model_name=workload.model,
+                                workload=workload.to_dict(), progress=step)  # fmt: skip
+    print_profile(profile)
+    if args.output:
+        profile.save(args.output)
+        console.print(f"profile written to {args.output}")
+    return 0

@@ -1,0 +1,182 @@
+"""Cluster: the GPUs a plan runs on and the links between them (pure data)."""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from pipecast import jsonio
+from pipecast.errors import ConfigError, DataError
+
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Link:
+    """Point-to-point transfer cost: latency + bytes / bandwidth."""
+
+    latency: float
+    """Seconds."""
+    bandwidth: float
+    """Bytes per second."""
+
+    def time(self, nbytes: float) -> float:
+        return 0.0 if nbytes <= 0 else self.latency + nbytes / self.bandwidth
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cluster:
+    """Nodes of identical GPUs. Ranks are numbered node by node."""
+
+    name: str = "cluster"
+    device: str = "unknown"
+    """Device model, e.g. 'NVIDIA H100 80GB HBM3'."""
+    nodes: int = 1
+    gpus_per_node: int
+    memory_bytes: int
+    """Usable memory of one GPU."""
+    matmul_flops: float = 0.0
+    """Measured dense matmul rate of one GPU in FLOP/s (0: unknown)."""
+    intra: Link
+    """Link between two GPUs of one node."""
+    inter: Link
+    """Link between GPUs of different nodes."""
+    allreduce_busbw: dict[int, float] = field(default_factory=dict)
+    """Group size -> all-reduce bus bandwidth within a node (bytes/s, nccl-tests convention);
+    empty: derived from the intra link."""
+    allreduce_inter_busbw: float = 0.0
+    """All-reduce bus bandwidth for groups spanning nodes (0: derived from the inter link)."""
+    allreduce_latency: float = 0.0
+    """Fixed cost of one all-reduce in seconds."""
+    pairs: dict[tuple[int, int], Link] = field(default_factory=dict)
+    """Measured links for particular (src, dst) pairs; override intra/inter."""
+
+    def __post_init__(self) -> None:
+        if self.nodes < 1 or self.gpus_per_node < 1:
+            raise ConfigError(
+                f"a cluster needs at least 1 node and 1 GPU per node, got nodes={self.nodes}, "
+                f"gpus_per_node={self.gpus_per_node}"
+            )
+        if self.memory_bytes <= 0:
+            raise ConfigError(f"GPU memory must be positive, got {self.memory_bytes} bytes")
+        for label, link in (("intra-node", self.intra), ("inter-node", self.inter)):
+            if link.bandwidth <= 0 or link.latency < 0:
+                raise ConfigError(
+                    f"{label} link needs bandwidth > 0 and latency >= 0, got "
+                    f"{link.bandwidth} B/s and {link.latency} s"
+                )
+
+    @property
+    def world(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    def node_of(self, rank: int) -> int:
+        return rank // self.gpus_per_node
+
+    def link(self, src: int, dst: int) -> Link:
+        if (src, dst) in self.pairs:
+            return self.pairs[(src, dst)]
+        return self.intra if self.node_of(src) == self.node_of(dst) else self.inter
+
+    def allreduce_time(self, nbytes: float, ranks: Sequence[int]) -> float:
+        """Ring all-reduce of `nbytes` over `ranks`: 2(n-1)/n x bytes / bus bandwidth."""
+        n = len(ranks)
+        if n <= 1 or nbytes <= 0:
+            return 0.0
+        spans = len({self.node_of(r) for r in ranks}) > 1
+        if spans:
+            busbw = self.allreduce_inter_busbw or self.inter.bandwidth
+        elif self.allreduce_busbw:
+            sizes = sorted(self.allreduce_busbw)
+            i = min(bisect.bisect_left(sizes, n), len(sizes) - 1)
+            busbw = self.allreduce_busbw[sizes[i]]
+        else:
+            busbw = self.intra.bandwidth
+        latency = self.allreduce_latency or 2 * (n - 1) * self.link(ranks[0], ranks[-1]).latency
+        return latency + 2 * (n - 1) / n * nbytes / busbw
+
+    def subset(self, gpus: int) -> Cluster:
+        """The same machine type with `gpus` GPUs (whole nodes first)."""
+        if gpus <= self.gpus_per_node:
+            return replace(self, nodes=1, gpus_per_node=gpus)
+        if gpus % self.gpus_per_node:
+            raise ConfigError(
+                f"{gpus} GPUs is not a whole number of {self.gpus_per_node}-GPU nodes"
+            )
+        return replace(self, nodes=gpus // self.gpus_per_node)
+
+    # ---- JSON ----------------------------------------------------------------------------
+
+    def to_json(self) -> str:
+        return jsonio.dump(
+            "cluster",
+            FORMAT_VERSION,
+            {
+                "name": self.name,
+                "device": self.device,
+                "nodes": self.nodes,
+                "gpus_per_node": self.gpus_per_node,
+                "memory_bytes": self.memory_bytes,
+                "matmul_flops": self.matmul_flops,
+                "intra": _link_json(self.intra),
+                "inter": _link_json(self.inter),
+                "allreduce_busbw": {str(k): v for k, v in self.allreduce_busbw.items()},
+                "allreduce_inter_busbw": self.allreduce_inter_busbw,
+                "allreduce_latency": self.allreduce_latency,
+                "pairs": [[a, b, _link_json(link)] for (a, b), link in self.pairs.items()],
+            },
+        )
+
+    @classmethod
+    def from_json(cls, text: str, source: str = "<string>") -> Cluster:
+        doc = jsonio.load("cluster", FORMAT_VERSION, text, source)
+        return cluster_from_dict(doc, source)
+
+    @classmethod
+    def load(cls, path: str) -> Cluster:
+        return cls.from_json(jsonio.read_text(path), source=path)
+
+    def save(self, path: str) -> None:
+        jsonio.write_atomic(path, self.to_json())
+
+
+def _link_json(link: Link) -> dict[str, float]:
+    return {"latency": link.latency, "bandwidth": link.bandwidth}
+
+
+def cluster_from_dict(doc: dict[str, Any], source: str = "<dict>") -> Cluster:
+    """A Cluster from a JSON document or a user's short description. Sizes and rates may be
+    strings with units ('80GiB', '300GB/s', '5us')."""
+    from pipecast.hardware.units import parse_bytes, parse_rate, parse_seconds
+
+    def link(value: Any, what: str) -> Link:
+        if not isinstance(value, dict) or "bandwidth" not in value:
+            raise DataError(f"{source}: '{what}' needs a bandwidth (and optionally latency)")
+        return Link(latency=parse_seconds(value.get("latency", 0)),
+                    bandwidth=parse_rate(value["bandwidth"]))  # fmt: skip
+
+    try:
+        intra = link(doc["intra"], "intra")
+        inter = link(doc.get("inter", doc["intra"]), "inter")
+        return Cluster(
+            name=str(doc.get("name", "cluster")),
+            device=str(doc.get("device", "unknown")),
+            nodes=int(doc.get("nodes", 1)),
+            gpus_per_node=int(doc["gpus_per_node"]),
+            memory_bytes=parse_bytes(
+                doc["memory_bytes"] if "memory_bytes" in doc else doc["memory"]
+            ),
+            matmul_flops=float(doc.get("matmul_flops", 0.0)),
+            intra=intra,
+            inter=inter,
+            allreduce_busbw={
+                int(k): parse_rate(v) for k, v in doc.get("allreduce_busbw", {}).items()
+            },
+            allreduce_inter_busbw=parse_rate(doc.get("allreduce_inter_busbw", 0.0)),
+            allreduce_latency=parse_seconds(doc.get("allreduce_latency", 0.0)),
+            pairs={(int(a), int(b)): link(v, f"pair {a}-{b}") for a, b, v in doc.get("pairs", [])},
+        )
+    except KeyError as exc:
+        raise DataError(f"{source} describes no cluster: missing {exc}") from None

@@ -1,0 +1,341 @@
+"""The profiler: measures every block of a model at several micro-batch sizes.
+
+For each block and size it times forward, B (input gradient), W (weight gradient, through the
+same split the runtime uses) and the whole backward, with warm-up and repeats, and takes the
+robust median. Activation memory is measured, not derived: saved-tensor hooks see exactly what
+autograd keeps, deduplicated by storage so a tensor two blocks keep is counted once. A model
+too large for the device is profiled holding one block on it at a time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+from torch import nn
+
+from pipecast import devices
+from pipecast.data.loss import loss_for
+from pipecast.data.spec import DatasetSpec
+from pipecast.data.synthetic import synthetic_batch
+from pipecast.errors import ConfigError, DeviceError, ShapeError
+from pipecast.models.summary import block_name
+from pipecast.profile.stats import robust
+from pipecast.profile.types import BlockCost, BlockProfile, Dtype, Profile
+from pipecast.runtime.backward import (
+    WeightWork,
+    backward_full,
+    backward_input,
+    backward_weight,
+)
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProfileOptions:
+    micro_batches: tuple[int, ...] = (1, 2, 4, 8)
+    """Micro-batch sizes to measure; costs at other sizes are interpolated."""
+    device: str = "cpu"
+    dtype: Dtype = "fp32"
+    """Parameter and activation dtype; with `autocast`, parameters stay fp32."""
+    autocast: bool = False
+    warmup: int = 2
+    repeats: int = 7
+    offload: bool | None = None
+    """Hold one block on the device at a time (None: only when the model does not fit)."""
+    seed: int = 0
+
+
+@contextlib.contextmanager
+def _precision(device: torch.device, options: ProfileOptions) -> Iterator[None]:
+    if options.autocast and options.dtype != "fp32":
+        with torch.autocast(device.type, dtype=devices.DTYPES[options.dtype]):
+            yield
+    else:
+        yield
+
+
+def _storage(t: torch.Tensor) -> tuple[int, int]:
+    s = t.untyped_storage()
+    return s.data_ptr(), s.nbytes()
+
+
+def _first_leaf(block: nn.Module) -> nn.Module:
+    for module in block.modules():
+        if not list(module.children()):
+            return module
+    return block
+
+
+def needs_input_copy(block: nn.Module) -> bool:
+    """Whether the block begins with an in-place op, which a leaf that requires grad (a
+    received stage input) cannot feed; such inputs get a cheap copy first."""
+    return bool(getattr(_first_leaf(block), "inplace", False))
+
+
+class _BlockRun:
+    """One block at one micro-batch size, with its input fixed."""
+
+    def __init__(self, block: nn.Module, x: torch.Tensor, index: int, device: torch.device,
+                 options: ProfileOptions) -> None:  # fmt: skip
+        self.block, self.index, self.device, self.options = block, index, device, options
+        self.params = [p for p in block.parameters() if p.requires_grad]
+        self.leaf = x.detach().requires_grad_(index > 0 and x.is_floating_point())
+        self.copy_input = needs_input_copy(block) and self.leaf.requires_grad
+
+    def forward(self) -> tuple[torch.Tensor, torch.Tensor]:
+        inp = self.leaf.clone() if self.copy_input else self.leaf
+        try:
+            with _precision(self.device, self.options):
+                out = self.block(inp)
+        except (RuntimeError, ValueError, TypeError, IndexError) as exc:
+            if "out of memory" in str(exc).lower():
+                raise
+            raise ShapeError(
+                f"block {self.index} ({block_name(self.block)}) fails on input of shape "
+                f"{tuple(self.leaf.shape)}: {str(exc).splitlines()[0]}"
+            ) from None
+        if not isinstance(out, torch.Tensor):
+            raise ShapeError(f"block {self.index} ({block_name(self.block)}) must return one "
+                             f"tensor, got {type(out).__name__}")  # fmt: skip
+        return inp, out
+
+    def stage_input(self) -> torch.Tensor | None:
+        return self.leaf if self.leaf.requires_grad else None
+
+    def clear_grads(self) -> None:
+        for p in self.params:
+            p.grad = None
+        self.leaf.grad = None
+
+
+def _saved_storages(run: _BlockRun, param_ptrs: set[int]) -> tuple[dict[int, int], torch.Tensor]:
+    """Storages autograd saves in one forward of the block (ptr -> bytes), params excluded."""
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        ptr, nbytes = _storage(t)
+        if ptr not in param_ptrs and ptr != 0:
+            saved[ptr] = nbytes
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        _, out = run.forward()
+    return saved, out
+
+
+def _measure_block(
+    run: _BlockRun, grad_out: torch.Tensor
+) -> tuple[float, float, float, float, float]:
+    dev, opts = run.device, run.options
+    samples: dict[str, list[float]] = {"f": [], "b": [], "w": [], "bw": []}
+    for rep in range(opts.warmup + opts.repeats):
+        (_, out), t_f = devices.timed(dev, run.forward)
+
+        def split_b(out: torch.Tensor = out) -> WeightWork:
+            return backward_input(out, grad_out, run.stage_input(), run.params)[1]
+
+        work, t_b = devices.timed(dev, split_b)
+        _, t_w = devices.timed(dev, partial(backward_weight, work))
+        run.clear_grads()
+        del out, work
+        _, out2 = run.forward()
+        _, t_bw = devices.timed(
+            dev, partial(backward_full, out2, grad_out, run.stage_input(), run.params)
+        )
+        run.clear_grads()
+        del out2
+        if rep >= opts.warmup:
+            for key, value in (("f", t_f), ("b", t_b), ("w", t_w), ("bw", t_bw)):
+                samples[key].append(value)
+    totals = [f + bw for f, bw in zip(samples["f"], samples["bw"], strict=True)]
+    return (robust(samples["f"]).median, robust(samples["b"]).median,
+            robust(samples["w"]).median, robust(samples["bw"]).median,
+            robust(totals).spread)  # fmt: skip
+
+
+def _measure_optimizer(block: nn.Module, device: torch.device, options: ProfileOptions) -> float:
+    params = [p for p in block.parameters() if p.requires_grad]
+    if not params:
+        return 0.0
+    saved = [p.detach().clone() for p in params]
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    opt = torch.optim.SGD(params, lr=0.0, momentum=0.9)
+    times = [devices.timed(device, opt.step)[1] for _ in range(options.warmup + options.repeats)]
+    with torch.no_grad():
+        for p, s in zip(params, saved, strict=True):
+            p.copy_(s)
+            p.grad = None
+    return robust(times[options.warmup :]).median
+
+
+def _fits(model: nn.Sequential, device: torch.device) -> bool:
+    if device.type != "cuda":
+        return True
+    param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    return 3 * param_bytes < devices.free_memory(device)
+
+
+def profile_model(
+    model: nn.Sequential,
+    spec: DatasetSpec,
+    options: ProfileOptions,
+    *,
+    model_name: str = "model",
+    workload: dict[str, object] | None = None,
+    progress: Progress | None = None,
+) -> Profile:
+    """Measure `model` block by block; `progress` is called once per (size, block)."""
+    if not options.micro_batches or min(options.micro_batches) < 1:
+        raise ConfigError(f"micro-batch sizes must be at least 1, got {options.micro_batches}")
+    if options.repeats < 1:
+        raise ConfigError(f"repeats must be at least 1, got {options.repeats}")
+    device = devices.resolve(options.device)
+    torch.manual_seed(options.seed)
+    dtype = devices.DTYPES[options.dtype]
+    if not options.autocast:
+        model = model.to(dtype)
+    offload = options.offload if options.offload is not None else not _fits(model, device)
+    if not offload:
+        model = model.to(device)
+    loss_fn = loss_for(spec)
+    blocks = list(model)
+    costs: list[dict[int, BlockCost]] = [{} for _ in blocks]
+    input_counted = [False] * len(blocks)
+    optimizer_step = [0.0] * len(blocks)
+    loss: dict[int, tuple[float, float]] = {}
+    sizes = sorted(set(options.micro_batches))
+    for mb in sizes:
+        x, target = synthetic_batch(spec, mb, seed=options.seed, dtype=dtype)
+        x, target = x.to(device), target.to(device)
+        prev_saved_output = False
+        for index, block in enumerate(blocks):
+            if offload:
+                block.to(device)
+            try:
+                param_ptrs = {_storage(p)[0] for p in block.parameters()}
+                run = _BlockRun(block, x, index, device, options)
+                devices.reset_peak(device)
+                base = devices.allocated(device)
+                saved, out = _saved_storages(run, param_ptrs)
+                in_ptr, in_bytes = _storage(run.leaf)
+                out_ptr, out_bytes = _storage(out)
+                saves_input = in_ptr in saved
+                saved_total = sum(saved.values())
+                shared = saves_input and prev_saved_output
+                prev_saved_output = out_ptr in saved
+                grad_out = torch.randn_like(out)
+                backward_full(out, grad_out, run.stage_input(), run.params)
+                peak = max(devices.peak_allocated(device) - base - saved_total - out_bytes, 0)
+                run.clear_grads()
+                f, b, w, bw, spread = _measure_block(run, grad_out)
+                if index == 0:  # the first stage never sends an input gradient
+                    b, w = bw, 0.0
+                costs[index][mb] = BlockCost(
+                    forward=f, backward_input=b, backward_weight=w, backward=bw,
+                    output_bytes=out.numel() * out.element_size(),
+                    saved_bytes=saved_total - (in_bytes if shared else 0),
+                    peak_bytes=peak, spread=spread,
+                )  # fmt: skip
+                input_counted[index] = saves_input and not shared
+                if mb == sizes[0]:
+                    optimizer_step[index] = _measure_optimizer(block, device, options)
+                x = out.detach()
+                del out, run, grad_out
+            except torch.OutOfMemoryError:
+                raise DeviceError(
+                    f"block {index} ({block_name(block)}) at micro-batch {mb} does not fit in "
+                    f"{devices.name(device)} ({devices.total_memory(device) / 2**30:.1f} GiB): "
+                    "profile smaller micro-batches"
+                ) from None
+            finally:
+                if offload:
+                    block.to("cpu")
+            if progress is not None:
+                progress(f"micro-batch {mb}")
+        loss[mb] = _measure_loss(loss_fn, x, target, device, options)
+    return Profile(
+        model=model_name,
+        dataset=spec.name,
+        workload=dict(workload or {}),
+        device=devices.name(device),
+        dtype=options.dtype,
+        autocast=options.autocast,
+        torch_version=torch.__version__,
+        micro_batches=tuple(sizes),
+        input_bytes_per_sample=_input_bytes(spec, dtype),
+        blocks=tuple(
+            BlockProfile(
+                index=i,
+                name=block_name(block),
+                params=sum(p.numel() for p in block.parameters()),
+                param_bytes=sum(p.numel() * p.element_size() for p in block.parameters()),
+                input_counted=input_counted[i],
+                costs=costs[i],
+                optimizer_step=optimizer_step[i],
+            )
+            for i, block in enumerate(blocks)
+        ),
+        loss=loss,
+        created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    )
+
+
+def _measure_loss(loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+                  output: torch.Tensor, target: torch.Tensor, device: torch.device,
+                  options: ProfileOptions) -> tuple[float, float]:  # fmt: skip
+    fwd, bwd = [], []
+    for _ in range(options.warmup + options.repeats):
+        leaf = output.detach().requires_grad_(output.is_floating_point())
+        loss, t_f = devices.timed(device, partial(loss_fn, leaf, target))
+        if leaf.requires_grad:
+            _, t_b = devices.timed(device, partial(torch.autograd.grad, loss, leaf))
+        else:
+            t_b = 0.0
+        fwd.append(t_f)
+        bwd.append(t_b)
+    return robust(fwd[options.warmup :]).median, robust(bwd[options.warmup :]).median
+
+
+def _input_bytes(spec: DatasetSpec, dtype: torch.dtype) -> int:
+    n = 1
+    for d in spec.sample_shape:
+        n *= d
+    itemsize = 8 if spec.input_kind == "tokens" else torch.empty((), dtype=dtype).element_size()
+    return n * itemsize
+
+
+def measure_step(
+    model: nn.Sequential,
+    spec: DatasetSpec,
+    micro_batch: int,
+    options: ProfileOptions,
+) -> float:
+    """Median seconds of one whole-model forward + loss + backward at `micro_batch` (the
+    reference the sum of per-block costs is checked against)."""
+    device = devices.resolve(options.device)
+    dtype = devices.DTYPES[options.dtype]
+    if not options.autocast:
+        model = model.to(dtype)
+    model = model.to(device)
+    loss_fn = loss_for(spec)
+    x, target = synthetic_batch(spec, micro_batch, seed=options.seed, dtype=dtype)
+    x, target = x.to(device), target.to(device)
+
+    def step() -> None:
+        with _precision(device, options):
+            loss = loss_fn(model(x), target)
+        torch.autograd.backward(loss)
+
+    times = []
+    for _ in range(options.warmup + options.repeats):
+        model.zero_grad(set_to_none=True)
+        times.append(devices.timed(device, step)[1])
+    model.zero_grad(set_to_none=True)
+    return robust(times[options.warmup :]).median

@@ -1,0 +1,296 @@
+"""Profile: what each block of a model costs, measured at several micro-batch sizes.
+
+Times are seconds, sizes bytes. A Profile is pure data: the partitioner, the simulator and the
+recommender read it, the profiler writes it, and its JSON form moves it between them.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from typing import Any, Literal
+
+from pipecast import jsonio
+from pipecast.errors import ConfigError, DataError
+
+FORMAT_VERSION = 1
+Dtype = Literal["fp32", "bf16", "fp16"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BlockCost:
+    """One block at one micro-batch size."""
+
+    forward: float
+    backward_input: float
+    """B: gradient with respect to the block's input only."""
+    backward_weight: float
+    """W: gradient with respect to the block's parameters, given the output gradient."""
+    backward: float
+    """The whole backward in one pass (what GPipe and 1F1B run); about B + W."""
+    output_bytes: int
+    """Bytes of the block's output: what crosses a stage boundary after it."""
+    saved_bytes: int
+    """Activation bytes the block keeps for backward, not counting tensors an earlier block
+    already keeps (a ReLU output that the next conv saves again is counted once)."""
+    peak_bytes: int = 0
+    """Transient memory beyond inputs and saved tensors at the block's peak (0: unmeasured)."""
+    spread: float = 0.0
+    """Relative spread of forward + backward time across repeats."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {f: getattr(self, f) for f in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BlockProfile:
+    index: int
+    name: str
+    params: int
+    param_bytes: int
+    input_counted: bool
+    """Whether `saved_bytes` already includes the block's input tensor."""
+    costs: dict[int, BlockCost]
+    """Micro-batch size -> cost."""
+    optimizer_step: float = 0.0
+    """Seconds of one optimizer step over this block's parameters."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageCost:
+    """The sum over a contiguous block range [start, stop) at one micro-batch size."""
+
+    forward: float
+    backward_input: float
+    backward_weight: float
+    backward: float
+    input_bytes: int
+    """Bytes received from the previous stage (0 for the first stage)."""
+    output_bytes: int
+    """Bytes sent to the next stage."""
+    activation_bytes: int
+    """Bytes held per micro-batch in flight: saved activations plus the received input."""
+    param_bytes: int
+    peak_bytes: int
+    optimizer_step: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Profile:
+    """Per-block costs of one model on one device type, at several micro-batch sizes."""
+
+    model: str
+    dataset: str
+    workload: dict[str, Any] = field(default_factory=dict)
+    device: str
+    dtype: Dtype
+    autocast: bool = False
+    torch_version: str
+    micro_batches: tuple[int, ...]
+    input_bytes_per_sample: int
+    blocks: tuple[BlockProfile, ...]
+    loss: dict[int, tuple[float, float]] = field(default_factory=dict)
+    """Micro-batch size -> (forward, backward) seconds of the loss on the last output."""
+    created: str = ""
+
+    # ---- costs at any micro-batch size -------------------------------------------------
+
+    def cost(self, block: int, micro_batch: int) -> BlockCost:
+        """Block `block` at `micro_batch`: measured, else interpolated (times piecewise
+        linear in the micro-batch size, bytes exactly proportional)."""
+        return self._interpolated(micro_batch)[block]
+
+    def stage(self, start: int, stop: int, micro_batch: int) -> StageCost:
+        """Total cost of blocks [start, stop) at `micro_batch`, in O(1) after the first call."""
+        if not 0 <= start < stop <= len(self.blocks):
+            raise ConfigError(
+                f"block range [{start}, {stop}) is outside the model's {len(self.blocks)} blocks"
+            )
+        t = self._table(micro_batch)
+        costs = self._interpolated(micro_batch)
+        in_bytes = costs[start - 1].output_bytes if start else 0
+        # the runtime holds a stage's received input until its backward, saved or not
+        held = 0 if (start == 0 or self.blocks[start].input_counted) else in_bytes
+        fwd, b, w, bw = (t[k][stop] - t[k][start] for k in ("f", "b", "w", "bw"))
+        if stop == len(self.blocks):
+            lf, lb = self.loss_cost(micro_batch)
+            fwd, b, bw = fwd + lf, b + lb, bw + lb
+        return StageCost(
+            forward=fwd,
+            backward_input=b,
+            backward_weight=w,
+            backward=bw,
+            input_bytes=in_bytes,
+            output_bytes=costs[stop - 1].output_bytes if stop < len(self.blocks) else 0,
+            activation_bytes=int(t["saved"][stop] - t["saved"][start]) + held,
+            param_bytes=int(t["param"][stop] - t["param"][start]),
+            peak_bytes=max(c.peak_bytes for c in costs[start:stop]),
+            optimizer_step=t["opt"][stop] - t["opt"][start],
+        )
+
+    def loss_cost(self, micro_batch: int) -> tuple[float, float]:
+        if not self.loss:
+            return 0.0, 0.0
+        sizes = sorted(self.loss)
+        f = _interp(sizes, [self.loss[s][0] for s in sizes], micro_batch)
+        b = _interp(sizes, [self.loss[s][1] for s in sizes], micro_batch)
+        return f, b
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.blocks)
+
+    @property
+    def param_bytes(self) -> int:
+        return sum(b.param_bytes for b in self.blocks)
+
+    @property
+    def params(self) -> int:
+        return sum(b.params for b in self.blocks)
+
+    @cached_property
+    def _cache(self) -> dict[int, Any]:
+        return {}
+
+    def _interpolated(self, micro_batch: int) -> list[BlockCost]:
+        key = -micro_batch
+        if key not in self._cache:
+            if micro_batch < 1:
+                raise ConfigError(f"micro-batch size must be at least 1, got {micro_batch}")
+            self._cache[key] = [_interp_cost(b.costs, micro_batch) for b in self.blocks]
+        result: list[BlockCost] = self._cache[key]
+        return result
+
+    def _table(self, micro_batch: int) -> dict[str, list[float]]:
+        if micro_batch not in self._cache:
+            costs = self._interpolated(micro_batch)
+            table: dict[str, list[float]] = {
+                k: [0.0] for k in ("f", "b", "w", "bw", "saved", "param", "opt")
+            }
+            for block, c in zip(self.blocks, costs, strict=True):
+                for key, value in (("f", c.forward), ("b", c.backward_input),
+                                   ("w", c.backward_weight), ("bw", c.backward),
+                                   ("saved", c.saved_bytes), ("param", block.param_bytes),
+                                   ("opt", block.optimizer_step)):  # fmt: skip
+                    table[key].append(table[key][-1] + value)
+            self._cache[micro_batch] = table
+        result: dict[str, list[float]] = self._cache[micro_batch]
+        return result
+
+    # ---- JSON ----------------------------------------------------------------------------
+
+    def to_json(self) -> str:
+        return jsonio.dump(
+            "profile",
+            FORMAT_VERSION,
+            {
+                "model": self.model,
+                "dataset": self.dataset,
+                "workload": self.workload,
+                "device": self.device,
+                "dtype": self.dtype,
+                "autocast": self.autocast,
+                "torch_version": self.torch_version,
+                "micro_batches": list(self.micro_batches),
+                "input_bytes_per_sample": self.input_bytes_per_sample,
+                "created": self.created,
+                "loss": {str(k): list(v) for k, v in self.loss.items()},
+                "blocks": [
+                    {
+                        "index": b.index,
+                        "name": b.name,
+                        "params": b.params,
+                        "param_bytes": b.param_bytes,
+                        "input_counted": b.input_counted,
+                        "optimizer_step": b.optimizer_step,
+                        "costs": {str(k): c.to_json() for k, c in b.costs.items()},
+                    }
+                    for b in self.blocks
+                ],
+            },
+        )
+
+    @classmethod
+    def from_json(cls, text: str, source: str = "<string>") -> Profile:
+        doc = jsonio.load("profile", FORMAT_VERSION, text, source)
+        try:
+            blocks = tuple(
+                BlockProfile(
+                    index=b["index"],
+                    name=b["name"],
+                    params=b["params"],
+                    param_bytes=b["param_bytes"],
+                    input_counted=b["input_counted"],
+                    optimizer_step=b.get("optimizer_step", 0.0),
+                    costs={int(k): BlockCost(**c) for k, c in b["costs"].items()},
+                )
+                for b in doc["blocks"]
+            )
+            return cls(
+                model=doc["model"],
+                dataset=doc["dataset"],
+                workload=doc.get("workload", {}),
+                device=doc["device"],
+                dtype=doc["dtype"],
+                autocast=doc.get("autocast", False),
+                torch_version=doc["torch_version"],
+                micro_batches=tuple(doc["micro_batches"]),
+                input_bytes_per_sample=doc["input_bytes_per_sample"],
+                blocks=blocks,
+                loss={int(k): (v[0], v[1]) for k, v in doc.get("loss", {}).items()},
+                created=doc.get("created", ""),
+            )
+        except (KeyError, TypeError) as exc:
+            raise DataError(f"{source} is not a complete profile: missing {exc}") from None
+
+    @classmethod
+    def load(cls, path: str) -> Profile:
+        return cls.from_json(jsonio.read_text(path), source=path)
+
+    def save(self, path: str) -> None:
+        jsonio.write_atomic(path, self.to_json())
+
+    def with_blocks(self, blocks: tuple[BlockProfile, ...]) -> Profile:
+        return replace(self, blocks=blocks)
+
+
+def _interp(xs: list[int], ys: list[float], x: int) -> float:
+    """Piecewise-linear through (xs, ys); beyond the ends, the nearest segment's line
+    (one point: proportional). Never below zero."""
+    if len(xs) == 1:
+        return ys[0] * x / xs[0]
+    i = bisect.bisect_left(xs, x)
+    if i < len(xs) and xs[i] == x:
+        return ys[i]
+    lo = min(max(i - 1, 0), len(xs) - 2)
+    x0, x1, y0, y1 = xs[lo], xs[lo + 1], ys[lo], ys[lo + 1]
+    value = y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    if x < xs[0]:  # below the smallest size: never faster than proportional scaling
+        value = max(value, ys[0] * x / xs[0])
+    return max(value, 0.0)
+
+
+def _interp_cost(costs: dict[int, BlockCost], micro_batch: int) -> BlockCost:
+    if micro_batch in costs:
+        return costs[micro_batch]
+    sizes = sorted(costs)
+    near = min(sizes, key=lambda s: abs(s - micro_batch))
+    base = costs[near]
+
+    def t(name: str) -> float:
+        return _interp(sizes, [getattr(costs[s], name) for s in sizes], micro_batch)
+
+    def scaled(n: int) -> int:
+        return n * micro_batch // near
+
+    return BlockCost(
+        forward=t("forward"),
+        backward_input=t("backward_input"),
+        backward_weight=t("backward_weight"),
+        backward=t("backward"),
+        output_bytes=scaled(base.output_bytes),
+        saved_bytes=scaled(base.saved_bytes),
+        peak_bytes=scaled(base.peak_bytes),
+        spread=base.spread,
+    )

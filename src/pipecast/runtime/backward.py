@@ -1,0 +1,185 @@
+"""Backward of one stage for one micro-batch, whole (BW) or split into B and W.
+
+B computes only the gradient with respect to the stage input, which the previous stage waits
+for; W computes the parameter gradients later, filling pipeline bubbles (zero-bubble
+schedules). The split works on the autograd graph, for any module:
+
+* During B, autograd runs only the nodes on paths to the input. Where such a node also feeds a
+  side branch that leads to parameters (a Linear's AddmmBackward feeds TBackward -> weight), a
+  pre-hook captures the gradient flowing into the node.
+* During W, each captured node is re-entered through its GradientEdge with the captured
+  gradient, asking only for its own side-branch parameters, so nothing of B is recomputed.
+
+Parameters no captured node reaches are differentiated from the output in W (correct, slower).
+A stage whose input needs no gradient (the first) does its whole backward in B; W is empty.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch.autograd.graph import GradientEdge, Node
+
+_ACCUMULATE = "AccumulateGrad"
+
+
+@dataclass
+class WeightWork:
+    """What W needs for one micro-batch: captured gradients and the params they lead to."""
+
+    captured: list[tuple[Node, tuple[torch.Tensor | None, ...], list[torch.Tensor]]] = field(
+        default_factory=list
+    )
+    uncovered: list[torch.Tensor] = field(default_factory=list)
+    output: torch.Tensor | None = None
+    grad_output: torch.Tensor | None = None
+
+
+def _accumulate(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor | None]) -> None:
+    for p, g in zip(params, grads, strict=True):
+        if g is None:
+            continue
+        if p.grad is None:
+            p.grad = g.detach().clone() if g.requires_grad else g
+        else:
+            p.grad.add_(g)
+
+
+def _post_order(root: Node) -> list[Node]:
+    """Nodes reachable from `root`, children before parents (iterative: stages can be deep)."""
+    order: list[Node] = []
+    seen: set[Node] = set()
+    stack: list[tuple[Node, bool]] = [(root, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            order.append(node)
+            continue
+        if node in seen:
+            continue
+        seen.add(node)
+        stack.append((node, True))
+        for child, _ in node.next_functions:
+            if child is not None and child not in seen:
+                stack.append((child, False))
+    return order
+
+
+def _weight_nodes(
+    output: torch.Tensor, stage_input: torch.Tensor, params: Sequence[torch.Tensor]
+) -> tuple[dict[Node, list[torch.Tensor]], list[torch.Tensor]]:
+    """Input-path nodes with parameter side branches, and the params none of them reach."""
+    assert output.grad_fn is not None
+    by_id = {id(p): p for p in params}
+    leads_to_input: dict[Node, bool] = {}
+    params_below: dict[Node, dict[int, torch.Tensor]] = {}
+    own: dict[Node, list[torch.Tensor]] = {}
+    for node in _post_order(output.grad_fn):
+        if type(node).__name__ == _ACCUMULATE:
+            variable = node.variable  # type: ignore[attr-defined]
+            leads_to_input[node] = variable is stage_input
+            params_below[node] = {id(variable): variable} if id(variable) in by_id else {}
+            continue
+        children = [c for c, _ in node.next_functions if c is not None]
+        leads_to_input[node] = any(leads_to_input[c] for c in children)
+        below: dict[int, torch.Tensor] = {}
+        side: dict[int, torch.Tensor] = {}
+        for child in children:
+            below.update(params_below[child])
+            if not leads_to_input[child]:
+                side.update(params_below[child])
+        params_below[node] = below
+        if leads_to_input[node] and side:
+            own[node] = list(side.values())
+    covered = {id(p) for ps in own.values() for p in ps}
+    return own, [p for p in params if id(p) not in covered]
+
+
+def _seed(output: torch.Tensor, grad_output: torch.Tensor | None) -> torch.Tensor:
+    return torch.ones_like(output) if grad_output is None else grad_output
+
+
+def backward_full(
+    output: torch.Tensor,
+    grad_output: torch.Tensor | None,
+    stage_input: torch.Tensor | None,
+    params: Sequence[torch.Tensor],
+) -> torch.Tensor | None:
+    """BW: parameter gradients accumulated into .grad; returns the input gradient (or None)."""
+    trainable = [p for p in params if p.requires_grad]
+    wants_input = stage_input is not None and stage_input.requires_grad
+    inputs = [stage_input, *trainable] if stage_input is not None and wants_input else trainable
+    if not inputs or not output.requires_grad:
+        return None
+    grads = torch.autograd.grad(output, inputs, _seed(output, grad_output), allow_unused=True)
+    if wants_input:
+        _accumulate(inputs[1:], grads[1:])
+        return grads[0]
+    _accumulate(inputs, grads)
+    return None
+
+
+def backward_input(
+    output: torch.Tensor,
+    grad_output: torch.Tensor | None,
+    stage_input: torch.Tensor | None,
+    params: Sequence[torch.Tensor],
+) -> tuple[torch.Tensor | None, WeightWork]:
+    """B: the input gradient now; what W needs later. Without an input that needs a
+    gradient, B is the whole backward and W has nothing to do."""
+    params = [p for p in params if p.requires_grad]
+    if stage_input is None or not stage_input.requires_grad:
+        backward_full(output, grad_output, None, params)
+        return None, WeightWork()
+    own, uncovered = _weight_nodes(output, stage_input, params)
+    captured: dict[Node, tuple[torch.Tensor | None, ...]] = {}
+
+    def capture(node: Node) -> object:
+        def hook(grad_outputs: tuple[torch.Tensor | None, ...]) -> None:
+            captured[node] = grad_outputs
+
+        return hook
+
+    handles = [node.register_prehook(capture(node)) for node in own]  # type: ignore[arg-type]
+    seed = _seed(output, grad_output)
+    try:
+        (grad_input,) = torch.autograd.grad(output, [stage_input], seed, retain_graph=True)
+    finally:
+        for handle in handles:
+            handle.remove()
+    work = WeightWork(uncovered=uncovered)
+    for node, node_params in own.items():
+        if node in captured:
+            work.captured.append((node, captured[node], node_params))
+        else:  # the node was not needed for the input gradient after all
+            work.uncovered.extend(node_params)
+    if work.uncovered:
+        work.output, work.grad_output = output, seed
+    return grad_input, work
+
+
+def backward_weight(work: WeightWork) -> None:
+    """W: parameter gradients from what B captured, accumulated into .grad."""
+    for node, grad_outputs, params in work.captured:
+        slots = [i for i, g in enumerate(grad_outputs) if g is not None]
+        if not slots:
+            continue
+        edges = [GradientEdge(node, i) for i in slots]
+        grads = torch.autograd.grad(
+            edges,
+            params,
+            [g for g in grad_outputs if g is not None],
+            retain_graph=True,
+            allow_unused=True,
+        )
+        _accumulate(params, grads)
+    if work.uncovered and work.output is not None:
+        grads = torch.autograd.grad(
+            work.output, work.uncovered, work.grad_output, retain_graph=True, allow_unused=True
+        )
+        _accumulate(work.uncovered, grads)
+    work.captured.clear()
+    work.uncovered.clear()
+    work.output = work.grad_output = None

@@ -1,0 +1,191 @@
+"""Start one process per device and run a function in each, under torch.distributed.
+
+`spawn` starts `world` local processes (CPU + gloo, or one per GPU + NCCL); under torchrun
+(RANK/WORLD_SIZE/LOCAL_RANK set) `run_distributed` joins the existing group instead, so the
+same function runs across nodes. Each rank's return value comes back through a file, so a
+rank that dies never loses what the others finished.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import pickle
+import socket
+import tempfile
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+import torch.distributed as dist
+from torch.multiprocessing.spawn import (
+    ProcessExitedException,
+    ProcessRaisedException,
+    start_processes,
+)
+
+from pipecast.errors import ConfigError, DeviceError, PipecastError
+
+Backend = Literal["gloo", "nccl"]
+
+# NVLink multicast (NVLS) can take shared GPU hosts out of service; pipecast never needs it.
+_SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+             "NVSHMEM_DISABLE_NVLS": "1"}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """Where this rank runs."""
+
+    rank: int
+    world: int
+    local_rank: int
+    backend: Backend
+    device: torch.device
+
+
+class RankFailed(PipecastError):
+    """A rank ended with an error; the message carries that rank's own one-line reason."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def default_backend(device: str) -> Backend:
+    return "nccl" if device.startswith("cuda") else "gloo"
+
+
+def _device_for(backend: Backend, local_rank: int) -> torch.device:
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+@contextlib.contextmanager
+def process_group(rank: int, world: int, local_rank: int, backend: Backend,
+                  timeout_s: float, init_method: str = "env://") -> Iterator[Context]:  # fmt: skip
+    """Join the process group for the duration of the block; tear it down after."""
+    for key, value in _SAFE_ENV.items():
+        os.environ.setdefault(key, value)
+    device = _device_for(backend, local_rank)
+    kwargs: dict[str, Any] = {}
+    if backend == "nccl":
+        kwargs["device_id"] = device
+    dist.init_process_group(
+        backend,
+        init_method=init_method,
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=timeout_s),
+        **kwargs,
+    )
+    try:
+        yield Context(rank, world, local_rank, backend, device)
+    finally:
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()
+
+
+def _worker(local_rank: int, fn: Callable[..., Any], args: tuple[Any, ...], world: int,
+            backend: Backend, port: int, timeout_s: float, outdir: str) -> None:  # fmt: skip
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+    out = Path(outdir) / f"rank{local_rank}.pkl"
+    try:
+        with process_group(local_rank, world, local_rank, backend, timeout_s) as ctx:
+            result = fn(ctx, *args)
+        payload: tuple[str, Any] = ("ok", result)
+    except PipecastError as exc:
+        payload = ("error", f"rank {local_rank}: {exc}")
+    except BaseException as exc:
+        payload = ("crash", f"rank {local_rank}: {type(exc).__name__}: {exc}\n"
+                            f"{traceback.format_exc()}")  # fmt: skip
+    tmp = out.with_suffix(".tmp")
+    tmp.write_bytes(pickle.dumps(payload))
+    tmp.rename(out)
+    if payload[0] != "ok":
+        raise SystemExit(1)
+
+
+def spawn(
+    fn: Callable[..., Any],
+    world: int,
+    args: tuple[Any, ...] = (),
+    *,
+    backend: Backend = "gloo",
+    timeout_s: float = 300.0,
+) -> list[Any]:
+    """Run fn(context, *args) in `world` fresh processes; return each rank's result.
+
+    `fn` and `args` must be picklable (a module-level function). Raises RankFailed with the
+    first failing rank's reason."""
+    if world < 1:
+        raise ConfigError(f"world size must be at least 1, got {world}")
+    if backend == "nccl":
+        have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if have < world:
+            raise DeviceError(f"{world} GPUs requested but this machine has {have}: "
+                              "use fewer --gpus or --device cpu")  # fmt: skip
+    for key, value in _SAFE_ENV.items():
+        os.environ.setdefault(key, value)
+    with tempfile.TemporaryDirectory(prefix="pipecast-") as outdir:
+        context = start_processes(  # type: ignore[no-untyped-call]
+            _worker,
+            args=(fn, args, world, backend, free_port(), timeout_s, outdir),
+            nprocs=world,
+            join=False,
+            start_method="spawn",
+        )
+        with contextlib.suppress(ProcessExitedException, ProcessRaisedException):
+            while not context.join():
+                pass
+        results: list[Any] = []
+        failures: list[str] = []
+        for rank in range(world):
+            path = Path(outdir) / f"rank{rank}.pkl"
+            if not path.exists():
+                code = context.processes[rank].exitcode
+                failures.append(f"rank {rank} died (exit code {code}) before reporting")
+                results.append(None)
+                continue
+            status, value = pickle.loads(path.read_bytes())
+            if status == "ok":
+                results.append(value)
+            else:
+                failures.append(value)
+                results.append(None)
+        for proc in context.processes:
+            if proc.is_alive():
+                proc.kill()
+        if failures:
+            primary = sorted(failures, key=lambda f: ("died" in f, "Traceback" in f))[0]
+            raise RankFailed(primary.splitlines()[0] if "Traceback" not in primary else primary)
+        return results
+
+
+def under_torchrun() -> bool:
+    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR"))
+
+
+def run_distributed(fn: Callable[..., Any], args: tuple[Any, ...] = (), *,
+                    backend: Backend = "gloo", timeout_s: float = 300.0) -> Any:  # fmt: skip
+    """Under torchrun: run fn(context, *args) in this process's rank and return its result."""
+    if not under_torchrun():
+        raise ConfigError("run_distributed needs torchrun's RANK, WORLD_SIZE, LOCAL_RANK and "
+                          "MASTER_ADDR; without torchrun use spawn()")  # fmt: skip
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local = int(os.environ["LOCAL_RANK"])
+    with process_group(rank, world, local, backend, timeout_s) as ctx:
+        return fn(ctx, *args)
+
+
+def scratch_dir() -> str:
+    return tempfile.mkdtemp(prefix="pipecast-")

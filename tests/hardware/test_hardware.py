@@ -1,0 +1,90 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pipecast.errors import ConfigError, DataError
+from pipecast.hardware import Cluster, fit_link
+from pipecast.hardware.load import load_cluster
+from pipecast.hardware.presets import describe
+from pipecast.hardware.probe import ProbeOptions, probe, summarize_probe
+from pipecast.hardware.units import parse_bytes, parse_rate, parse_seconds
+
+
+def test_fit_recovers_latency_and_bandwidth() -> None:
+    latency, bandwidth = 12e-6, 80e9
+    sizes = [4096 * 4**k for k in range(9)]
+    noise = [1.02, 0.98, 1.01, 0.99, 1.0, 1.03, 0.97, 1.0, 1.01]
+    times = [(latency + s / bandwidth) * n for s, n in zip(sizes, noise, strict=True)]
+    link = fit_link(sizes, times)
+    assert link.latency == pytest.approx(latency, rel=0.1)
+    assert link.bandwidth == pytest.approx(bandwidth, rel=0.05)
+    with pytest.raises(ConfigError):
+        fit_link([10, 10], [1.0, 1.0])
+
+
+def test_units() -> None:
+    assert parse_bytes("80GiB") == 80 * 2**30
+    assert parse_rate("300GB/s") == 300e9
+    assert parse_rate("400Gbit/s") == 50e9
+    assert parse_seconds("5us") == pytest.approx(5e-6)
+    with pytest.raises(ConfigError, match="not a size"):
+        parse_bytes("lots")
+
+
+def test_cluster_links_and_allreduce() -> None:
+    c = describe(nodes=2, gpus_per_node=4, memory="80GiB", intra_bandwidth="100GB/s",
+                 inter_bandwidth="10GB/s")  # fmt: skip
+    assert c.world == 8
+    assert c.link(0, 3).bandwidth == 100e9 and c.link(3, 4).bandwidth == 10e9
+    # ring all-reduce: 2(n-1)/n x bytes / busbw
+    assert c.allreduce_time(1e9, [0, 1, 2, 3]) == pytest.approx(1.5 * 1e9 / 100e9, rel=0.01)
+    assert c.allreduce_time(1e9, [0, 4]) > c.allreduce_time(1e9, [0, 1])
+    assert Cluster.from_json(c.to_json()) == c
+    with pytest.raises(ConfigError, match="at least 1 node"):
+        describe(gpus_per_node=0, memory="1GiB")
+
+
+def test_load_cluster_forms(tmp_path: Path) -> None:
+    assert load_cluster("h100-nvlink").gpus_per_node == 8
+    short = tmp_path / "c.json"
+    short.write_text(json.dumps({"gpus_per_node": 2, "memory": "16GiB",
+                                 "intra": {"bandwidth": "20GB/s", "latency": "20us"}}))  # fmt: skip
+    c = load_cluster(str(short))
+    assert c.memory_bytes == 16 * 2**30 and c.intra.bandwidth == 20e9
+    assert c.intra.latency == pytest.approx(2e-5)
+    with pytest.raises(DataError, match="neither a file nor a preset"):
+        load_cluster("nowhere.json")
+    short.write_text(json.dumps({"memory": "16GiB"}))
+    with pytest.raises(DataError, match="missing"):
+        load_cluster(str(short))
+
+
+def test_summarize_probe_fits_each_pair() -> None:
+    sizes = [4096 * 4**k for k in range(6)]
+
+    def samples(lat: float, bw: float) -> list[list[float]]:
+        return [[s, lat + s / bw] for s in sizes]
+
+    ranks = [
+        {"p2p": {"0-1": samples(1e-5, 1e11)}, "allreduce": {"2": samples(2e-5, 1e11)},
+         "matmul_flops": 7e14, "memory": 80 * 2**30, "name": "gpu"},
+        {"p2p": {"1-0": samples(1e-5, 1e11)}, "allreduce": {}, "matmul_flops": 6e14,
+         "memory": 79 * 2**30, "name": "gpu"},
+    ]  # fmt: skip
+    result = summarize_probe(ranks)
+    c = result.cluster
+    assert c.link(0, 1).bandwidth == pytest.approx(1e11, rel=1e-6)
+    assert c.matmul_flops == 6e14 and c.memory_bytes == 79 * 2**30
+    assert c.allreduce_busbw[2] == pytest.approx(1e11, rel=1e-6)
+
+
+@pytest.mark.slow
+def test_probe_two_cpu_processes() -> None:
+    result = probe(ProbeOptions(devices=2, max_bytes=2**20, repeats=2, matmul_size=256))
+    c = result.cluster
+    assert c.world == 2 and set(c.pairs) == {(0, 1), (1, 0)}
+    assert c.intra.bandwidth > 1e6 and c.matmul_flops > 0
+    assert 2 in c.allreduce_busbw

@@ -1,0 +1,106 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from pipecast.cli.main import main
+from pipecast.data import get_spec
+from pipecast.errors import DataError, DeviceError, ShapeError
+from pipecast.models import Workload
+from pipecast.profile import Profile, robust
+from pipecast.profile.profiler import ProfileOptions, profile_model
+
+FAST = ProfileOptions(micro_batches=(2, 4), warmup=1, repeats=3)
+
+
+def test_robust_drops_outliers() -> None:
+    r = robust([1.0, 1.1, 0.9, 1.0, 1.05, 9.0])
+    assert r.dropped == 1 and r.median == pytest.approx(1.0)
+    assert robust([2.0]).median == 2.0
+
+
+def test_profile_measures_every_block_and_size() -> None:
+    w = Workload(model="lenet5", dataset="mnist")
+    p = profile_model(w.build(), w.spec, FAST, model_name="lenet5")
+    assert p.num_blocks == 12 and p.micro_batches == (2, 4)
+    for i, block in enumerate(p.blocks):
+        for mb in (2, 4):
+            c = block.costs[mb]
+            assert c.forward > 0 and c.backward > 0
+            assert c.output_bytes > 0
+        assert block.costs[4].output_bytes == 2 * block.costs[2].output_bytes
+        if i == 0:
+            assert block.costs[4].backward_weight == 0  # stage 0 does all in B
+    # conv1 on MNIST keeps its (B, 1, 28, 28) fp32 input for the weight gradient
+    assert p.blocks[0].costs[4].saved_bytes == 4 * 28 * 28 * 4
+    assert p.param_bytes == 61_706 * 4
+    assert p.loss[4][0] > 0
+
+
+def test_saved_bytes_count_a_shared_tensor_once() -> None:
+    # Linear(8->16) saves its input; ReLU saves its output; the next Linear saves that same
+    # output as its input: the ReLU output must be counted once.
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 8))
+    spec = get_spec("embeddings", seq_len=1, width=8)
+    p = profile_model(model, spec, ProfileOptions(micro_batches=(10,), warmup=0, repeats=1))
+    relu_out = 10 * 1 * 16 * 4
+    assert p.blocks[1].costs[10].saved_bytes == relu_out
+    assert p.blocks[2].costs[10].saved_bytes == 0
+    assert not p.blocks[2].input_counted
+    stage = p.stage(1, 3, 10)  # received input (Linear output) + ReLU output
+    assert stage.activation_bytes == relu_out + relu_out
+    assert p.stage(2, 3, 10).activation_bytes == relu_out  # only the held input
+
+
+def test_profile_json_roundtrip_and_interpolation(tmp_path: Path) -> None:
+    w = Workload(model="lenet5", dataset="mnist")
+    p = profile_model(w.build(), w.spec, FAST, model_name="lenet5")
+    path = tmp_path / "p.json"
+    p.save(str(path))
+    q = Profile.load(str(path))
+    assert q.blocks == p.blocks and q.micro_batches == p.micro_batches
+    mid = q.cost(3, 3)
+    lo, hi = q.cost(3, 2), q.cost(3, 4)
+    assert min(lo.forward, hi.forward) <= mid.forward <= max(lo.forward, hi.forward)
+    assert mid.output_bytes * 2 == lo.output_bytes * 3
+    whole = q.stage(0, q.num_blocks, 4)
+    assert whole.forward == pytest.approx(
+        sum(q.cost(i, 4).forward for i in range(q.num_blocks)) + q.loss[4][0]
+    )
+    with pytest.raises(DataError, match="holds a 'cluster'"):
+        Profile.from_json('{"kind": "cluster", "version": 1}')
+
+
+def test_bad_block_names_block_and_shape() -> None:
+    model = nn.Sequential(nn.Flatten(), nn.Linear(5, 3))
+    with pytest.raises(ShapeError, match=r"block 1 \(Linear\) fails on input of shape \(2, 784\)"):
+        profile_model(model, get_spec("mnist"), FAST)
+
+
+def test_missing_device() -> None:
+    with pytest.raises(DeviceError, match="is not there"):
+        profile_model(nn.Sequential(nn.Flatten()), get_spec("mnist"),
+                      ProfileOptions(device="cuda:7"))  # fmt: skip
+
+
+def test_profile_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "lenet.json"
+    code = main(["profile", "--model", "lenet5", "--micro-batch", "2", "--repeats", "2",
+                 "-o", str(out)])  # fmt: skip
+    assert code == 0 and out.exists()
+    assert "Conv2d" in capsys.readouterr().out
+    assert Profile.load(str(out)).model == "lenet5"
+    assert main(["profile", "--model", "lenet5", "--micro-batch", "0"]) == 2
+
+
+def test_bf16_profile_halves_bytes() -> None:
+    w = Workload(model="lenet5", dataset="mnist")
+    fp32 = profile_model(w.build(), w.spec, ProfileOptions(micro_batches=(4,), repeats=1))
+    bf16 = profile_model(w.build(), w.spec,
+                         ProfileOptions(micro_batches=(4,), repeats=1, dtype="bf16"))  # fmt: skip
+    assert bf16.param_bytes * 2 == fp32.param_bytes
+    assert bf16.blocks[3].costs[4].output_bytes * 2 == fp32.blocks[3].costs[4].output_bytes
+    assert torch.get_default_dtype() == torch.float32
