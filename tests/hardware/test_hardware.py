@@ -35,8 +35,13 @@ def test_units() -> None:
 
 
 def test_cluster_links_and_allreduce() -> None:
-    c = describe(nodes=2, gpus_per_node=4, memory="80GiB", intra_bandwidth="100GB/s",
-                 inter_bandwidth="10GB/s")  # fmt: skip
+    c = describe(
+        nodes=2,
+        gpus_per_node=4,
+        memory="80GiB",
+        intra_bandwidth="100GB/s",
+        inter_bandwidth="10GB/s",
+    )
     assert c.world == 8
     assert c.link(0, 3).bandwidth == 100e9 and c.link(3, 4).bandwidth == 10e9
     # ring all-reduce: 2(n-1)/n x bytes / busbw
@@ -50,8 +55,15 @@ def test_cluster_links_and_allreduce() -> None:
 def test_load_cluster_forms(tmp_path: Path) -> None:
     assert load_cluster("h100-nvlink").gpus_per_node == 8
     short = tmp_path / "c.json"
-    short.write_text(json.dumps({"gpus_per_node": 2, "memory": "16GiB",
-                                 "intra": {"bandwidth": "20GB/s", "latency": "20us"}}))  # fmt: skip
+    short.write_text(
+        json.dumps(
+            {
+                "gpus_per_node": 2,
+                "memory": "16GiB",
+                "intra": {"bandwidth": "20GB/s", "latency": "20us"},
+            }
+        )
+    )
     c = load_cluster(str(short))
     assert c.memory_bytes == 16 * 2**30 and c.intra.bandwidth == 20e9
     assert c.intra.latency == pytest.approx(2e-5)
@@ -69,11 +81,21 @@ def test_summarize_probe_fits_each_pair() -> None:
         return [[s, lat + s / bw] for s in sizes]
 
     ranks = [
-        {"p2p": {"0-1": samples(1e-5, 1e11)}, "allreduce": {"2": samples(2e-5, 1e11)},
-         "matmul_flops": 7e14, "memory": 80 * 2**30, "name": "gpu"},
-        {"p2p": {"1-0": samples(1e-5, 1e11)}, "allreduce": {}, "matmul_flops": 6e14,
-         "memory": 79 * 2**30, "name": "gpu"},
-    ]  # fmt: skip
+        {
+            "p2p": {"0-1": samples(1e-5, 1e11)},
+            "allreduce": {"2": samples(2e-5, 1e11)},
+            "matmul_flops": 7e14,
+            "memory": 80 * 2**30,
+            "name": "gpu",
+        },
+        {
+            "p2p": {"1-0": samples(1e-5, 1e11)},
+            "allreduce": {},
+            "matmul_flops": 6e14,
+            "memory": 79 * 2**30,
+            "name": "gpu",
+        },
+    ]
     result = summarize_probe(ranks)
     c = result.cluster
     assert c.link(0, 1).bandwidth == pytest.approx(1e11, rel=1e-6)

@@ -82,14 +82,16 @@ def test_bad_block_names_block_and_shape() -> None:
 
 def test_missing_device() -> None:
     with pytest.raises(DeviceError, match="is not there"):
-        profile_model(nn.Sequential(nn.Flatten()), get_spec("mnist"),
-                      ProfileOptions(device="cuda:7"))  # fmt: skip
+        profile_model(
+            nn.Sequential(nn.Flatten()), get_spec("mnist"), ProfileOptions(device="cuda:7")
+        )
 
 
 def test_profile_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "lenet.json"
-    code = main(["profile", "--model", "lenet5", "--micro-batch", "2", "--repeats", "2",
-                 "-o", str(out)])  # fmt: skip
+    code = main(
+        ["profile", "--model", "lenet5", "--micro-batch", "2", "--repeats", "2", "-o", str(out)]
+    )
     assert code == 0 and out.exists()
     assert "Conv2d" in capsys.readouterr().out
     assert Profile.load(str(out)).model == "lenet5"
@@ -99,8 +101,9 @@ def test_profile_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
 def test_bf16_profile_halves_bytes() -> None:
     w = Workload(model="lenet5", dataset="mnist")
     fp32 = profile_model(w.build(), w.spec, ProfileOptions(micro_batches=(4,), repeats=1))
-    bf16 = profile_model(w.build(), w.spec,
-                         ProfileOptions(micro_batches=(4,), repeats=1, dtype="bf16"))  # fmt: skip
+    bf16 = profile_model(
+        w.build(), w.spec, ProfileOptions(micro_batches=(4,), repeats=1, dtype="bf16")
+    )
     assert bf16.param_bytes * 2 == fp32.param_bytes
     assert bf16.blocks[3].costs[4].output_bytes * 2 == fp32.blocks[3].costs[4].output_bytes
     assert torch.get_default_dtype() == torch.float32

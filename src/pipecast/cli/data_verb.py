@@ -33,8 +33,9 @@ def load_real(dataset: str, data_dir: str | None, *, train: bool = True) -> Arra
         return load_digits_as_mnist()
     if dataset not in ("mnist", "cifar10"):
         get_spec(dataset)  # unknown names get the list of valid ones
-        raise ConfigError(f"'{dataset}' is synthetic only: real data exists for digits, "
-                          "mnist and cifar10")  # fmt: skip
+        raise ConfigError(
+            f"'{dataset}' is synthetic only: real data exists for digits, mnist and cifar10"
+        )
     if data_dir is None:
         raise ConfigError(f"reading {dataset} needs --data-dir (nothing is downloaded)")
     return (

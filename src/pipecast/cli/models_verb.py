@@ -52,7 +52,13 @@ def run(args: argparse.Namespace) -> int:
     for r in rows:
         shape = "x".join(str(d) for d in r.output_shape) or "scalar"
         table.add_row(str(r.index), r.name, shape, f"{r.params:,}", human_count(r.flops))
-    table.add_row("", "total", "", f"{sum(r.params for r in rows):,}",
-                  human_count(sum(r.flops for r in rows)), style="bold")  # fmt: skip
+    table.add_row(
+        "",
+        "total",
+        "",
+        f"{sum(r.params for r in rows):,}",
+        human_count(sum(r.flops for r in rows)),
+        style="bold",
+    )
     console.print(table)
     return 0

@@ -40,8 +40,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def print_cluster(cluster: Cluster) -> None:
-    table = Table(title=f"{cluster.name}: {cluster.world} x {cluster.device}, "
-                        f"{cluster.memory_bytes / 2**30:.1f} GiB each")  # fmt: skip
+    table = Table(
+        title=f"{cluster.name}: {cluster.world} x {cluster.device}, "
+        f"{cluster.memory_bytes / 2**30:.1f} GiB each"
+    )
     for col in ("link", "latency", "bandwidth"):
         table.add_column(col, justify="left" if col == "link" else "right")
     rows = [("intra-node", cluster.intra), ("inter-node", cluster.inter)]
@@ -68,8 +70,12 @@ def run(args: argparse.Namespace) -> int:
         )
     else:
         with console.status(f"probing {args.devices} x {args.device}"):
-            options = ProbeOptions(devices=args.devices, device=args.device,
-                                   max_bytes=args.max_bytes, repeats=args.repeats)  # fmt: skip
+            options = ProbeOptions(
+                devices=args.devices,
+                device=args.device,
+                max_bytes=args.max_bytes,
+                repeats=args.repeats,
+            )
             result = probe(options)
         cluster = result.cluster
         if args.raw:

@@ -33,19 +33,36 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def print_profile(profile: Profile, micro_batch: int | None = None) -> None:
     mb = micro_batch or max(profile.micro_batches)
-    table = Table(title=f"{profile.model} on {profile.dataset}, {profile.device}, "
-                        f"{profile.dtype}, micro-batch {mb}")  # fmt: skip
+    table = Table(
+        title=f"{profile.model} on {profile.dataset}, {profile.device}, "
+        f"{profile.dtype}, micro-batch {mb}"
+    )
     for col in ("block", "type", "forward", "B", "W", "output", "saved", "parameters"):
         table.add_column(col, justify="left" if col == "type" else "right")
     for i, block in enumerate(profile.blocks):
         c = profile.cost(i, mb)
-        table.add_row(str(i), block.name, human_seconds(c.forward), human_seconds(c.backward_input),
-                      human_seconds(c.backward_weight), human_bytes(c.output_bytes),
-                      human_bytes(c.saved_bytes), human_count(block.params))  # fmt: skip
+        table.add_row(
+            str(i),
+            block.name,
+            human_seconds(c.forward),
+            human_seconds(c.backward_input),
+            human_seconds(c.backward_weight),
+            human_bytes(c.output_bytes),
+            human_bytes(c.saved_bytes),
+            human_count(block.params),
+        )
     whole = profile.stage(0, profile.num_blocks, mb)
-    table.add_row("", "total", human_seconds(whole.forward), human_seconds(whole.backward_input),
-                  human_seconds(whole.backward_weight), "", human_bytes(whole.activation_bytes),
-                  human_count(profile.params), style="bold")  # fmt: skip
+    table.add_row(
+        "",
+        "total",
+        human_seconds(whole.forward),
+        human_seconds(whole.backward_input),
+        human_seconds(whole.backward_weight),
+        "",
+        human_bytes(whole.activation_bytes),
+        human_count(profile.params),
+        style="bold",
+    )
     console.print(table)
 
 
@@ -68,8 +85,14 @@ def run(args: argparse.Namespace) -> int:
         def step(label: str) -> None:
             bar.update(task, advance=1, description=f"profiling {label}")
 
-        profile = profile_model(model, workload.spec, options, model_name=workload.model,
-                                workload=workload.to_dict(), progress=step)  # fmt: skip
+        profile = profile_model(
+            model,
+            workload.spec,
+            options,
+            model_name=workload.model,
+            workload=workload.to_dict(),
+            progress=step,
+        )
     print_profile(profile)
     if args.output:
         profile.save(args.output)

@@ -154,8 +154,9 @@ def cluster_from_dict(doc: dict[str, Any], source: str = "<dict>") -> Cluster:
     def link(value: Any, what: str) -> Link:
         if not isinstance(value, dict) or "bandwidth" not in value:
             raise DataError(f"{source}: '{what}' needs a bandwidth (and optionally latency)")
-        return Link(latency=parse_seconds(value.get("latency", 0)),
-                    bandwidth=parse_rate(value["bandwidth"]))  # fmt: skip
+        return Link(
+            latency=parse_seconds(value.get("latency", 0)), bandwidth=parse_rate(value["bandwidth"])
+        )
 
     try:
         intra = link(doc["intra"], "intra")

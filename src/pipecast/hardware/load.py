@@ -32,3 +32,12 @@ def load_cluster(arg: str) -> Cluster:
     if not isinstance(doc, dict):
         raise DataError(f"{arg} must hold a JSON object describing a cluster")
     return cluster_from_dict(doc, source=arg)
+
+
+def default_cluster(device_name: str, gpus: int) -> Cluster:
+    """A preset matching the device a profile was measured on, sized to `gpus`."""
+    name = device_name.lower()
+    base = preset("h200-nvlink" if "h200" in name else "h100-nvlink" if "h100" in name else "cpu")
+    if gpus <= base.gpus_per_node:
+        return base.subset(gpus) if gpus > 0 else base
+    return base.subset(gpus) if gpus % base.gpus_per_node == 0 else base

@@ -15,22 +15,34 @@ _IB = Link(latency=5e-6, bandwidth=parse_rate("400Gbit/s"))
 
 PRESETS: dict[str, Cluster] = {
     "h100-nvlink": Cluster(
-        name="h100-nvlink", device="NVIDIA H100 80GB HBM3", gpus_per_node=8,
-        memory_bytes=79 * GIB, matmul_flops=780e12,
-        intra=Link(latency=1e-5, bandwidth=150e9), inter=_IB,
+        name="h100-nvlink",
+        device="NVIDIA H100 80GB HBM3",
+        gpus_per_node=8,
+        memory_bytes=79 * GIB,
+        matmul_flops=780e12,
+        intra=Link(latency=1e-5, bandwidth=150e9),
+        inter=_IB,
         allreduce_busbw={2: 330e9, 4: 355e9, 8: 360e9},
     ),
     "h200-nvlink": Cluster(
-        name="h200-nvlink", device="NVIDIA H200", gpus_per_node=8,
-        memory_bytes=140 * GIB, matmul_flops=790e12,
-        intra=Link(latency=1e-5, bandwidth=150e9), inter=_IB,
+        name="h200-nvlink",
+        device="NVIDIA H200",
+        gpus_per_node=8,
+        memory_bytes=140 * GIB,
+        matmul_flops=790e12,
+        intra=Link(latency=1e-5, bandwidth=150e9),
+        inter=_IB,
         allreduce_busbw={2: 330e9, 4: 355e9, 8: 360e9},
     ),
     "cpu": Cluster(
-        name="cpu", device="cpu", gpus_per_node=4, memory_bytes=8 * GIB,
-        intra=Link(latency=5e-5, bandwidth=2e9), inter=Link(latency=5e-5, bandwidth=2e9),
+        name="cpu",
+        device="cpu",
+        gpus_per_node=4,
+        memory_bytes=8 * GIB,
+        intra=Link(latency=5e-5, bandwidth=2e9),
+        inter=Link(latency=5e-5, bandwidth=2e9),
     ),
-}  # fmt: skip
+}
 
 
 def preset(name: str) -> Cluster:

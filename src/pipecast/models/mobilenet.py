@@ -8,8 +8,15 @@ from torch import nn
 from pipecast.data.spec import DatasetSpec
 
 # (expansion t, output channels c, repeats n, first stride s), as in the paper's Table 2
-SETTINGS = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
-            (6, 160, 3, 2), (6, 320, 1, 1)]  # fmt: skip
+SETTINGS = [
+    (1, 16, 1, 1),
+    (6, 24, 2, 2),
+    (6, 32, 3, 2),
+    (6, 64, 4, 2),
+    (6, 96, 3, 1),
+    (6, 160, 3, 2),
+    (6, 320, 1, 1),
+]
 
 
 def _conv_bn(in_ch: int, out_ch: int, kernel: int, stride: int, groups: int = 1) -> nn.Sequential:

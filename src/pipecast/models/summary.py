@@ -60,8 +60,11 @@ def summarize(model: nn.Sequential, spec: DatasetSpec) -> list[BlockSummary]:
                 "blocks must return one tensor"
             )
         params = sum(p.numel() for p in block.parameters())
-        rows.append(BlockSummary(index, block_name(block), tuple(y.shape[1:]), params,
-                                 int(counter.get_total_flops())))  # fmt: skip
+        rows.append(
+            BlockSummary(
+                index, block_name(block), tuple(y.shape[1:]), params, int(counter.get_total_flops())
+            )
+        )
         x = y
     return rows
 

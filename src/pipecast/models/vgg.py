@@ -10,10 +10,26 @@ _POOL = 0
 CONFIGS: dict[str, list[int]] = {
     "vgg11": [64, _POOL, 128, _POOL, 256, 256, _POOL, 512, 512, _POOL, 512, 512, _POOL],
     "vgg16": [
-        64, 64, _POOL, 128, 128, _POOL, 256, 256, 256, _POOL,
-        512, 512, 512, _POOL, 512, 512, 512, _POOL,
+        64,
+        64,
+        _POOL,
+        128,
+        128,
+        _POOL,
+        256,
+        256,
+        256,
+        _POOL,
+        512,
+        512,
+        512,
+        _POOL,
+        512,
+        512,
+        512,
+        _POOL,
     ],
-}  # fmt: skip
+}
 
 
 def vgg(name: str, spec: DatasetSpec, *, dropout: float = 0.5) -> nn.Sequential:

@@ -81,8 +81,14 @@ def needs_input_copy(block: nn.Module) -> bool:
 class _BlockRun:
     """One block at one micro-batch size, with its input fixed."""
 
-    def __init__(self, block: nn.Module, x: torch.Tensor, index: int, device: torch.device,
-                 options: ProfileOptions) -> None:  # fmt: skip
+    def __init__(
+        self,
+        block: nn.Module,
+        x: torch.Tensor,
+        index: int,
+        device: torch.device,
+        options: ProfileOptions,
+    ) -> None:
         self.block, self.index, self.device, self.options = block, index, device, options
         self.params = [p for p in block.parameters() if p.requires_grad]
         self.leaf = x.detach().requires_grad_(index > 0 and x.is_floating_point())
@@ -101,8 +107,10 @@ class _BlockRun:
                 f"{tuple(self.leaf.shape)}: {str(exc).splitlines()[0]}"
             ) from None
         if not isinstance(out, torch.Tensor):
-            raise ShapeError(f"block {self.index} ({block_name(self.block)}) must return one "
-                             f"tensor, got {type(out).__name__}")  # fmt: skip
+            raise ShapeError(
+                f"block {self.index} ({block_name(self.block)}) must return one "
+                f"tensor, got {type(out).__name__}"
+            )
         return inp, out
 
     def stage_input(self) -> torch.Tensor | None:
@@ -154,9 +162,13 @@ def _measure_block(
             for key, value in (("f", t_f), ("b", t_b), ("w", t_w), ("bw", t_bw)):
                 samples[key].append(value)
     totals = [f + bw for f, bw in zip(samples["f"], samples["bw"], strict=True)]
-    return (robust(samples["f"]).median, robust(samples["b"]).median,
-            robust(samples["w"]).median, robust(samples["bw"]).median,
-            robust(totals).spread)  # fmt: skip
+    return (
+        robust(samples["f"]).median,
+        robust(samples["b"]).median,
+        robust(samples["w"]).median,
+        robust(samples["bw"]).median,
+        robust(totals).spread,
+    )
 
 
 def _measure_optimizer(block: nn.Module, device: torch.device, options: ProfileOptions) -> float:
@@ -238,11 +250,15 @@ def profile_model(
                 if index == 0:  # the first stage never sends an input gradient
                     b, w = bw, 0.0
                 costs[index][mb] = BlockCost(
-                    forward=f, backward_input=b, backward_weight=w, backward=bw,
+                    forward=f,
+                    backward_input=b,
+                    backward_weight=w,
+                    backward=bw,
                     output_bytes=out.numel() * out.element_size(),
                     saved_bytes=saved_total - (in_bytes if shared else 0),
-                    peak_bytes=peak, spread=spread,
-                )  # fmt: skip
+                    peak_bytes=peak,
+                    spread=spread,
+                )
                 input_counted[index] = saves_input and not shared
                 if mb == sizes[0]:
                     optimizer_step[index] = _measure_optimizer(block, device, options)
@@ -287,9 +303,13 @@ def profile_model(
     )
 
 
-def _measure_loss(loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-                  output: torch.Tensor, target: torch.Tensor, device: torch.device,
-                  options: ProfileOptions) -> tuple[float, float]:  # fmt: skip
+def _measure_loss(
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    output: torch.Tensor,
+    target: torch.Tensor,
+    device: torch.device,
+    options: ProfileOptions,
+) -> tuple[float, float]:
     fwd, bwd = [], []
     for _ in range(options.warmup + options.repeats):
         leaf = output.detach().requires_grad_(output.is_floating_point())

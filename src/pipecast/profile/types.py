@@ -169,10 +169,15 @@ class Profile:
                 k: [0.0] for k in ("f", "b", "w", "bw", "saved", "param", "opt")
             }
             for block, c in zip(self.blocks, costs, strict=True):
-                for key, value in (("f", c.forward), ("b", c.backward_input),
-                                   ("w", c.backward_weight), ("bw", c.backward),
-                                   ("saved", c.saved_bytes), ("param", block.param_bytes),
-                                   ("opt", block.optimizer_step)):  # fmt: skip
+                for key, value in (
+                    ("f", c.forward),
+                    ("b", c.backward_input),
+                    ("w", c.backward_weight),
+                    ("bw", c.backward),
+                    ("saved", c.saved_bytes),
+                    ("param", block.param_bytes),
+                    ("opt", block.optimizer_step),
+                ):
                     table[key].append(table[key][-1] + value)
             self._cache[micro_batch] = table
         result: dict[str, list[float]] = self._cache[micro_batch]

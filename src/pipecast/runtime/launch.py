@@ -33,8 +33,11 @@ from pipecast.errors import ConfigError, DeviceError, PipecastError
 Backend = Literal["gloo", "nccl"]
 
 # NVLink multicast (NVLS) can take shared GPU hosts out of service; pipecast never needs it.
-_SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-             "NVSHMEM_DISABLE_NVLS": "1"}  # fmt: skip
+_SAFE_ENV = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,8 +73,14 @@ def _device_for(backend: Backend, local_rank: int) -> torch.device:
 
 
 @contextlib.contextmanager
-def process_group(rank: int, world: int, local_rank: int, backend: Backend,
-                  timeout_s: float, init_method: str = "env://") -> Iterator[Context]:  # fmt: skip
+def process_group(
+    rank: int,
+    world: int,
+    local_rank: int,
+    backend: Backend,
+    timeout_s: float,
+    init_method: str = "env://",
+) -> Iterator[Context]:
     """Join the process group for the duration of the block; tear it down after."""
     for key, value in _SAFE_ENV.items():
         os.environ.setdefault(key, value)
@@ -94,8 +103,16 @@ def process_group(rank: int, world: int, local_rank: int, backend: Backend,
             dist.destroy_process_group()
 
 
-def _worker(local_rank: int, fn: Callable[..., Any], args: tuple[Any, ...], world: int,
-            backend: Backend, port: int, timeout_s: float, outdir: str) -> None:  # fmt: skip
+def _worker(
+    local_rank: int,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    world: int,
+    backend: Backend,
+    port: int,
+    timeout_s: float,
+    outdir: str,
+) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
     out = Path(outdir) / f"rank{local_rank}.pkl"
@@ -106,8 +123,10 @@ def _worker(local_rank: int, fn: Callable[..., Any], args: tuple[Any, ...], worl
     except PipecastError as exc:
         payload = ("error", f"rank {local_rank}: {exc}")
     except BaseException as exc:
-        payload = ("crash", f"rank {local_rank}: {type(exc).__name__}: {exc}\n"
-                            f"{traceback.format_exc()}")  # fmt: skip
+        payload = (
+            "crash",
+            f"rank {local_rank}: {type(exc).__name__}: {exc}\n{traceback.format_exc()}",
+        )
     tmp = out.with_suffix(".tmp")
     tmp.write_bytes(pickle.dumps(payload))
     tmp.rename(out)
@@ -132,8 +151,10 @@ def spawn(
     if backend == "nccl":
         have = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if have < world:
-            raise DeviceError(f"{world} GPUs requested but this machine has {have}: "
-                              "use fewer --gpus or --device cpu")  # fmt: skip
+            raise DeviceError(
+                f"{world} GPUs requested but this machine has {have}: "
+                "use fewer --gpus or --device cpu"
+            )
     for key, value in _SAFE_ENV.items():
         os.environ.setdefault(key, value)
     with tempfile.TemporaryDirectory(prefix="pipecast-") as outdir:
@@ -175,12 +196,19 @@ def under_torchrun() -> bool:
     return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR"))
 
 
-def run_distributed(fn: Callable[..., Any], args: tuple[Any, ...] = (), *,
-                    backend: Backend = "gloo", timeout_s: float = 300.0) -> Any:  # fmt: skip
+def run_distributed(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...] = (),
+    *,
+    backend: Backend = "gloo",
+    timeout_s: float = 300.0,
+) -> Any:
     """Under torchrun: run fn(context, *args) in this process's rank and return its result."""
     if not under_torchrun():
-        raise ConfigError("run_distributed needs torchrun's RANK, WORLD_SIZE, LOCAL_RANK and "
-                          "MASTER_ADDR; without torchrun use spawn()")  # fmt: skip
+        raise ConfigError(
+            "run_distributed needs torchrun's RANK, WORLD_SIZE, LOCAL_RANK and "
+            "MASTER_ADDR; without torchrun use spawn()"
+        )
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local = int(os.environ["LOCAL_RANK"])
     with process_group(rank, world, local, backend, timeout_s) as ctx:

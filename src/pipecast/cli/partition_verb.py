@@ -1,0 +1,111 @@
+"""`pipecast partition`: split a profiled model into balanced stages."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.table import Table
+
+from pipecast.cli.console import console, human_bytes, human_seconds
+from pipecast.cli.planning import add_profile_args, load_inputs
+from pipecast.partition import METHODS, PartitionReport, Setting, analyze, partition
+from pipecast.partition.pipedream import pipedream_partition
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "partition",
+        help="split a profiled model into stages (balanced, or a baseline method)",
+        description="Split the blocks of a profiled model into contiguous stages. The default "
+        "'balanced' minimises the slowest stage counting forward + backward, boundary "
+        "transfers and memory; --compare shows every method side by side.",
+    )
+    add_profile_args(p)
+    p.add_argument("--stages", type=int, required=True)
+    p.add_argument("--method", default="balanced", help=f"{', '.join(METHODS)} or pipedream")
+    p.add_argument(
+        "--micro-batch", type=int, help="samples per micro-batch (default: largest profiled)"
+    )
+    p.add_argument("--micro-batches", type=int, default=8, help="micro-batches per step (memory)")
+    p.add_argument("--schedule", default="1f1b", help="the schedule whose in-flight memory counts")
+    p.add_argument("--compare", action="store_true", help="every method side by side")
+    p.add_argument("-o", "--output", help="write the partition JSON here")
+    p.set_defaults(func=run)
+
+
+def print_report(report: PartitionReport) -> None:
+    table = Table(title=f"{report.method}: boundaries {report.boundaries}")
+    for col in ("stage", "blocks", "devices", "compute", "comm", "memory"):
+        table.add_column(col, justify="right")
+    for s in report.stages:
+        table.add_row(
+            str(s.index),
+            f"{s.start}-{s.stop - 1}",
+            ",".join(map(str, s.devices)),
+            human_seconds(s.compute),
+            human_seconds(s.comm),
+            human_bytes(s.memory),
+        )
+    console.print(table)
+    console.print(
+        f"efficiency: {report.efficiency_compute:.3f} compute only, "
+        f"{report.efficiency_with_comm:.3f} with communication"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    profile, cluster = load_inputs(args, args.stages)
+    mb = args.micro_batch or max(profile.micro_batches)
+    setting = Setting(
+        micro_batch=mb,
+        microbatches=args.micro_batches,
+        schedule=args.schedule,
+        optimizer=args.optimizer,
+        memory_margin=args.memory_margin,
+    )
+    if args.compare:
+        table = Table(
+            title=f"{profile.model}: {args.stages} stages at micro-batch {mb} on {cluster.name}"
+        )
+        for col in ("method", "boundaries", "slowest stage", "efficiency", "with comm"):
+            table.add_column(col, justify="left" if col in ("method", "boundaries") else "right")
+        for method in METHODS:
+            r = analyze(
+                profile,
+                partition(profile, cluster, args.stages, setting, method),
+                cluster,
+                mb,
+                schedule=args.schedule,
+                microbatches=args.micro_batches,
+                optimizer=args.optimizer,
+            )
+            table.add_row(
+                method,
+                str(r.boundaries),
+                human_seconds(r.slowest),
+                f"{r.efficiency_compute:.3f}",
+                f"{r.efficiency_with_comm:.3f}",
+            )
+        console.print(table)
+        return 0
+    if args.method == "pipedream":
+        part = pipedream_partition(profile, cluster, args.stages, mb)
+    else:
+        part = partition(profile, cluster, args.stages, setting, args.method)
+    print_report(
+        analyze(
+            profile,
+            part,
+            cluster,
+            mb,
+            schedule=args.schedule,
+            microbatches=args.micro_batches,
+            optimizer=args.optimizer,
+        )
+    )
+    if args.output:
+        from pipecast import jsonio
+
+        jsonio.write_atomic(args.output, part.to_json())
+        console.print(f"partition written to {args.output}")
+    return 0

@@ -1,0 +1,36 @@
+"""Arguments shared by the planning verbs: a profile, a cluster, a batch."""
+
+from __future__ import annotations
+
+import argparse
+
+from pipecast.errors import ConfigError
+from pipecast.hardware.cluster import Cluster
+from pipecast.hardware.load import default_cluster, load_cluster
+from pipecast.profile.types import Profile
+
+
+def add_profile_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--profile", required=True, help="profile JSON from `pipecast profile`")
+    parser.add_argument(
+        "--cluster",
+        help="cluster JSON (probe or description) or preset name; "
+        "default: a preset for the profile's device",
+    )
+    parser.add_argument("--optimizer", choices=("sgd", "momentum", "adam"), default="sgd")
+    parser.add_argument(
+        "--memory-margin", type=float, default=0.1, help="fraction of GPU memory kept free"
+    )
+
+
+def load_inputs(args: argparse.Namespace, gpus: int) -> tuple[Profile, Cluster]:
+    profile = Profile.load(args.profile)
+    cluster = load_cluster(args.cluster) if args.cluster else default_cluster(profile.device, gpus)
+    if not 0 <= args.memory_margin < 1:
+        raise ConfigError(f"--memory-margin must be in [0, 1), got {args.memory_margin}")
+    return profile, cluster
+
+
+def default_batch(profile: Profile, per_step: int) -> int:
+    """Micro-batch = the largest profiled size, times the micro-batches per step."""
+    return max(profile.micro_batches) * per_step

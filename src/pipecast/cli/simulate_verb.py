@@ -1,0 +1,131 @@
+"""`pipecast simulate`: predict a schedule's step time, bubble and memory; draw it."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.table import Table
+
+from pipecast.cli.console import console, human_bytes, human_seconds
+from pipecast.cli.planning import add_profile_args, default_batch, load_inputs
+from pipecast.recommend.predict import Prediction, predict
+from pipecast.recommend.strategy import Kind, Strategy
+from pipecast.report.gantt import gantt
+from pipecast.report.trace import write_trace
+from pipecast.schedule.generators import SCHEDULES
+from pipecast.simulate import closed_form
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "simulate",
+        help="predict step time, bubble and per-GPU memory of a pipeline schedule",
+        description="Partition the profiled model, generate the schedule's plan and simulate "
+        "it event by event. Prints step time, bubble and memory per rank; writes a Gantt "
+        "chart PNG and a Chrome/Perfetto trace.",
+    )
+    add_profile_args(p)
+    p.add_argument("--stages", type=int, required=True, help="pipeline GPUs")
+    p.add_argument("--schedule", default="1f1b", help=", ".join(SCHEDULES))
+    p.add_argument("--micro-batches", type=int, default=8)
+    p.add_argument(
+        "--batch",
+        type=int,
+        help="global batch (default: largest profiled micro-batch x micro-batches)",
+    )
+    p.add_argument("--partition", default="balanced", help="method or boundaries 0,4,10,40")
+    p.add_argument("--replicas", type=int, default=1, help="data-parallel pipeline replicas")
+    p.add_argument("--recompute", choices=("none", "all", "all-but-last"), default="none")
+    p.add_argument(
+        "--compare-closed-form",
+        action="store_true",
+        help="also print the background studies' closed-form predictions",
+    )
+    p.add_argument("--out-dir", default="pipecast-out", help="where the PNG and trace go")
+    p.set_defaults(func=run)
+
+
+def print_prediction(pred: Prediction) -> None:
+    t = pred.timeline
+    console.print(
+        f"[bold]{pred.strategy.label()}[/], batch {pred.batch} "
+        f"(micro-batch {pred.micro_batch}), partition {pred.partition.boundaries}"
+    )
+    console.print(
+        f"step {human_seconds(t.step_time)}  |  {pred.samples_per_second:,.1f} "
+        f"samples/s  |  bubble {t.bubble_fraction:.1%}  |  exposed communication "
+        f"{human_seconds(t.exposed_comm)}"
+    )
+    table = Table()
+    for col in ("rank", "busy", "idle", "peak memory"):
+        table.add_column(col, justify="right")
+    for r in range(t.num_ranks):
+        table.add_row(
+            str(r),
+            human_seconds(t.busy[r]),
+            human_seconds(t.idle[r]),
+            human_bytes(t.peak_memory[r]),
+        )
+    console.print(table)
+    if not pred.fits:
+        console.print(
+            f"[red]does not fit: {human_bytes(pred.peak_memory)} > "
+            f"{human_bytes(pred.memory_limit)} usable per GPU[/]"
+        )
+
+
+def run(args: argparse.Namespace) -> int:
+    profile, cluster = load_inputs(args, args.stages * args.replicas)
+    kind: Kind = "pipeline" if args.replicas == 1 else "hybrid"
+    strategy = Strategy(
+        kind=kind,
+        stages=args.stages,
+        replicas=args.replicas,
+        schedule=args.schedule,
+        microbatches=args.micro_batches,
+        partition=args.partition,
+        recompute=args.recompute,
+    )
+    if args.schedule not in SCHEDULES:
+        from pipecast.errors import UnknownNameError
+
+        raise UnknownNameError("schedule", args.schedule, list(SCHEDULES))
+    batch = args.batch or default_batch(profile, args.micro_batches * args.replicas)
+    pred = predict(
+        profile,
+        cluster,
+        strategy,
+        batch,
+        optimizer=args.optimizer,
+        memory_margin=args.memory_margin,
+    )
+    print_prediction(pred)
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"{profile.model}-{args.schedule}-{args.stages}x{args.micro_batches}"
+    gantt(pred.timeline, str(out / f"{stem}.png"), title=f"{profile.model} {pred.strategy.label()}")
+    write_trace(str(out / f"{stem}.trace.json"), ("predicted", pred.timeline))
+    console.print(f"wrote {out / stem}.png and {stem}.trace.json")
+    if args.compare_closed_form:
+        _closed_forms(pred, args.micro_batches)
+    return 0
+
+
+def _closed_forms(pred: Prediction, m: int) -> None:
+    stage_events: dict[int, float] = {}
+    for e in pred.timeline.events:
+        if e.kind in ("F", "BW", "B", "W") and e.mb == 0:
+            stage_events[e.stage] = stage_events.get(e.stage, 0.0) + e.duration
+    times = [stage_events[s] for s in sorted(stage_events)]
+    transfers = [
+        e.duration
+        for e in pred.timeline.events
+        if e.kind == "send" and e.mb == 0 and e.name.split()[1][1:].startswith("F")
+    ]
+    console.print(
+        f"closed forms: GPipe study {human_seconds(closed_form.gpipe_study(times, transfers, m))}, "
+        f"eq. 6.1 {human_seconds(closed_form.gpipe_no_comm(times, m))}, "
+        f"eq. 6.2 {human_seconds(closed_form.gpipe_with_comm(times, transfers, m))}, "
+        f"simulator {human_seconds(pred.step_time)}"
+    )

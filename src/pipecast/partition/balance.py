@@ -1,0 +1,63 @@
+"""Splitting a sequence of blocks into contiguous groups: the core every method shares.
+
+`min_max_split` finds, exactly, the split that minimises the largest group cost, by dynamic
+programming over (groups, end block). A group's cost may be any function of its range and
+position, so boundary communication and per-position memory limits fit the same recurrence.
+Costs come a row at a time (every start for one end) as numpy vectors, which keeps a
+152-block, 8-stage split in milliseconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from pipecast.errors import ConfigError
+
+RowCost = Callable[[int, int], np.ndarray]
+"""row(stop, group) -> cost of groups [i, stop) for every i in 0..stop-1 (inf: not allowed)."""
+
+
+def min_max_split(n: int, groups: int, row: RowCost) -> tuple[list[int], float]:
+    """Boundaries [0, b1, ..., n] of `groups` non-empty contiguous groups that minimise the
+    largest cost, and that cost ([] and inf when no split is allowed)."""
+    if groups < 1:
+        raise ConfigError(f"need at least 1 stage, got {groups}")
+    if groups > n:
+        raise ConfigError(
+            f"{groups} stages but only {n} blocks: every stage needs a block; "
+            f"use at most {n} stages"
+        )
+    best = np.full((groups + 1, n + 1), np.inf)
+    choice = np.zeros((groups + 1, n + 1), dtype=np.int64)
+    best[0, 0] = 0.0
+    for k in range(1, groups + 1):
+        for j in range(k, n - (groups - k) + 1):
+            lo = k - 1
+            costs = np.asarray(row(j, k - 1), dtype=float)[lo:j]
+            values = np.maximum(best[k - 1, lo:j], costs)
+            i = int(np.argmin(values))
+            best[k, j], choice[k, j] = values[i], lo + i
+    if not np.isfinite(best[groups, n]):
+        return [], float("inf")
+    bounds = [n]
+    for k in range(groups, 0, -1):
+        bounds.append(int(choice[k, bounds[-1]]))
+    return bounds[::-1], float(best[groups, n])
+
+
+def additive_row(values: Sequence[float]) -> RowCost:
+    """Row costs for plain additive weights: cost[i, j) = sum(values[i:j])."""
+    prefix = np.concatenate([[0.0], np.cumsum(np.asarray(values, dtype=float))])
+
+    def row(stop: int, _group: int) -> np.ndarray:
+        return np.asarray(prefix[stop] - prefix[:stop], dtype=float)
+
+    return row
+
+
+def split_sum(values: Sequence[float], groups: int) -> list[int]:
+    """Min-max split of additive weights (parameters, forward time, memory, counts)."""
+    bounds, _ = min_max_split(len(values), groups, additive_row(values))
+    return bounds

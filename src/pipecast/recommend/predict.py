@@ -1,0 +1,175 @@
+"""Predict one strategy's step time and memory: partition, plan, costs, simulate."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipecast.errors import ConfigError
+from pipecast.hardware.cluster import Cluster
+from pipecast.partition.methods import METHODS, Setting, partition
+from pipecast.partition.types import Partition, Placement, from_boundaries
+from pipecast.profile.types import Profile
+from pipecast.recommend.strategy import Strategy
+from pipecast.schedule.action import Plan
+from pipecast.schedule.generators import make_plan, stages_per_rank
+from pipecast.simulate.costs import costs_from_profile
+from pipecast.simulate.engine import simulate
+from pipecast.simulate.timeline import Timeline
+from pipecast.training import Optimizer
+
+PLACEMENT: dict[str, Placement] = {"interleaved": "loop", "zb-v": "v"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prediction:
+    strategy: Strategy
+    batch: int
+    micro_batch: int
+    partition: Partition
+    plan: Plan
+    timeline: Timeline
+    memory_limit: int
+    """Usable bytes per GPU (device memory less the safety margin)."""
+
+    @property
+    def step_time(self) -> float:
+        return self.timeline.step_time
+
+    @property
+    def samples_per_second(self) -> float:
+        return self.batch / self.step_time if self.step_time > 0 else 0.0
+
+    @property
+    def peak_memory(self) -> int:
+        return max(self.timeline.peak_memory)
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_memory <= self.memory_limit
+
+    @property
+    def comm_fraction(self) -> float:
+        return self.timeline.exposed_comm / self.step_time if self.step_time > 0 else 0.0
+
+
+def micro_batch_of(batch: int, strategy: Strategy) -> int:
+    per_step = strategy.replicas * strategy.microbatches
+    if batch % per_step:
+        raise ConfigError(
+            f"batch {batch} does not split into {strategy.replicas} replica(s) x "
+            f"{strategy.microbatches} micro-batch(es) ({batch} % {per_step} = {batch % per_step})"
+            ": choose a batch or micro-batch count that divides"
+        )
+    return batch // per_step
+
+
+def parse_boundaries(text: str, blocks: int) -> list[int] | None:
+    """'0,4,10,21,40' -> [0, 4, 10, 21, 40]; a method name -> None."""
+    if text in METHODS:
+        return None
+    try:
+        bounds = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise ConfigError(
+            f"partition '{text}' is neither a method ({', '.join(METHODS)}) nor boundaries "
+            "like 0,4,10,21,40"
+        ) from None
+    if bounds[0] != 0 or bounds[-1] != blocks or bounds != sorted(set(bounds)):
+        raise ConfigError(
+            f"boundaries {bounds} must rise strictly from 0 to the model's {blocks} blocks"
+        )
+    return bounds
+
+
+def partition_for(
+    profile: Profile,
+    cluster: Cluster,
+    strategy: Strategy,
+    micro_batch: int,
+    optimizer: Optimizer = "sgd",
+    memory_margin: float = 0.1,
+) -> Partition:
+    if strategy.kind in ("single", "data"):
+        devices = tuple(range(strategy.replicas))
+        return from_boundaries([0, profile.num_blocks], replicas=strategy.replicas).__class__(
+            stages=(
+                from_boundaries([0, profile.num_blocks])
+                .stages[0]
+                .__class__(0, profile.num_blocks, devices),
+            ),
+            num_blocks=profile.num_blocks,
+            method="whole",
+        )
+    virtual = stages_per_rank(strategy.schedule)
+    stages = strategy.stages * virtual
+    placement = PLACEMENT.get(strategy.schedule, "one")
+    bounds = parse_boundaries(strategy.partition, profile.num_blocks)
+    if bounds is not None:
+        if len(bounds) - 1 != stages:
+            raise ConfigError(
+                f"boundaries {bounds} give {len(bounds) - 1} stages; {strategy.schedule} on "
+                f"{strategy.stages} GPUs needs {stages}"
+            )
+        return from_boundaries(
+            bounds,
+            method="given",
+            placement=placement,
+            ranks=strategy.stages,
+            replicas=strategy.replicas,
+        )
+    setting = Setting(
+        micro_batch=micro_batch,
+        microbatches=strategy.microbatches,
+        schedule=strategy.schedule,
+        optimizer=optimizer,
+        memory_margin=memory_margin,
+        placement=placement,
+        ranks=strategy.stages,
+        replicas=strategy.replicas,
+    )
+    return partition(profile, cluster, stages, setting, strategy.partition)
+
+
+def plan_for(strategy: Strategy) -> Plan:
+    if strategy.kind in ("single", "data"):
+        return make_plan("1f1b", 1, strategy.microbatches)
+    return make_plan(strategy.schedule, strategy.stages, strategy.microbatches)
+
+
+def predict(
+    profile: Profile,
+    cluster: Cluster,
+    strategy: Strategy,
+    batch: int,
+    *,
+    optimizer: Optimizer = "sgd",
+    memory_margin: float = 0.1,
+    overlap_comm: bool = True,
+) -> Prediction:
+    """Simulate `strategy` for a global batch of `batch` samples on `cluster`."""
+    if strategy.gpus > cluster.world:
+        raise ConfigError(
+            f"{strategy.label()} needs {strategy.gpus} GPUs, the cluster has {cluster.world}"
+        )
+    mb = micro_batch_of(batch, strategy)
+    part = partition_for(profile, cluster, strategy, mb, optimizer, memory_margin)
+    plan = plan_for(strategy)
+    costs = costs_from_profile(
+        profile,
+        part,
+        mb,
+        cluster,
+        overlap_comm=overlap_comm,
+        recompute=strategy.recompute,
+        optimizer=optimizer,
+    )
+    timeline = simulate(plan, costs)
+    return Prediction(
+        strategy=strategy,
+        batch=batch,
+        micro_batch=mb,
+        partition=part,
+        plan=plan,
+        timeline=timeline,
+        memory_limit=int(cluster.memory_bytes * (1 - memory_margin)),
+    )

@@ -1,0 +1,54 @@
+"""Strategy: one way to spread a training step over GPUs (pure data)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from pipecast.training import Recompute
+
+Kind = Literal["single", "data", "pipeline", "hybrid"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Strategy:
+    kind: Kind
+    """single GPU, data parallel, pipeline, or hybrid (data x pipeline)."""
+    stages: int = 1
+    """Pipeline ranks (GPUs per pipeline replica)."""
+    replicas: int = 1
+    """Data-parallel replicas (of the whole pipeline)."""
+    schedule: str = "1f1b"
+    """Pipeline schedule; with one stage, micro-batches are gradient accumulation."""
+    microbatches: int = 1
+    """Micro-batches per replica per step."""
+    partition: str = "balanced"
+    """Partition method, or explicit boundaries '0,4,10,21,40'."""
+    recompute: Recompute = "none"
+
+    @property
+    def gpus(self) -> int:
+        return self.stages * self.replicas
+
+    def label(self) -> str:
+        if self.kind == "single":
+            text = "1 GPU" + (f", accumulate {self.microbatches}" if self.microbatches > 1 else "")
+        elif self.kind == "data":
+            text = f"data parallel x{self.replicas}"
+            if self.microbatches > 1:
+                text += f", accumulate {self.microbatches}"
+        else:
+            text = f"{self.schedule} {self.stages} stages"
+            if self.replicas > 1:
+                text = f"{self.replicas} x {text}"
+            text += f", M={self.microbatches}, {self.partition}"
+        if self.recompute != "none":
+            text += f", recompute {self.recompute}"
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Strategy:
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})

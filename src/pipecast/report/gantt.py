@@ -1,0 +1,68 @@
+"""Gantt chart of a Timeline: ranks by time, F/B/W coloured, micro-batch numbers on bars."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+from matplotlib.patches import Patch
+
+from pipecast.simulate.timeline import Timeline
+
+COLOURS = {
+    "F": "#4C72B0",
+    "B": "#DD8452",
+    "W": "#55A868",
+    "BW": "#C44E52",
+    "send": "#B0B0B0",
+    "allreduce": "#8172B3",
+    "optimizer": "#937860",
+}
+
+
+def gantt(timeline: Timeline, path: str, *, title: str = "") -> None:
+    ranks = timeline.num_ranks
+    fig, ax = plt.subplots(figsize=(12, 0.6 * ranks + 1.6))
+    scale, unit = (1e3, "ms") if timeline.step_time < 10 else (1.0, "s")
+    for e in timeline.events:
+        comm = e.kind in ("send", "allreduce")
+        y = e.rank + (0.32 if comm else 0.0)
+        height = 0.22 if comm else 0.6
+        ax.barh(
+            y,
+            e.duration * scale,
+            left=e.start * scale,
+            height=height,
+            color=COLOURS.get(e.kind, "#999999"),
+            edgecolor="white",
+            linewidth=0.4,
+        )
+        if e.mb >= 0 and not comm and e.duration * scale > timeline.step_time * scale / 120:
+            ax.text(
+                (e.start + e.duration / 2) * scale,
+                y,
+                str(e.mb),
+                ha="center",
+                va="center",
+                fontsize=6,
+                color="white",
+            )
+    ax.set_yticks(range(ranks), [f"rank {r}" for r in range(ranks)])
+    ax.invert_yaxis()
+    ax.set_xlabel(f"time ({unit})")
+    kinds = sorted({e.kind for e in timeline.events}, key=list(COLOURS).index)
+    ax.legend(
+        handles=[Patch(color=COLOURS[k], label=k) for k in kinds],
+        loc="upper right",
+        fontsize=7,
+        ncol=len(kinds),
+    )
+    ax.set_title(
+        title
+        or f"{timeline.plan}: step {timeline.step_time * scale:.2f} {unit}, "
+        f"bubble {timeline.bubble_fraction:.1%}"
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

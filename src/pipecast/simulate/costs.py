@@ -1,0 +1,138 @@
+"""What the simulator charges: per-stage times and bytes, boundary transfers, all-reduces.
+
+`Costs` is plain data so tests can write unit costs by hand; `costs_from_profile` derives it
+from a Profile, a Partition and a Cluster at one micro-batch size.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from pipecast.hardware.cluster import Cluster
+from pipecast.partition.types import Partition
+from pipecast.profile.types import Profile
+from pipecast.training import Optimizer, Recompute
+
+BUCKET_BYTES = 25 * 2**20
+"""DDP's default gradient bucket: the all-reduce overlaps backward bucket by bucket."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StageTimes:
+    forward: float
+    backward_input: float
+    backward_weight: float
+    backward: float
+    optimizer: float = 0.0
+    output_bytes: int = 0
+    """Bytes sent to the next stage per micro-batch."""
+    input_bytes: int = 0
+    activation_bytes: int = 0
+    """Bytes held per micro-batch in flight (saved activations and the received input)."""
+    param_bytes: int = 0
+    workspace_bytes: int = 0
+    """Transient memory while the stage computes."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Costs:
+    stages: tuple[StageTimes, ...]
+    forward_transfer: tuple[float, ...] = ()
+    """Seconds to move stage s's output to stage s+1 (len = stages - 1; empty: free)."""
+    backward_transfer: tuple[float, ...] = ()
+    """Seconds to move the input gradient of stage s+1 back to stage s."""
+    allreduce: tuple[float, ...] = ()
+    """Seconds of stage s's gradient all-reduce over its replicas (empty: none)."""
+    allreduce_buckets: tuple[int, ...] = ()
+    overlap_comm: bool = True
+    """Transfers run beside compute (separate stream); False: the sender waits."""
+    recompute: Recompute = "none"
+    optimizer: Optimizer = "sgd"
+    grad_bytes_factor: float = 1.0
+    extra: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def uniform(
+        cls,
+        stages: int,
+        forward: float = 1.0,
+        backward_input: float = 1.0,
+        backward_weight: float = 1.0,
+        **kwargs: object,
+    ) -> Costs:
+        """Every stage the same: the textbook case with known closed forms."""
+        st = StageTimes(
+            forward=forward,
+            backward_input=backward_input,
+            backward_weight=backward_weight,
+            backward=backward_input + backward_weight,
+        )
+        return cls(stages=(st,) * stages, **kwargs)  # type: ignore[arg-type]
+
+    def without_communication(self) -> Costs:
+        return Costs(
+            stages=self.stages,
+            overlap_comm=self.overlap_comm,
+            recompute=self.recompute,
+            optimizer=self.optimizer,
+            grad_bytes_factor=self.grad_bytes_factor,
+        )
+
+
+def costs_from_profile(
+    profile: Profile,
+    partition: Partition,
+    micro_batch: int,
+    cluster: Cluster,
+    *,
+    overlap_comm: bool = True,
+    recompute: Recompute = "none",
+    optimizer: Optimizer = "sgd",
+) -> Costs:
+    """Costs of `partition` at `micro_batch` on `cluster` (replica 0's devices carry the
+    pipeline's transfers; each stage's replicas all-reduce its gradients)."""
+    stages = []
+    for index, st in enumerate(partition.stages):
+        c = profile.stage(st.start, st.stop, micro_batch)
+        b, w = c.backward_input, c.backward_weight
+        if index == 0:  # the first stage never sends an input gradient: all of it in B
+            b, w = c.backward, 0.0
+        stages.append(
+            StageTimes(
+                forward=c.forward,
+                backward_input=b,
+                backward_weight=w,
+                backward=c.backward,
+                optimizer=c.optimizer_step,
+                output_bytes=c.output_bytes,
+                input_bytes=c.input_bytes,
+                activation_bytes=c.activation_bytes,
+                param_bytes=c.param_bytes,
+                workspace_bytes=c.peak_bytes,
+            )
+        )
+    fwd, bwd = [], []
+    for s in range(partition.num_stages - 1):
+        a, b_dev = partition.stages[s].devices[0], partition.stages[s + 1].devices[0]
+        if a == b_dev:
+            fwd.append(0.0)
+            bwd.append(0.0)
+            continue
+        fwd.append(cluster.link(a, b_dev).time(stages[s].output_bytes))
+        bwd.append(cluster.link(b_dev, a).time(stages[s + 1].input_bytes))
+    allreduce = tuple(
+        cluster.allreduce_time(stages[i].param_bytes, st.devices)
+        for i, st in enumerate(partition.stages)
+    )
+    buckets = tuple(max(1, math.ceil(s.param_bytes / BUCKET_BYTES)) for s in stages)
+    return Costs(
+        stages=tuple(stages),
+        forward_transfer=tuple(fwd),
+        backward_transfer=tuple(bwd),
+        allreduce=allreduce,
+        allreduce_buckets=buckets,
+        overlap_comm=overlap_comm,
+        recompute=recompute,
+        optimizer=optimizer,
+    )

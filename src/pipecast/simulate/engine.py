@@ -1,0 +1,204 @@
+"""The event-driven simulator: executes a Plan in time with Costs, giving a Timeline.
+
+Each rank runs its actions in plan order; an action starts when its rank is free and its
+inputs have arrived. Because a rank's sends leave in its own program order, replaying each
+rank as far as it can go, then the next, yields exact times, link queueing included, in
+O(actions). Memory is tallied per rank as actions start and end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipecast.errors import ConfigError
+from pipecast.schedule.action import Action, Plan
+from pipecast.schedule.validate import dependencies
+from pipecast.simulate.costs import Costs, StageTimes
+from pipecast.simulate.timeline import Event, Timeline
+from pipecast.training import OPTIMIZER_STATE
+
+
+@dataclass
+class _Rank:
+    free: float = 0.0
+    head: int = 0
+    busy: float = 0.0
+    memory: int = 0
+    peak: int = 0
+    first_start: float = -1.0
+
+
+def _duration(action: Action, st: StageTimes, costs: Costs, plan: Plan) -> float:
+    if action.kind == "F":
+        return st.forward
+    recompute = costs.recompute == "all" or (
+        costs.recompute == "all-but-last" and action.mb < plan.num_microbatches - 1
+    )
+    extra = st.forward if recompute and action.kind in ("B", "BW") else 0.0
+    if plan.async_updates and action.kind == "BW":
+        extra += st.optimizer
+    return {"B": st.backward_input, "W": st.backward_weight, "BW": st.backward}[action.kind] + extra
+
+
+def _held(action: Action, st: StageTimes, costs: Costs, plan: Plan) -> int:
+    """Bytes a micro-batch keeps on its stage from F until its last backward action."""
+    if plan.forward_only:
+        return 0
+    recompute = costs.recompute == "all" or (
+        costs.recompute == "all-but-last" and action.mb < plan.num_microbatches - 1
+    )
+    held = st.input_bytes if recompute else st.activation_bytes
+    if plan.async_updates:
+        held += st.param_bytes  # the stashed weight version
+    return held
+
+
+def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
+    """Run `plan` under `costs`. With `exposed`, also simulate free communication to report
+    how much of the step communication adds."""
+    if len(costs.stages) != plan.num_stages:
+        raise ConfigError(
+            f"costs describe {len(costs.stages)} stages, plan {plan.name} has {plan.num_stages}"
+        )
+    ranks = [_Rank() for _ in range(plan.num_ranks)]
+    static = [0] * plan.num_ranks
+    for s, r in enumerate(plan.stage_to_rank):
+        st = costs.stages[s]
+        factor = 1.0 + (
+            0.0 if plan.forward_only else costs.grad_bytes_factor + OPTIMIZER_STATE[costs.optimizer]
+        )
+        static[r] += int(st.param_bytes * factor)
+    end: dict[Action, float] = {}
+    available: dict[Action, float] = {}  # when an action's output is usable by its consumer
+    link_free: dict[tuple[int, int], float] = {}
+    events: list[Event] = []
+    last_backward: dict[int, Event] = {}
+    remaining = sum(len(a) for a in plan.actions)
+    last_stage = plan.num_stages - 1
+    while remaining:
+        progressed = False
+        for r, state in enumerate(ranks):
+            actions = plan.actions[r]
+            while state.head < len(actions):
+                a = actions[state.head]
+                deps = dependencies(plan, a)
+                if any(d not in available for d in deps):
+                    break
+                ready = max((available[d] for d in deps), default=0.0)
+                start = max(state.free, ready)
+                st = costs.stages[a.stage]
+                finish = start + _duration(a, st, costs, plan)
+                events.append(Event(r, str(a), a.kind, start, finish, a.stage, a.mb))
+                if state.first_start < 0:
+                    state.first_start = start
+                state.busy += finish - start
+                # memory: a micro-batch's activations live from its F to its last backward
+                held = _held(a, st, costs, plan)
+                if a.kind == "F":
+                    state.memory += held
+                transient = st.workspace_bytes
+                if a.kind in ("B", "BW") and costs.recompute != "none":
+                    transient += st.activation_bytes
+                state.peak = max(state.peak, state.memory + transient)
+                if a.kind == "W" or (a.kind == "BW"):
+                    state.memory -= held
+                    last_backward[a.stage] = events[-1]
+                elif a.kind == "F" and plan.forward_only:
+                    last_backward.setdefault(a.stage, events[-1])
+                state.free = finish
+                end[a] = finish
+                available[a] = finish
+                _send(plan, costs, a, r, finish, available, link_free, events, state, last_stage)
+                state.head += 1
+                remaining -= 1
+                progressed = True
+        if not progressed:
+            raise ConfigError(f"plan {plan.name} cannot finish: validate it first")
+    compute_end = max((e.end for e in events), default=0.0)
+    first = min((r.first_start for r in ranks if r.first_start >= 0), default=0.0)
+    step = _finish_step(plan, costs, ranks, last_backward, events)
+    exposed_comm = 0.0
+    if exposed and (costs.forward_transfer or costs.allreduce):
+        exposed_comm = max(
+            step - simulate(plan, costs.without_communication(), exposed=False).step_time, 0.0
+        )
+    return Timeline(
+        plan=plan.name,
+        step_time=step,
+        events=tuple(events),
+        busy=tuple(r.busy for r in ranks),
+        compute_span=compute_end - first,
+        peak_memory=tuple(static[i] + r.peak for i, r in enumerate(ranks)),
+        exposed_comm=exposed_comm,
+    )
+
+
+def _send(
+    plan: Plan,
+    costs: Costs,
+    a: Action,
+    rank: int,
+    finish: float,
+    available: dict[Action, float],
+    link_free: dict[tuple[int, int], float],
+    events: list[Event],
+    state: _Rank,
+    last_stage: int,
+) -> None:
+    """Move the output of `a` to the rank that consumes it, queueing on the link."""
+    if a.kind == "F" and a.stage < last_stage:
+        dst, seconds = plan.stage_to_rank[a.stage + 1], _at(costs.forward_transfer, a.stage)
+    elif a.kind in ("B", "BW") and a.stage > 0:
+        dst, seconds = plan.stage_to_rank[a.stage - 1], _at(costs.backward_transfer, a.stage - 1)
+    else:
+        return
+    if dst == rank or seconds <= 0:
+        return
+    begin = max(finish, link_free.get((rank, dst), 0.0))
+    arrive = begin + seconds
+    link_free[(rank, dst)] = arrive
+    available[a] = arrive
+    events.append(Event(rank, f"send {a}", "send", begin, arrive, a.stage, a.mb))
+    if not costs.overlap_comm:
+        state.free = max(state.free, arrive)
+
+
+def _at(values: tuple[float, ...], index: int) -> float:
+    return values[index] if index < len(values) else 0.0
+
+
+def _finish_step(
+    plan: Plan,
+    costs: Costs,
+    ranks: list[_Rank],
+    last_backward: dict[int, Event],
+    events: list[Event],
+) -> float:
+    """All-reduce each replicated stage's gradients (overlapping its last backward bucket by
+    bucket), then the optimizer step on every rank."""
+    if plan.forward_only:
+        return max((e.end for e in events), default=0.0)
+    comm_free = [0.0] * plan.num_ranks
+    grads_ready = [r.free for r in ranks]
+    for stage in sorted(last_backward, key=lambda s: last_backward[s].end):
+        seconds = _at(costs.allreduce, stage)
+        if seconds <= 0:
+            continue
+        r = plan.stage_to_rank[stage]
+        ev = last_backward[stage]
+        buckets = costs.allreduce_buckets[stage] if stage < len(costs.allreduce_buckets) else 1
+        begin = max(ev.start, comm_free[r])
+        finish = max(begin + seconds, ev.end + seconds / buckets)
+        comm_free[r] = finish
+        grads_ready[r] = max(grads_ready[r], finish)
+        events.append(Event(r, f"allreduce s{stage}", "allreduce", begin, finish, stage))
+    step = 0.0
+    for r in range(plan.num_ranks):
+        optimizer = (
+            0.0 if plan.async_updates else sum(costs.stages[s].optimizer for s in plan.stages_of(r))
+        )
+        begin = grads_ready[r]
+        if optimizer > 0:
+            events.append(Event(r, "optimizer", "optimizer", begin, begin + optimizer))
+        step = max(step, begin + optimizer)
+    return step

@@ -1,0 +1,56 @@
+"""Timeline: what happened when, on which rank, and what it cost in time and memory."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    rank: int
+    name: str
+    """'0F3', 'send 0F3', 'allreduce s0', 'optimizer'."""
+    kind: str
+    """F, B, W, BW, send, allreduce or optimizer."""
+    start: float
+    end: float
+    stage: int = -1
+    mb: int = -1
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+
+@dataclass(frozen=True, kw_only=True)
+class Timeline:
+    plan: str
+    step_time: float
+    events: tuple[Event, ...]
+    busy: tuple[float, ...]
+    """Seconds each rank computed (F, B, W, BW)."""
+    compute_span: float
+    """From the first action's start to the last compute action's end."""
+    peak_memory: tuple[int, ...]
+    """Bytes at each rank's peak: parameters, gradients, optimizer state, activations in
+    flight, stashed weights and workspace."""
+    exposed_comm: float = 0.0
+    """Step time that would disappear if transfers and all-reduces were free."""
+
+    @property
+    def num_ranks(self) -> int:
+        return len(self.busy)
+
+    @property
+    def idle(self) -> tuple[float, ...]:
+        return tuple(self.compute_span - b for b in self.busy)
+
+    @property
+    def bubble_fraction(self) -> float:
+        """Share of rank-time idle during the pipelined compute: (S-1)/(M+S-1) for GPipe."""
+        if self.compute_span <= 0:
+            return 0.0
+        return 1.0 - sum(self.busy) / (self.num_ranks * self.compute_span)
+
+    def events_of(self, rank: int) -> list[Event]:
+        return [e for e in self.events if e.rank == rank]

@@ -1,0 +1,99 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pipecast.cli.main import main
+
+
+@pytest.fixture(scope="module")
+def lenet_profile(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("prof") / "lenet.json"
+    code = main(
+        [
+            "profile",
+            "--model",
+            "lenet5",
+            "--micro-batch",
+            "4,8",
+            "--repeats",
+            "2",
+            "--warmup",
+            "1",
+            "-o",
+            str(path),
+        ]
+    )
+    assert code == 0
+    return str(path)
+
+
+def test_partition_compare(lenet_profile: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["partition", "--profile", lenet_profile, "--stages", "3", "--compare"]) == 0
+    out = capsys.readouterr().out
+    for method in ("blocks", "params", "forward", "memory", "compute", "balanced"):
+        assert method in out
+
+
+def test_partition_writes_json(lenet_profile: str, tmp_path: Path) -> None:
+    out = tmp_path / "part.json"
+    assert main(["partition", "--profile", lenet_profile, "--stages", "2", "-o", str(out)]) == 0
+    assert json.loads(out.read_text())["kind"] == "partition"
+
+
+def test_simulate_writes_gantt_and_trace(
+    lenet_profile: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(
+        [
+            "simulate",
+            "--profile",
+            lenet_profile,
+            "--stages",
+            "2",
+            "--schedule",
+            "zb-h1",
+            "--micro-batches",
+            "4",
+            "--out-dir",
+            str(tmp_path),
+            "--compare-closed-form",
+        ]
+    )
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "bubble" in out and "closed forms" in out
+    png = tmp_path / "lenet5-zb-h1-2x4.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    trace = json.loads((tmp_path / "lenet5-zb-h1-2x4.trace.json").read_text())
+    names = {e["name"] for e in trace["traceEvents"] if e["ph"] == "X"}
+    assert {"0F0", "1B3", "1W3"} <= names
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--schedule", "dualpipe"], "unknown schedule 'dualpipe'"),
+        (["--schedule", "interleaved", "--micro-batches", "3"], "divisible by ranks"),
+        (["--batch", "10", "--micro-batches", "4"], "does not split into"),
+        (["--stages", "40"], "only 12 blocks"),
+        (["--partition", "0,5,3,12"], "must rise strictly"),
+    ],
+)
+def test_simulate_bad_input(
+    lenet_profile: str,
+    tmp_path: Path,
+    extra: list[str],
+    message: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["simulate", "--profile", lenet_profile, "--stages", "2", "--out-dir", str(tmp_path)]
+    assert main(argv + extra) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_missing_profile_file(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["partition", "--profile", "/nope.json", "--stages", "2"]) == 2
+    assert "file not found" in capsys.readouterr().err

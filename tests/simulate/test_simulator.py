@@ -1,0 +1,131 @@
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from pipecast.schedule import make_plan
+from pipecast.simulate import Costs, StageTimes, closed_form, simulate
+
+
+@pytest.mark.parametrize("name", ["gpipe", "1f1b"])
+@pytest.mark.parametrize(("s", "m"), [(2, 2), (4, 8), (4, 16), (8, 8)])
+def test_uniform_gpipe_and_1f1b_closed_form(name: str, s: int, m: int) -> None:
+    f, b = 1.0, 2.0
+    t = simulate(make_plan(name, s, m), Costs.uniform(s, f, b / 2, b / 2))
+    assert t.step_time == pytest.approx((m + s - 1) * (f + b))
+    assert t.bubble_fraction == pytest.approx((s - 1) / (m + s - 1))
+
+
+@pytest.mark.parametrize(("s", "m"), [(4, 8), (4, 16), (8, 32)])
+def test_zb_h1_bubble_is_a_third_of_1f1b(s: int, m: int) -> None:
+    costs = Costs.uniform(s, 1.0, 1.0, 1.0)
+    one = simulate(make_plan("1f1b", s, m), costs)
+    zb = simulate(make_plan("zb-h1", s, m), costs)
+    assert sum(zb.idle) == pytest.approx(sum(one.idle) / 3)
+    assert zb.step_time == pytest.approx(m * 3 + (s - 1) * (1 + 1 - 1))
+
+
+def test_zb_v_beats_zb_h1_at_equal_memory() -> None:
+    s, m = 4, 16
+    h1 = simulate(make_plan("zb-h1", s, m), Costs.uniform(s, 1.0, 1.0, 1.0))
+    v = simulate(make_plan("zb-v", s, m), Costs.uniform(2 * s, 0.5, 0.5, 0.5))
+    assert v.bubble_fraction < h1.bubble_fraction
+
+
+def test_in_flight_activations() -> None:
+    s, m, act = 4, 8, 100
+    st = StageTimes(
+        forward=1, backward_input=1, backward_weight=1, backward=2, activation_bytes=act
+    )
+    costs = Costs(stages=(st,) * s)
+    one = simulate(make_plan("1f1b", s, m), costs)
+    assert one.peak_memory == tuple(min(m, s - k) * act for k in range(s))
+    gp = simulate(make_plan("gpipe", s, m), costs)
+    assert gp.peak_memory == (m * act,) * s
+    pd = simulate(
+        make_plan("pipedream", s, m),
+        Costs(
+            stages=(
+                StageTimes(
+                    forward=1,
+                    backward_input=1,
+                    backward_weight=1,
+                    backward=2,
+                    activation_bytes=act,
+                    param_bytes=10,
+                ),
+            )
+            * s
+        ),
+    )
+    # stashed weight versions: one per micro-batch in flight, on top of weights+grads
+    assert pd.peak_memory[0] == 2 * 10 + s * (act + 10)
+
+
+def test_transfers_delay_and_overlap() -> None:
+    s, m = 2, 4
+    base = Costs.uniform(s, 1.0, 0.5, 0.5)
+    slow = Costs(stages=base.stages, forward_transfer=(0.5,), backward_transfer=(0.5,))
+    t0, t1 = simulate(make_plan("gpipe", s, m), base), simulate(make_plan("gpipe", s, m), slow)
+    assert t1.step_time == pytest.approx(t0.step_time + 2 * 0.5)
+    assert t1.exposed_comm == pytest.approx(1.0)
+    blocking = Costs(
+        stages=base.stages, forward_transfer=(0.5,), backward_transfer=(0.5,), overlap_comm=False
+    )
+    assert simulate(make_plan("gpipe", s, m), blocking).step_time > t1.step_time
+
+
+def test_allreduce_overlaps_last_backward_bucket_by_bucket() -> None:
+    st = StageTimes(forward=1, backward_input=1, backward_weight=1, backward=2, optimizer=0.1)
+    hidden = Costs(stages=(st,), allreduce=(1.5,), allreduce_buckets=(100,))
+    exposed = Costs(stages=(st,), allreduce=(1.5,), allreduce_buckets=(1,))
+    plan = make_plan("1f1b", 1, 1)
+    # starts with the last backward: 2 s of compute hide a 1.5 s all-reduce but its last bucket
+    assert simulate(plan, hidden).step_time == pytest.approx(3 + 0.015 + 0.1)
+    assert simulate(plan, exposed).step_time == pytest.approx(3 + 1.5 + 0.1)
+
+
+def test_recompute_trades_time_for_memory() -> None:
+    st = StageTimes(
+        forward=1,
+        backward_input=1,
+        backward_weight=1,
+        backward=2,
+        activation_bytes=1000,
+        input_bytes=10,
+    )
+    plain = simulate(make_plan("gpipe", 2, 4), Costs(stages=(st, st)))
+    recompute = simulate(make_plan("gpipe", 2, 4), Costs(stages=(st, st), recompute="all"))
+    assert recompute.step_time > plain.step_time
+    assert max(recompute.peak_memory) < max(plain.peak_memory)
+
+
+def test_closed_forms_agree_with_simulator_on_uniform_gpipe() -> None:
+    s, m = 4, 8
+    sim = simulate(make_plan("gpipe", s, m), Costs.uniform(s, 1.0, 1.0, 1.0)).step_time
+    assert closed_form.gpipe_no_comm([3.0] * s, m) == pytest.approx(sim)
+    assert closed_form.gpipe_study([3.0] * s, [0.0] * (s - 1), m) == pytest.approx(sim)
+    assert closed_form.data_parallel(1.0, 1e9, 4, 1e10) == pytest.approx(1.0 + 0.15)
+
+
+def test_speed_bars() -> None:
+    plan = make_plan("interleaved", 8, 64)
+    costs = Costs.uniform(16, 0.5, 0.5, 0.5)
+    began = time.perf_counter()
+    simulate(plan, costs, exposed=False)
+    assert time.perf_counter() - began < 0.05 * 4  # 50 ms bar, with CI headroom
+    began = time.perf_counter()
+    n = 0
+    for s in (2, 4, 8):
+        for m in (8, 16, 32, 64):
+            for name in ("gpipe", "1f1b", "zb-h1"):
+                for scale in range(28):
+                    simulate(
+                        make_plan(name, s, m),
+                        Costs.uniform(s, 1.0 + scale, 1.0, 1.0),
+                        exposed=False,
+                    )
+                    n += 1
+    assert n >= 1000
+    assert time.perf_counter() - began < 10.0
