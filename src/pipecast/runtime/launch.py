@@ -14,6 +14,7 @@ import os
 import pickle
 import socket
 import tempfile
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -22,11 +23,7 @@ from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
-from torch.multiprocessing.spawn import (
-    ProcessExitedException,
-    ProcessRaisedException,
-    start_processes,
-)
+from torch.multiprocessing.spawn import start_processes
 
 from pipecast.errors import ConfigError, DeviceError, PipecastError
 
@@ -49,6 +46,20 @@ class Context:
     local_rank: int
     backend: Backend
     device: torch.device
+
+
+REPORT_ENV = "PIPECAST_RANK_REPORT"
+
+
+def write_report(status: str, value: Any, path: str | None = None) -> None:
+    """Leave this rank's result where the launcher collects it (atomically)."""
+    target = path or os.environ.get(REPORT_ENV)
+    if not target:
+        return
+    out = Path(target)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_bytes(pickle.dumps((status, value)))
+    tmp.rename(out)
 
 
 class RankFailed(PipecastError):
@@ -116,6 +127,7 @@ def _worker(
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
     out = Path(outdir) / f"rank{local_rank}.pkl"
+    os.environ[REPORT_ENV] = str(out)  # the watchdog leaves its report here if it fires
     try:
         with process_group(local_rank, world, local_rank, backend, timeout_s) as ctx:
             result = fn(ctx, *args)
@@ -127,9 +139,7 @@ def _worker(
             "crash",
             f"rank {local_rank}: {type(exc).__name__}: {exc}\n{traceback.format_exc()}",
         )
-    tmp = out.with_suffix(".tmp")
-    tmp.write_bytes(pickle.dumps(payload))
-    tmp.rename(out)
+    write_report(*payload, path=str(out))
     if payload[0] != "ok":
         raise SystemExit(1)
 
@@ -141,8 +151,11 @@ def spawn(
     *,
     backend: Backend = "gloo",
     timeout_s: float = 300.0,
+    grace_s: float | None = None,
 ) -> list[Any]:
     """Run fn(context, *args) in `world` fresh processes; return each rank's result.
+    `timeout_s` bounds collective waits; once a rank dies, the others get `grace_s` (default
+    `timeout_s`) to report before they are killed.
 
     `fn` and `args` must be picklable (a module-level function). Raises RankFailed with the
     first failing rank's reason."""
@@ -165,9 +178,7 @@ def spawn(
             join=False,
             start_method="spawn",
         )
-        with contextlib.suppress(ProcessExitedException, ProcessRaisedException):
-            while not context.join():
-                pass
+        _wait_all(context.processes, grace_s=timeout_s if grace_s is None else grace_s)
         results: list[Any] = []
         failures: list[str] = []
         for rank in range(world):
@@ -188,8 +199,25 @@ def spawn(
                 proc.kill()
         if failures:
             primary = sorted(failures, key=lambda f: ("died" in f, "Traceback" in f))[0]
-            raise RankFailed(primary.splitlines()[0] if "Traceback" not in primary else primary)
+            raise RankFailed(primary)
         return results
+
+
+def _wait_all(processes: list[Any], grace_s: float) -> None:
+    """Wait for every rank. When one dies, the others get `grace_s` to notice and report
+    (their watchdogs fire within their timeout) before they are killed."""
+    first_death: float | None = None
+    while any(p.is_alive() for p in processes):
+        if first_death is None and any(not p.is_alive() and p.exitcode for p in processes):
+            first_death = time.monotonic()
+        if first_death is not None and time.monotonic() - first_death > grace_s:
+            for p in processes:
+                if p.is_alive():
+                    p.kill()
+            break
+        time.sleep(0.05)
+    for p in processes:
+        p.join(timeout=5)
 
 
 def under_torchrun() -> bool:

@@ -1,0 +1,75 @@
+"""Run a job: spawn one process per device here, or join torchrun's group."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch.distributed as dist
+
+from pipecast.runtime.job import TrainJob
+from pipecast.runtime.launch import Backend, Context, run_distributed, spawn, under_torchrun
+from pipecast.runtime.worker import RankReport, run_rank, summary
+from pipecast.simulate.timeline import Event, Timeline
+
+
+@dataclass
+class JobResult:
+    job: TrainJob
+    reports: list[RankReport]
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        return summary(self.reports, self.job.batch)
+
+    def timeline(self) -> Timeline:
+        """The measured last step of replica 0, as a Timeline (for traces and comparison)."""
+        width = self.job.plan.num_ranks
+        events: list[Event] = []
+        for r in self.reports:
+            if r.replica == 0:
+                events += [
+                    Event(r.pipeline_rank, e.name, e.kind, e.start, e.end, e.stage, e.mb)
+                    for e in r.events
+                ]
+        busy = [0.0] * width
+        for e in events:
+            busy[e.rank] += e.duration
+        span = max((e.end for e in events), default=0.0) - min(
+            (e.start for e in events), default=0.0
+        )
+        return Timeline(
+            plan=self.job.plan.name,
+            step_time=self.summary["step_time"],
+            events=tuple(sorted(events, key=lambda e: (e.rank, e.start))),
+            busy=tuple(busy),
+            compute_span=span,
+            peak_memory=tuple(self.summary["peak_allocated"][:width]),
+        )
+
+
+def _gathered(ctx: Context, job: TrainJob) -> list[RankReport] | None:
+    report = run_rank(ctx, job)
+    reports: list[Any] = [None] * ctx.world
+    dist.gather_object(report, reports if ctx.rank == 0 else None, dst=0)
+    return reports if ctx.rank == 0 else None
+
+
+def run_job(job: TrainJob) -> JobResult | None:
+    """Run `job`. Locally: spawn `job.world` processes and return every rank's report. Under
+    torchrun: run this rank; rank 0 returns everyone's reports, other ranks None."""
+    job.check()
+    backend: Backend = "nccl" if job.device == "cuda" else "gloo"
+    timeout = job.config.timeout_s + 60
+    if under_torchrun():
+        gathered = run_distributed(_gathered, (job,), backend=backend, timeout_s=timeout)
+        return JobResult(job, gathered) if gathered is not None else None
+    reports = spawn(
+        run_rank,
+        job.world,
+        (job,),
+        backend=backend,
+        timeout_s=timeout,
+        grace_s=job.config.timeout_s + 10,
+    )
+    return JobResult(job, reports)

@@ -1,0 +1,26 @@
+"""How a pipeline run trains: precision, optimizer, recomputation, timeouts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pipecast.training import Optimizer, Recompute
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunConfig:
+    dtype: Literal["fp32", "bf16", "fp16"] = "fp32"
+    """Parameter and activation dtype (with `autocast`, parameters stay fp32)."""
+    autocast: bool = False
+    optimizer: Optimizer = "sgd"
+    lr: float = 0.01
+    recompute: Recompute = "none"
+    """Activation recomputation: none, all micro-batches, or all but the last (GPipe)."""
+    timeout_s: float = 300.0
+    """Longest any wait may take before every rank reports where it is and the run stops."""
+    record_events: bool = True
+    """Time every action (CUDA events on GPU) for the trace; small overhead."""
+    seed: int = 0
+    bucket_bytes: int = 25 * 2**20
+    """Gradient all-reduce bucket size for replicated stages."""

@@ -1,0 +1,362 @@
+"""The engine: executes one rank's share of a validated Plan, exactly as planned.
+
+The same Plan the simulator consumed drives this loop, action by action: F receives its input
+(from the data, a local stage, or a channel), runs the stage and sends its output; B or BW
+receives the output gradient, runs the backward (split or whole) and sends the input gradient;
+W computes the weight gradients B deferred. After a stage's last backward its gradients are
+all-reduced across data-parallel replicas (bucketed, overlapping the rest of the step); then
+every stage steps its optimizer. PipeDream plans update after every micro-batch, each backward
+using the weights its forward used.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from pipecast import devices
+from pipecast.errors import ConfigError, PipecastError
+from pipecast.runtime import microbatch
+from pipecast.runtime.backward import WeightWork, backward_full, backward_input, backward_weight
+from pipecast.runtime.channels import Channels
+from pipecast.runtime.config import RunConfig
+from pipecast.runtime.events import ActionClock
+from pipecast.runtime.stage import StageModule
+from pipecast.runtime.watchdog import Watchdog
+from pipecast.schedule.action import Action, Plan
+from pipecast.schedule.validate import validate
+from pipecast.simulate.timeline import Event
+
+LossFn = Callable[[torch.Tensor, Any], torch.Tensor]
+
+
+@dataclass
+class _Micro:
+    leaf: torch.Tensor | None
+    out: torch.Tensor | None
+    weights: dict[str, torch.Tensor] | None = None
+    work: WeightWork | None = None
+
+
+@dataclass
+class StepResult:
+    loss: float | None
+    """Mean loss over this replica's batch (on the rank holding the last stage)."""
+    seconds: float
+    events: list[Event] = field(default_factory=list)
+    peak_allocated: int = 0
+    peak_reserved: int = 0
+    outputs: list[torch.Tensor] = field(default_factory=list)
+    """Forward-only plans: the last stage's outputs, one per micro-batch."""
+
+
+class PipelineEngine:
+    """Runs steps of `plan` for pipeline rank `pipeline_rank` of replica `replica`."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        stages: dict[int, StageModule],
+        *,
+        pipeline_rank: int,
+        replica: int = 0,
+        replicas: int = 1,
+        loss_fn: LossFn | None,
+        config: RunConfig,
+        device: torch.device,
+    ) -> None:
+        validate(plan)
+        if plan.async_updates and replicas > 1:
+            raise ConfigError(
+                "PipeDream's asynchronous updates with data-parallel replicas "
+                "are not supported: use replicas=1 or a synchronous schedule"
+            )
+        own = set(plan.stages_of(pipeline_rank))
+        if set(stages) != own:
+            raise ConfigError(
+                f"pipeline rank {pipeline_rank} runs stages {sorted(own)} but was "
+                f"given {sorted(stages)}"
+            )
+        self.plan, self.stages, self.config, self.device = plan, stages, config, device
+        self.rank, self.replica, self.replicas = pipeline_rank, replica, replicas
+        self.loss_fn = loss_fn
+        width = plan.num_ranks
+        self.global_rank = replica * width + pipeline_rank
+        self.channels = Channels(plan, pipeline_rank, replica, replicas, device, config.timeout_s)
+        self.dp_group: dist.ProcessGroup | None = None
+        if replicas > 1:
+            for r in range(width):  # collective: every rank creates every group, in order
+                group = dist.new_group([k * width + r for k in range(replicas)])
+                if r == pipeline_rank:
+                    self.dp_group = group
+        self.clock = ActionClock(device, config.record_events)
+        self.watchdog = Watchdog(plan, pipeline_rank, self.global_rank, config.timeout_s)
+        self.watchdog.__enter__()
+        self._seen_shapes: set[tuple[tuple[int, ...], ...]] = set()
+        self._last_backward = {s: self._last_backward_index(s) for s in stages}
+
+    def close(self) -> None:
+        self.watchdog.__exit__()
+
+    def _last_backward_index(self, stage: int) -> int:
+        kinds = ("W",) if self.plan.split_backward else ("BW",)
+        positions = [
+            i
+            for i, a in enumerate(self.plan.actions[self.rank])
+            if a.stage == stage and a.kind in kinds
+        ]
+        return max(positions, default=-1)
+
+    # ---- one step ----------------------------------------------------------------------
+
+    def step(self, inputs: Any = None, targets: Any = None) -> StepResult:
+        """One training (or inference) step. The rank holding stage 0 passes `inputs`, the
+        rank holding the last stage `targets`; other ranks pass nothing."""
+        plan, m = self.plan, self.plan.num_microbatches
+        first, last = 0 in self.stages, plan.num_stages - 1 in self.stages
+        if first and inputs is None:
+            raise ConfigError(f"rank {self.global_rank} holds stage 0 and needs the inputs")
+        if last and targets is None and not plan.forward_only:
+            raise ConfigError(f"rank {self.global_rank} holds the last stage and needs targets")
+        began = time.perf_counter()
+        devices.reset_peak(self.device)
+        self.watchdog.at(None, "agreeing on the step's input shape")
+        local_batch = self._agree(inputs)
+        self.channels.begin_step(known_shapes=self._known)
+        in_mbs = microbatch.split(microbatch.to_device(inputs, self.device), m) if first else None
+        tg_mbs = (
+            microbatch.split(microbatch.to_device(targets, self.device), m)
+            if last and targets is not None
+            else None
+        )
+        total = local_batch * self.replicas
+        self.clock.start_step()
+        state: dict[tuple[int, int], _Micro] = {}
+        local: dict[tuple[str, int, int], torch.Tensor] = {}
+        loss_sum: torch.Tensor | None = None
+        outputs: list[torch.Tensor] = []
+        pending_reduce: list[tuple[list[torch.Tensor], torch.Tensor, dist.Work]] = []
+        for position, a in enumerate(plan.actions[self.rank]):
+            st = self.stages[a.stage]
+            if a.kind == "F":
+                x = self._input(a, in_mbs, local)
+                mark = self.clock.begin()
+                out, micro = self._forward(a, st, x)
+                if st.last and not plan.forward_only:
+                    assert tg_mbs is not None and self.loss_fn is not None
+                    scale = microbatch.size(tg_mbs[a.mb]) / total
+                    loss = self.loss_fn(out, tg_mbs[a.mb]) * scale
+                    loss_sum = loss.detach() if loss_sum is None else loss_sum + loss.detach()
+                    micro.out = loss
+                elif st.last:
+                    outputs.append(out.detach())
+                self.clock.end(mark, self.global_rank, str(a), "F", a.stage, a.mb)
+                if not plan.forward_only:
+                    state[(a.stage, a.mb)] = micro
+                if not st.last:
+                    self._deliver(a, out.detach(), local, "act", a.stage + 1)
+            else:
+                micro = state[(a.stage, a.mb)]
+                if a.kind == "W":
+                    mark = self.clock.begin()
+                    self.watchdog.at(a, "computing weight gradients")
+                    assert micro.work is not None
+                    backward_weight(micro.work)
+                    del state[(a.stage, a.mb)]
+                    self.clock.end(mark, self.global_rank, str(a), "W", a.stage, a.mb)
+                else:
+                    grad = self._output_grad(a, st, local)
+                    mark = self.clock.begin()
+                    self.watchdog.at(a, "computing the backward")
+                    grad_in = self._backward(a, st, micro, grad)
+                    if a.kind == "BW":
+                        del state[(a.stage, a.mb)]
+                    self.clock.end(mark, self.global_rank, str(a), a.kind, a.stage, a.mb)
+                    if a.stage > 0 and grad_in is not None:
+                        self._deliver(a, grad_in, local, "grad", a.stage - 1)
+            if self._last_backward.get(a.stage) == position and self.dp_group is not None:
+                pending_reduce += self._reduce_launch(st)
+        self.watchdog.at(None, "waiting for sends to complete")
+        self.channels.finish_sends()
+        self.watchdog.at(None, "all-reducing gradients across replicas")
+        self._reduce_finish(pending_reduce)
+        if not plan.forward_only and not plan.async_updates:
+            self.watchdog.at(None, "optimizer step")
+            for st in self.stages.values():
+                if st.optimizer is not None:
+                    st.optimizer.step()
+        self.watchdog.at(None, "waiting for the device to finish the step")
+        events = self.clock.events()
+        loss_value = float(loss_sum.item()) * self.replicas if loss_sum is not None else None
+        devices.synchronize(self.device)
+        self.watchdog.idle()
+        return StepResult(
+            loss=loss_value,
+            seconds=time.perf_counter() - began,
+            events=events,
+            peak_allocated=devices.peak_allocated(self.device),
+            peak_reserved=devices.peak_reserved(self.device),
+            outputs=outputs,
+        )
+
+    def zero_grad(self) -> None:
+        for st in self.stages.values():
+            if st.optimizer is not None:
+                st.optimizer.zero_grad(set_to_none=True)
+
+    # ---- pieces ------------------------------------------------------------------------
+
+    def _agree(self, inputs: Any) -> int:
+        """All ranks learn the batch's shapes from global rank 0 (which holds stage 0)."""
+        code = torch.full((34,), -1, dtype=torch.int64)
+        if inputs is not None:
+            flat = [d for shape in microbatch.shapes(inputs) for d in (len(shape), *shape)]
+            if len(flat) > 34:
+                raise ConfigError("inputs have too many tensors or dimensions to pipeline")
+            code[: len(flat)] = torch.tensor(flat)
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            code = code.to(self.device)
+            try:
+                dist.broadcast(code, src=0)
+            except RuntimeError as exc:
+                raise PipecastError(
+                    f"lost contact with rank 0 while agreeing on the step's "
+                    f"input shape: {str(exc).splitlines()[0][:200]}"
+                ) from None
+            code = code.cpu()
+        key = tuple(
+            tuple(code.tolist()),
+        )
+        self._known = key in self._seen_shapes
+        self._seen_shapes.add(key)
+        if int(code[0]) < 1:
+            raise PipecastError("global rank 0 passed no inputs: it holds stage 0")
+        return int(code[1])
+
+    def _input(
+        self, a: Action, in_mbs: list[Any] | None, local: dict[tuple[str, int, int], torch.Tensor]
+    ) -> Any:
+        st = self.stages[a.stage]
+        if st.first:
+            assert in_mbs is not None
+            return in_mbs[a.mb]
+        source = a.stage - 1
+        if source in self.stages:
+            return local.pop(("act", source, a.mb))
+        src = self.plan.stage_to_rank[source]
+        self.watchdog.at(a, f"waiting for the activation of micro-batch {a.mb} from rank {src}")
+        return self.channels.recv(src, (source, "act", a.mb))
+
+    def _forward(self, a: Action, st: StageModule, x: Any) -> tuple[torch.Tensor, _Micro]:
+        self.watchdog.at(a, "computing the forward")
+        plan = self.plan
+        needs_grad = (
+            not plan.forward_only
+            and not st.first
+            and isinstance(x, torch.Tensor)
+            and x.is_floating_point()
+        )
+        leaf = x.detach().requires_grad_(True) if needs_grad else None
+        recompute = self.config.recompute == "all" or (
+            self.config.recompute == "all-but-last" and a.mb < plan.num_microbatches - 1
+        )
+        weights = None
+        if plan.async_updates:
+            weights = st.stash()
+            st.version_log.append((a.mb, st.version))
+        if plan.forward_only:
+            with torch.no_grad():
+                out = st.forward(x)
+        else:
+            out = st.forward(leaf if leaf is not None else x, recompute=recompute, weights=weights)
+        return out, _Micro(leaf=leaf, out=out, weights=weights)
+
+    def _deliver(
+        self,
+        a: Action,
+        tensor: torch.Tensor,
+        local: dict[tuple[str, int, int], torch.Tensor],
+        kind: str,
+        consumer: int,
+    ) -> None:
+        if consumer in self.stages:
+            local[(kind, a.stage, a.mb)] = tensor
+        else:
+            self.channels.send(self.plan.stage_to_rank[consumer], (a.stage, kind, a.mb), tensor)
+
+    def _output_grad(
+        self, a: Action, st: StageModule, local: dict[tuple[str, int, int], torch.Tensor]
+    ) -> torch.Tensor | None:
+        if st.last:
+            return None
+        source = a.stage + 1
+        if source in self.stages:
+            return local.pop(("grad", source, a.mb))
+        src = self.plan.stage_to_rank[source]
+        self.watchdog.at(a, f"waiting for the gradient of micro-batch {a.mb} from rank {src}")
+        return self.channels.recv(src, (source, "grad", a.mb))
+
+    def _backward(
+        self, a: Action, st: StageModule, micro: _Micro, grad: torch.Tensor | None
+    ) -> torch.Tensor | None:
+        assert micro.out is not None
+        params = list(micro.weights.values()) if micro.weights is not None else st.params
+        if a.kind == "BW":
+            grad_in = backward_full(micro.out, grad, micro.leaf, params)
+            if self.plan.async_updates:
+                self._async_update(st, micro)
+            micro.out = micro.leaf = None
+            return grad_in
+        grad_in, work = backward_input(micro.out, grad, micro.leaf, params)
+        micro.work, micro.out, micro.leaf = work, None, None
+        return grad_in
+
+    def _async_update(self, st: StageModule, micro: _Micro) -> None:
+        """PipeDream: apply this micro-batch's gradient (taken on its stashed weights)."""
+        assert micro.weights is not None
+        named = dict(st.module.named_parameters())
+        for name, stashed in micro.weights.items():
+            named[name].grad = stashed.grad
+        if st.optimizer is not None:
+            st.optimizer.step()
+            st.optimizer.zero_grad(set_to_none=True)
+        st.version += 1
+        micro.weights = None
+
+    def _reduce_launch(
+        self, st: StageModule
+    ) -> list[tuple[list[torch.Tensor], torch.Tensor, dist.Work]]:
+        grads = [p.grad for p in st.params if p.grad is not None]
+        buckets: list[list[torch.Tensor]] = [[]]
+        size = 0
+        for g in grads:
+            if size and size + g.numel() * g.element_size() > self.config.bucket_bytes:
+                buckets.append([])
+                size = 0
+            buckets[-1].append(g)
+            size += g.numel() * g.element_size()
+        launched = []
+        for bucket in buckets:
+            if not bucket:
+                continue
+            flat = torch.cat([g.reshape(-1) for g in bucket])
+            work = dist.all_reduce(flat, group=self.dp_group, async_op=True)
+            assert work is not None
+            launched.append((bucket, flat, work))
+        return launched
+
+    def _reduce_finish(
+        self, pending: list[tuple[list[torch.Tensor], torch.Tensor, dist.Work]]
+    ) -> None:
+        for bucket, flat, work in pending:
+            work.wait()
+            offset = 0
+            for g in bucket:
+                n = g.numel()
+                g.copy_(flat[offset : offset + n].view_as(g))
+                offset += n

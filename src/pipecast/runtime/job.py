@@ -1,0 +1,68 @@
+"""A training (or inference) job: everything every rank needs, as one picklable value."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from torch import nn
+
+from pipecast.errors import ConfigError
+from pipecast.models.workload import Workload
+from pipecast.partition.types import Partition
+from pipecast.runtime.config import RunConfig
+from pipecast.schedule.action import Plan
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainJob:
+    plan: Plan
+    partition: Partition
+    batch: int
+    """Global batch: samples per step over all replicas."""
+    workload: Workload | None = None
+    """Zoo model and data set (or a factory); each rank builds its own blocks from it."""
+    model: nn.Sequential | None = None
+    """A user's model object instead of a workload (sent to every rank)."""
+    dataset: str | None = None
+    """Data set name when `model` is given (synthetic shapes, or 'digits' for real data)."""
+    replicas: int = 1
+    config: RunConfig = field(default_factory=RunConfig)
+    device: Literal["cpu", "cuda"] = "cpu"
+    steps: int = 3
+    warmup_steps: int = 1
+    """Steps run first and not timed."""
+    exact_init: bool = True
+    """Build the whole model on CPU with the seed (weights equal a single-process run's);
+    False: build only this rank's blocks, on the meta device, then initialise them there."""
+    capture: bool = False
+    """Return parameters and gradients after the last step (tests)."""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def world(self) -> int:
+        return self.plan.num_ranks * self.replicas
+
+    def check(self) -> None:
+        """Everything that can be wrong before any process starts."""
+        if self.workload is None and self.model is None:
+            raise ConfigError("a job needs a workload or a model")
+        if self.partition.num_stages != self.plan.num_stages:
+            raise ConfigError(
+                f"partition has {self.partition.num_stages} stages, plan "
+                f"{self.plan.name} has {self.plan.num_stages}"
+            )
+        blocks = len(self.model) if self.model is not None else None
+        if blocks is not None and blocks != self.partition.num_blocks:
+            raise ConfigError(
+                f"partition covers {self.partition.num_blocks} blocks, the model has {blocks}"
+            )
+        per_step = self.replicas * self.plan.num_microbatches
+        if self.batch % self.replicas or self.batch // self.replicas < self.plan.num_microbatches:
+            raise ConfigError(
+                f"batch {self.batch} cannot feed {self.replicas} replica(s) x "
+                f"{self.plan.num_microbatches} micro-batches (needs a multiple of "
+                f"{self.replicas} and at least {per_step})"
+            )
+        if self.steps < 1:
+            raise ConfigError(f"steps must be at least 1, got {self.steps}")

@@ -1,0 +1,110 @@
+"""One pipeline stage on one rank: its blocks, its optimizer, and its forward.
+
+A received input is a leaf that requires grad, which an in-place first op (VGG's ReLU
+(inplace=True) at a stage boundary) may not modify: torch.distributed.pipelining crashes
+there. Such a stage feeds its blocks a copy; the copy costs one boundary-sized memcpy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from pipecast import devices
+from pipecast.profile.profiler import needs_input_copy
+from pipecast.runtime.config import RunConfig
+
+_INPLACE_ERROR = "leaf Variable that requires grad is being used in an in-place operation"
+
+
+def materialize(module: nn.Module, device: torch.device) -> nn.Module:
+    """Give a meta-device module real, freshly initialised weights on `device`."""
+    module = module.to_empty(device=device)
+    for sub in module.modules():
+        for name in ("reset_parameters", "_reset_parameters"):
+            reset = getattr(sub, name, None)
+            if callable(reset):
+                with torch.no_grad():
+                    reset()
+                break
+    return module
+
+
+def make_optimizer(params: list[nn.Parameter], config: RunConfig) -> torch.optim.Optimizer:
+    if config.optimizer == "adam":
+        return torch.optim.Adam(params, lr=config.lr)
+    momentum = 0.9 if config.optimizer == "momentum" else 0.0
+    return torch.optim.SGD(params, lr=config.lr, momentum=momentum)
+
+
+class StageModule:
+    def __init__(
+        self,
+        index: int,
+        blocks: nn.Sequential,
+        device: torch.device,
+        config: RunConfig,
+        *,
+        first: bool,
+        last: bool,
+    ) -> None:
+        self.index, self.first, self.last = index, first, last
+        self.start = 0
+        """Global index of the stage's first block."""
+        self.device, self.config = device, config
+        if not config.autocast and config.dtype != "fp32":
+            blocks = blocks.to(devices.DTYPES[config.dtype])
+        self.module = blocks.to(device)
+        self.params = [p for p in self.module.parameters() if p.requires_grad]
+        self.optimizer = make_optimizer(self.params, config) if self.params else None
+        self.copy_input = bool(len(blocks)) and needs_input_copy(blocks[0])
+        self.version = 0
+        """Weight updates applied so far (PipeDream's weight version)."""
+        self.version_log: list[tuple[int, int]] = []
+        """(micro-batch, weight version its forward used), PipeDream only."""
+
+    @contextlib.contextmanager
+    def _precision(self) -> Iterator[None]:
+        if self.config.autocast and self.config.dtype != "fp32":
+            with torch.autocast(self.device.type, dtype=devices.DTYPES[self.config.dtype]):
+                yield
+        else:
+            yield
+
+    def forward(
+        self, x: Any, *, recompute: bool = False, weights: dict[str, torch.Tensor] | None = None
+    ) -> torch.Tensor:
+        """Run the stage; `weights` replaces the parameters (PipeDream's stashed version)."""
+        run: Callable[[Any], torch.Tensor]
+        if weights is not None:
+
+            def run(inp: Any) -> torch.Tensor:
+                out: torch.Tensor = torch.func.functional_call(self.module, weights, (inp,))
+                return out
+        else:
+            run = self.module
+        inp = x.clone() if self.copy_input and isinstance(x, torch.Tensor) else x
+        try:
+            with self._precision():
+                if recompute:
+                    out: torch.Tensor = checkpoint(run, inp, use_reentrant=False)
+                else:
+                    out = run(inp)
+        except RuntimeError as exc:
+            if _INPLACE_ERROR in str(exc) and not self.copy_input:
+                self.copy_input = True  # a functional in-place op we could not see coming
+                return self.forward(x, recompute=recompute, weights=weights)
+            raise
+        return out
+
+    def stash(self) -> dict[str, torch.Tensor]:
+        """A copy of the current weights that autograd can differentiate (PipeDream)."""
+        return {
+            name: p.detach().clone().requires_grad_(True)
+            for name, p in self.module.named_parameters()
+        }

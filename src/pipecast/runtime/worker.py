@@ -1,0 +1,223 @@
+"""What each rank runs: build its stages, feed data, time steps, report."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from pipecast.data.digits import load_digits_as_mnist
+from pipecast.data.loss import loss_for
+from pipecast.data.registry import get_spec
+from pipecast.data.spec import DatasetSpec
+from pipecast.data.synthetic import synthetic_batch
+from pipecast.errors import ConfigError, PipecastError
+from pipecast.runtime.engine import PipelineEngine
+from pipecast.runtime.job import TrainJob
+from pipecast.runtime.launch import Context
+from pipecast.runtime.stage import StageModule, materialize
+from pipecast.simulate.timeline import Event
+
+
+@dataclass
+class StepRecord:
+    step: int
+    seconds: float
+    """Wall time between barriers around the step."""
+    loss: float | None
+    peak_allocated: int
+    peak_reserved: int
+
+
+@dataclass
+class RankReport:
+    global_rank: int
+    pipeline_rank: int
+    replica: int
+    stages: list[int]
+    steps: list[StepRecord] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    """Action timings of the last step (relative to its start)."""
+    params: dict[str, torch.Tensor] = field(default_factory=dict)
+    grads: dict[str, torch.Tensor] = field(default_factory=dict)
+    versions: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    device: str = "cpu"
+
+
+def _spec(job: TrainJob) -> DatasetSpec:
+    if job.workload is not None:
+        return job.workload.spec
+    return get_spec(job.dataset or "mnist")
+
+
+def _blocks(job: TrainJob, ctx: Context, own: list[int]) -> dict[int, nn.Sequential]:
+    part = job.partition
+    if job.model is not None:
+        model = job.model
+    elif job.exact_init:
+        assert job.workload is not None
+        torch.manual_seed(job.config.seed)
+        model = job.workload.build()
+    else:
+        assert job.workload is not None
+        model = job.workload.build("meta")
+    out = {}
+    for s in own:
+        st = part.stages[s]
+        blocks = model[st.start : st.stop]
+        assert isinstance(blocks, nn.Sequential)
+        if any(p.is_meta for p in blocks.parameters()):
+            torch.manual_seed(job.config.seed + s)
+            blocks = materialize(blocks, ctx.device)
+            assert isinstance(blocks, nn.Sequential)
+        out[s] = blocks
+    return out
+
+
+class _Data:
+    """The same batches on every rank; each replica takes its slice."""
+
+    def __init__(self, job: TrainJob, spec: DatasetSpec) -> None:
+        self.job, self.spec = job, spec
+        self.real = None
+        if (job.workload and job.workload.dataset == "digits") or job.dataset == "digits":
+            self.real = load_digits_as_mnist().split(0.8, seed=0)[0]  # the training split
+        self._iter: Iterator[tuple[torch.Tensor, torch.Tensor]] = iter(())
+        self.epoch = 0
+
+    def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.real is None:
+            dtype = torch.float32
+            cfg = self.job.config
+            if not cfg.autocast and cfg.dtype != "fp32":
+                from pipecast.devices import DTYPES
+
+                dtype = DTYPES[cfg.dtype]
+            return synthetic_batch(self.spec, self.job.batch, seed=cfg.seed + step, dtype=dtype)
+        for _ in range(2):
+            try:
+                return next(self._iter)
+            except StopIteration:
+                self._iter = self.real.batches(self.job.batch, seed=self.epoch)
+                self.epoch += 1
+        raise ConfigError(f"batch {self.job.batch} is larger than the data set ({len(self.real)})")
+
+
+def run_rank(ctx: Context, job: TrainJob) -> RankReport:
+    """The body of one rank (under spawn or torchrun)."""
+    width = job.plan.num_ranks
+    pipeline_rank, replica = ctx.rank % width, ctx.rank // width
+    own = job.plan.stages_of(pipeline_rank)
+    spec = _spec(job)
+    blocks = _blocks(job, ctx, own)
+    last = job.plan.num_stages - 1
+    stages = {
+        s: StageModule(s, b, ctx.device, job.config, first=s == 0, last=s == last)
+        for s, b in blocks.items()
+    }
+    for s, st in stages.items():
+        st.start = job.partition.stages[s].start
+    loss_fn = loss_for(spec)
+    engine = PipelineEngine(
+        job.plan,
+        stages,
+        pipeline_rank=pipeline_rank,
+        replica=replica,
+        replicas=job.replicas,
+        loss_fn=loss_fn,
+        config=job.config,
+        device=ctx.device,
+    )
+    data = _Data(job, spec)
+    report = RankReport(ctx.rank, pipeline_rank, replica, own, device=str(ctx.device))
+    share = job.batch // job.replicas
+    fault = _fault(ctx.rank)
+    try:
+        for step in range(job.warmup_steps + job.steps):
+            if fault is not None and fault[0] == step:  # fault injection, for tests
+                if fault[1] == "hang":
+                    time.sleep(10**6)
+                os._exit(9)
+            inputs, targets = data.batch(step)
+            inputs = inputs[replica * share : (replica + 1) * share]
+            targets = targets[replica * share : (replica + 1) * share]
+            engine.watchdog.at(None, f"waiting at the barrier before step {step}")
+            _barrier(ctx, f"before step {step}")
+            began = time.perf_counter()
+            result = engine.step(
+                inputs if 0 in stages else None, targets if last in stages else None
+            )
+            engine.watchdog.at(None, f"waiting at the barrier after step {step}")
+            _barrier(ctx, f"after step {step}")
+            engine.watchdog.idle()
+            seconds = time.perf_counter() - began
+            if step >= job.warmup_steps:
+                report.steps.append(
+                    StepRecord(
+                        step, seconds, result.loss, result.peak_allocated, result.peak_reserved
+                    )
+                )
+                report.events = result.events
+            if job.capture and step == job.warmup_steps + job.steps - 1:
+                for st in stages.values():  # slices of nn.Sequential keep global names
+                    for name, p in st.module.named_parameters():
+                        report.params[name] = p.detach().cpu().clone()
+                        if p.grad is not None:
+                            report.grads[name] = p.grad.detach().cpu().clone()
+            engine.zero_grad()
+    finally:
+        engine.close()
+    report.versions = {s: st.version_log for s, st in stages.items()}
+    return report
+
+
+def _fault(rank: int) -> tuple[int, str] | None:
+    """PIPECAST_FAULT='rank:step[:hang]' kills (or hangs) that rank at that step."""
+    parts = os.environ.get("PIPECAST_FAULT", "").split(":")
+    if len(parts) >= 2 and int(parts[0]) == rank:
+        return int(parts[1]), parts[2] if len(parts) > 2 else "die"
+    return None
+
+
+def _barrier(ctx: Context, where: str) -> None:
+    if not (dist.is_initialized() and ctx.world > 1):
+        return
+    try:
+        if ctx.device.type == "cuda":
+            dist.barrier(device_ids=[ctx.device.index or 0])
+            torch.cuda.synchronize(ctx.device)
+        else:
+            dist.barrier()
+    except RuntimeError as exc:
+        raise PipecastError(
+            f"lost contact with another rank at the barrier {where} "
+            f"(did a rank die?): {str(exc).splitlines()[0][:200]}"
+        ) from None
+
+
+def median_step(reports: list[RankReport]) -> float:
+    """Median over steps of the slowest rank's step time."""
+    per_step: dict[int, float] = {}
+    for r in reports:
+        for s in r.steps:
+            per_step[s.step] = max(per_step.get(s.step, 0.0), s.seconds)
+    return statistics.median(per_step.values()) if per_step else 0.0
+
+
+def summary(reports: list[RankReport], batch: int) -> dict[str, Any]:
+    step = median_step(reports)
+    losses = [s.loss for r in reports for s in r.steps if s.loss is not None]
+    return {
+        "step_time": step,
+        "samples_per_second": batch / step if step > 0 else 0.0,
+        "loss": losses[-1] if losses else None,
+        "peak_allocated": [max((s.peak_allocated for s in r.steps), default=0) for r in reports],
+        "peak_reserved": [max((s.peak_reserved for s in r.steps), default=0) for r in reports],
+    }

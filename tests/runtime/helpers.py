@@ -1,0 +1,94 @@
+"""A single-process reference the pipeline must match, and job plumbing for tests."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from pipecast.data.loss import loss_for
+from pipecast.data.synthetic import synthetic_batch
+from pipecast.models import Workload
+from pipecast.partition import from_boundaries
+from pipecast.runtime.api import JobResult, run_job
+from pipecast.runtime.config import RunConfig
+from pipecast.runtime.job import TrainJob
+from pipecast.schedule import make_plan
+from pipecast.schedule.generators import stages_per_rank
+
+PLACEMENT = {"interleaved": "loop", "zb-v": "v"}
+
+
+def reference_step(
+    model: nn.Sequential, workload: Workload, batch: int, *, seed: int = 0, lr: float = 0.1
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """One full-batch SGD step: (parameters after, gradients)."""
+    x, y = synthetic_batch(workload.spec, batch, seed=seed)
+    loss = loss_for(workload.spec)(model(x), y)
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.grad is not None:
+                p -= lr * p.grad
+    return {n: p.detach().clone() for n, p in model.named_parameters()}, grads
+
+
+def pipeline_job(
+    workload: Workload,
+    schedule: str,
+    ranks: int,
+    microbatches: int,
+    boundaries: list[int],
+    *,
+    batch: int = 8,
+    replicas: int = 1,
+    config: RunConfig | None = None,
+    steps: int = 1,
+    model: nn.Sequential | None = None,
+    capture: bool = True,
+) -> TrainJob:
+    plan = make_plan(schedule, ranks, microbatches)
+    assert len(boundaries) - 1 == ranks * stages_per_rank(schedule)
+    part = from_boundaries(
+        boundaries,
+        placement=PLACEMENT.get(schedule, "one"),  # type: ignore[arg-type]
+        ranks=ranks,
+        replicas=replicas,
+    )
+    return TrainJob(
+        plan=plan,
+        partition=part,
+        batch=batch,
+        workload=None if model else workload,
+        model=model,
+        dataset=workload.dataset,
+        replicas=replicas,
+        config=config or RunConfig(lr=0.1, timeout_s=60),
+        steps=steps,
+        warmup_steps=0,
+        capture=capture,
+    )
+
+
+def run(job: TrainJob) -> JobResult:
+    result = run_job(job)
+    assert result is not None
+    return result
+
+
+def merged(result: JobResult, what: str) -> dict[str, torch.Tensor]:
+    out: dict[str, torch.Tensor] = {}
+    for r in result.reports:
+        if r.replica == 0:
+            out.update(getattr(r, what))
+    return out
+
+
+def assert_close(
+    got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], rtol: float = 1e-5
+) -> None:
+    assert set(got) == set(want), set(got) ^ set(want)
+    for name, ref in want.items():
+        scale = ref.abs().max().item() + 1e-12
+        err = (got[name] - ref).abs().max().item() / scale
+        assert err < rtol, f"{name}: relative error {err:.2e}"

@@ -1,0 +1,188 @@
+"""PipeDream's weight stashing, real training accuracy, and failure handling."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+from tests.runtime.helpers import merged, pipeline_job, run
+
+from pipecast.data import load_digits_as_mnist
+from pipecast.data.loss import loss_for
+from pipecast.data.synthetic import synthetic_batch
+from pipecast.errors import ConfigError, PipecastError
+from pipecast.models import Workload
+from pipecast.partition import from_boundaries
+from pipecast.runtime.config import RunConfig
+from pipecast.runtime.job import TrainJob
+from pipecast.runtime.launch import RankFailed
+from pipecast.schedule import make_plan
+
+LENET = Workload(model="lenet5", dataset="mnist")
+
+
+@pytest.mark.slow
+def test_pipedream_weight_stashing() -> None:
+    """Stage s's forward of micro-batch j uses the weights after every backward that precedes
+    it on that stage; its backward uses those same weights, and updates come one per
+    micro-batch. A sequential replay of exactly that must give the final weights."""
+    plan = make_plan("pipedream", 2, 4)
+    result = run(pipeline_job(LENET, "pipedream", 2, 4, [0, 6, 12], batch=8))
+    versions = {}
+    for r in result.reports:
+        versions.update(r.versions)
+    for stage, log in versions.items():
+        rank_actions = plan.actions[plan.stage_to_rank[stage]]
+        expected = []
+        for j in range(4):
+            position = rank_actions.index(
+                next(a for a in rank_actions if a.stage == stage and a.kind == "F" and a.mb == j)
+            )
+            done = sum(1 for a in rank_actions[:position] if a.stage == stage and a.kind == "BW")
+            expected.append((j, done))
+        assert log == expected
+    assert versions[0] != [(j, 0) for j in range(4)], "stage 0 must see updated weights"
+
+    # replay: per stage, keep the weight version each micro-batch's forward saw
+    torch.manual_seed(0)
+    model = LENET.build()
+    x, y = synthetic_batch(LENET.spec, 8, seed=0)
+    xs, ys = torch.tensor_split(x, 4), torch.tensor_split(y, 4)
+    stages = [model[0:6], model[6:12]]
+    history = [[{n: p.detach().clone() for n, p in s.named_parameters()}] for s in stages]
+    loss_fn = loss_for(LENET.spec)
+    # the order of backwards over micro-batches is the same on both stages (1F1B order)
+    for j in range(4):
+        w0 = history[0][versions[0][j][1]]
+        w1 = history[1][versions[1][j][1]]
+        p0 = {n: t.clone().requires_grad_() for n, t in w0.items()}
+        p1 = {n: t.clone().requires_grad_() for n, t in w1.items()}
+        h = torch.func.functional_call(stages[0], p0, (xs[j],))
+        out = torch.func.functional_call(stages[1], p1, (h,))
+        loss = loss_fn(out, ys[j]) * (len(ys[j]) / 8)
+        g0 = torch.autograd.grad(loss, list(p0.values()) + list(p1.values()))
+        for k, (params, grads) in enumerate(((p0, g0[: len(p0)]), (p1, g0[len(p0) :]))):
+            latest = history[k][-1]
+            history[k].append(
+                {n: latest[n] - 0.1 * g for (n, _), g in zip(params.items(), grads, strict=True)}
+            )
+    final = {**history[0][-1], **history[1][-1]}
+    got = merged(result, "params")
+    for name, want in final.items():
+        assert torch.allclose(got[name], want, rtol=1e-5, atol=1e-6), name
+
+
+@pytest.mark.slow
+def test_digits_pipeline_matches_single_process_accuracy() -> None:
+    digits = Workload(model="lenet5", dataset="digits")
+    steps, batch = 80, 64
+    config = RunConfig(lr=3e-3, optimizer="adam", timeout_s=120)
+    job = TrainJob(
+        plan=make_plan("1f1b", 2, 4),
+        partition=from_boundaries([0, 6, 12]),
+        batch=batch,
+        workload=digits,
+        config=config,
+        steps=steps,
+        warmup_steps=0,
+        capture=True,
+    )
+    result = run(TrainJob(**{**job.__dict__}))
+    train, test = load_digits_as_mnist().split(0.8, seed=0)
+
+    def accuracy(params: dict[str, torch.Tensor]) -> float:
+        model = digits.build()
+        model.load_state_dict(params)
+        with torch.no_grad():
+            return (model(test.inputs).argmax(1) == test.targets).float().mean().item()
+
+    torch.manual_seed(0)
+    single = digits.build()
+    opt = torch.optim.Adam(single.parameters(), lr=3e-3)
+    it, epoch, done = iter(()), 0, 0
+    while done < steps:
+        try:
+            x, y = next(it)
+        except StopIteration:
+            it, epoch = train.batches(batch, seed=epoch), epoch + 1
+            continue
+        opt.zero_grad()
+        F.cross_entropy(single(x), y).backward()
+        opt.step()
+        done += 1
+    single_acc = accuracy({n: p.detach() for n, p in single.state_dict().items()})
+    pipe_acc = accuracy(merged(result, "params"))
+    assert single_acc > 0.9
+    assert abs(pipe_acc - single_acc) <= 0.01
+
+
+@pytest.mark.slow
+def test_killed_rank_makes_the_others_report_within_the_timeout() -> None:
+    job = pipeline_job(
+        LENET,
+        "1f1b",
+        3,
+        4,
+        [0, 4, 8, 12],
+        batch=8,
+        config=RunConfig(lr=0.1, timeout_s=8),
+        steps=3,
+        capture=False,
+    )
+    os.environ["PIPECAST_FAULT"] = "1:1"  # rank 1 dies at step 1
+    began = time.perf_counter()
+    try:
+        with pytest.raises(RankFailed) as err:
+            run(job)
+    finally:
+        del os.environ["PIPECAST_FAULT"]
+    elapsed = time.perf_counter() - began
+    assert elapsed < 8 + 30, f"took {elapsed:.0f} s"
+    first = str(err.value).splitlines()[0]
+    assert first.startswith(("rank 0", "rank 2")), first  # a survivor's report, not the death
+    assert "lost contact" in first or "transfer failed" in first or "no progress" in first
+
+
+@pytest.mark.slow
+def test_hung_rank_makes_the_others_report_where_they_wait() -> None:
+    job = pipeline_job(
+        LENET,
+        "1f1b",
+        2,
+        4,
+        [0, 6, 12],
+        batch=8,
+        config=RunConfig(lr=0.1, timeout_s=4),
+        steps=3,
+        capture=False,
+    )
+    os.environ["PIPECAST_FAULT"] = "1:1:hang"
+    began = time.perf_counter()
+    try:
+        with pytest.raises(RankFailed) as err:
+            run(job)
+    finally:
+        del os.environ["PIPECAST_FAULT"]
+    assert time.perf_counter() - began < 4 + 30
+    text = str(err.value)
+    assert text.startswith("rank 0") and "made no progress" in text
+    assert "barrier before step 1" in text
+    assert "rank 0 |" in text  # the plan's grid comes with the report
+
+
+def test_bad_jobs_fail_before_any_process_starts() -> None:
+    good = pipeline_job(LENET, "1f1b", 2, 4, [0, 6, 12], batch=8)
+    with pytest.raises(ConfigError, match="partition has 3 stages, plan 1f1b has 2"):
+        TrainJob(**{**good.__dict__, "partition": from_boundaries([0, 4, 8, 12])}).check()
+    with pytest.raises(ConfigError, match="cannot feed"):
+        TrainJob(**{**good.__dict__, "batch": 3}).check()
+    with pytest.raises(PipecastError):
+        from pipecast.schedule import Plan, validate
+
+        bad = Plan(
+            **{**good.plan.__dict__, "actions": (good.plan.actions[0][1:], good.plan.actions[1])}
+        )
+        validate(bad)
