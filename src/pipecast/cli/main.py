@@ -11,7 +11,16 @@ from pipecast import __version__
 from pipecast.errors import PipecastError
 
 # Each module exposes register(subparsers); the order is the order of `pipecast --help`.
-VERBS: tuple[str, ...] = ("models", "data", "profile", "probe", "partition", "simulate")
+VERBS: tuple[str, ...] = (
+    "models",
+    "data",
+    "profile",
+    "probe",
+    "partition",
+    "simulate",
+    "train",
+    "infer",
+)
 
 _MODULES = {verb: f"pipecast.cli.{verb}_verb" for verb in VERBS}
 

@@ -1,0 +1,117 @@
+"""The Python API: train or run inference on a model through a pipeline, in one call.
+
+import pipecast
+result = pipecast.train(my_sequential, dataset="cifar10", gpus=4, schedule="1f1b",
+                        microbatches=8, batch=256, device="cuda")
+print(result.summary["samples_per_second"])
+"""
+
+from __future__ import annotations
+
+import copy
+
+from torch import nn
+
+from pipecast.data.registry import get_spec
+from pipecast.hardware.load import default_cluster
+from pipecast.models.user import as_sequential
+from pipecast.models.workload import Workload
+from pipecast.partition.types import from_boundaries
+from pipecast.profile.types import Profile
+from pipecast.recommend.auto import auto_partition, quick_profile
+from pipecast.recommend.predict import PLACEMENT, parse_boundaries
+from pipecast.recommend.strategy import Strategy
+from pipecast.runtime.api import JobResult, run_job
+from pipecast.runtime.config import RunConfig
+from pipecast.runtime.job import TrainJob
+from pipecast.schedule.generators import make_plan
+
+
+def make_job(
+    model: nn.Module | list[nn.Module] | Workload,
+    *,
+    dataset: str | None = None,
+    gpus: int = 2,
+    replicas: int = 1,
+    schedule: str = "1f1b",
+    microbatches: int = 8,
+    batch: int = 64,
+    partition: str = "auto",
+    steps: int = 10,
+    warmup_steps: int = 2,
+    device: str = "cpu",
+    config: RunConfig | None = None,
+    exact_init: bool = True,
+) -> tuple[TrainJob, Profile | None]:
+    """The job `train`/`infer` run, built and checked without starting any process, and the
+    quick profile the automatic partition came from (None for explicit boundaries)."""
+    config = config or RunConfig()
+    workload = model if isinstance(model, Workload) else None
+    sequential = None if workload else as_sequential(model)
+    spec = workload.spec if workload else get_spec(dataset or "mnist")
+    stages = gpus // replicas
+    strategy = Strategy(
+        kind="pipeline" if replicas == 1 else "hybrid",
+        stages=stages,
+        replicas=replicas,
+        schedule=schedule,
+        microbatches=microbatches,
+        partition="balanced" if partition == "auto" else partition,
+        recompute=config.recompute,
+    )
+    plan = make_plan(schedule, stages, microbatches)
+    micro_batch = max(batch // (replicas * microbatches), 1)
+    if sequential is not None:
+        blocks = sequential
+    else:
+        assert workload is not None
+        blocks = workload.build("meta")
+    bounds = None if partition == "auto" else parse_boundaries(partition, len(blocks))
+    profile = None
+    if bounds is not None:
+        part = from_boundaries(
+            bounds, placement=PLACEMENT.get(schedule, "one"), ranks=stages, replicas=replicas
+        )
+    else:
+        fresh = copy.deepcopy(sequential) if sequential is not None else workload.build()  # type: ignore[union-attr]
+        profile = quick_profile(
+            fresh,
+            spec,
+            micro_batch,
+            device="cuda" if device == "cuda" else "cpu",
+            dtype=config.dtype,
+            autocast=config.autocast,
+            name=workload.model if workload else "model",
+        )
+        part = auto_partition(profile, default_cluster(profile.device, gpus), strategy, micro_batch)
+    job = TrainJob(
+        plan=plan,
+        partition=part,
+        batch=batch,
+        workload=workload,
+        model=sequential,
+        dataset=dataset or spec.name,
+        replicas=replicas,
+        config=config,
+        device="cuda" if device == "cuda" else "cpu",
+        steps=steps,
+        warmup_steps=warmup_steps,
+        exact_init=exact_init,
+    )
+    job.check()
+    return job, profile
+
+
+def train(model: nn.Module | list[nn.Module] | Workload, **kwargs: object) -> JobResult:
+    """Train `model` (an nn.Sequential, a list of modules, or a Workload) through a pipeline;
+    see make_job for the options. Returns every rank's measurements."""
+    job, _ = make_job(model, **kwargs)  # type: ignore[arg-type]
+    result = run_job(job)
+    assert result is not None
+    return result
+
+
+def infer(model: nn.Module | list[nn.Module] | Workload, **kwargs: object) -> JobResult:
+    """Pipelined inference (a forward-only plan) with the same options as train."""
+    kwargs = {**kwargs, "schedule": "forward-only"}
+    return train(model, **kwargs)

@@ -1,0 +1,152 @@
+"""`pipecast train` and `pipecast infer`: run a model through a pipeline for real."""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from pathlib import Path
+
+from rich.table import Table
+
+from pipecast.api import make_job
+from pipecast.cli.common import add_workload_args, workload_from_args
+from pipecast.cli.console import console, human_bytes, human_seconds
+from pipecast.hardware.load import default_cluster
+from pipecast.recommend.predict import predict
+from pipecast.recommend.strategy import Strategy
+from pipecast.report.trace import write_trace
+from pipecast.runtime.api import JobResult, run_job
+from pipecast.runtime.config import RunConfig
+from pipecast.schedule.generators import SCHEDULES
+
+
+def add_run_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
+    add_workload_args(p)
+    p.add_argument("--gpus", type=int, default=2, help="processes (GPUs, or CPU ranks)")
+    p.add_argument("--replicas", type=int, default=1, help="data-parallel pipeline replicas")
+    if not inference:
+        p.add_argument("--schedule", default="1f1b", help=", ".join(SCHEDULES))
+    p.add_argument("--micro-batches", type=int, default=8)
+    p.add_argument("--batch", type=int, default=64, help="global batch per step")
+    p.add_argument(
+        "--partition",
+        default="auto",
+        help="auto (quick profile + balanced), a method, or boundaries 0,4,10,40",
+    )
+    p.add_argument("--steps", type=int, default=10, help="timed steps")
+    p.add_argument("--warmup-steps", type=int, default=2)
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32")
+    p.add_argument("--autocast", action="store_true")
+    p.add_argument("--optimizer", choices=("sgd", "momentum", "adam"), default="sgd")
+    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--recompute", choices=("none", "all", "all-but-last"), default="none")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds any wait may take")
+    p.add_argument("--out-dir", default="pipecast-out", help="where traces go")
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "train",
+        help="train through a pipeline on torch.distributed",
+        description="Run training steps with a pipeline schedule on one process "
+        "per GPU (NCCL) or CPU ranks (gloo); under torchrun, across nodes.",
+    )
+    add_run_args(p, inference=False)
+    p.set_defaults(func=run, inference=False)
+
+
+def run(args: argparse.Namespace) -> int:
+    workload = workload_from_args(args)
+    schedule = "forward-only" if args.inference else args.schedule
+    config = RunConfig(
+        dtype=args.dtype,
+        autocast=args.autocast,
+        optimizer=args.optimizer,
+        lr=args.lr,
+        recompute=args.recompute,
+        timeout_s=args.timeout,
+    )
+    with console.status(
+        "planning (quick profile and partition)" if args.partition == "auto" else "planning"
+    ):
+        job, profile = make_job(
+            workload,
+            gpus=args.gpus,
+            replicas=args.replicas,
+            schedule=schedule,
+            microbatches=args.micro_batches,
+            batch=args.batch,
+            partition=args.partition,
+            steps=args.steps,
+            warmup_steps=args.warmup_steps,
+            device=args.device,
+            config=config,
+            exact_init=args.device == "cpu",
+        )
+    console.print(
+        f"{schedule} on {job.world} {args.device} rank(s), partition "
+        f"{job.partition.boundaries}, batch {job.batch} in "
+        f"{job.plan.num_microbatches} micro-batches"
+    )
+    with console.status(f"running {args.warmup_steps} warm-up + {args.steps} steps"):
+        result = run_job(job)
+    if result is None:  # a torchrun rank other than 0
+        return 0
+    print_result(result, inference=args.inference)
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    trace = out / f"{workload.model}-{schedule}-{job.world}.measured.trace.json"
+    timelines = [("measured", result.timeline())]
+    if profile is not None:
+        strategy = Strategy(
+            kind="pipeline" if args.replicas == 1 else "hybrid",
+            stages=job.plan.num_ranks,
+            replicas=args.replicas,
+            schedule=schedule,
+            microbatches=args.micro_batches,
+            partition=",".join(map(str, job.partition.boundaries)),
+            recompute=args.recompute,
+        )
+        predicted = predict(
+            profile,
+            default_cluster(profile.device, job.world),
+            strategy,
+            job.batch,
+            optimizer=args.optimizer,
+        )
+        timelines.insert(0, ("predicted", predicted.timeline))
+        console.print(
+            f"predicted step {human_seconds(predicted.step_time)} (from the quick profile)"
+        )
+    write_trace(str(trace), *timelines)
+    console.print(f"trace: {trace}")
+    return 0
+
+
+def print_result(result: JobResult, *, inference: bool) -> None:
+    table = Table(title="per step (slowest rank)")
+    for col in ("step", "time", "samples/s", "loss" if not inference else "-"):
+        table.add_column(col, justify="right")
+    steps: dict[int, float] = {}
+    losses: dict[int, float] = {}
+    for r in result.reports:
+        for s in r.steps:
+            steps[s.step] = max(steps.get(s.step, 0.0), s.seconds)
+            if s.loss is not None and r.replica == 0:
+                losses[s.step] = s.loss
+    for step, seconds in sorted(steps.items()):
+        loss = f"{losses[step]:.4f}" if step in losses and not inference else ""
+        table.add_row(str(step), human_seconds(seconds), f"{result.job.batch / seconds:,.1f}", loss)
+    console.print(table)
+    summary = result.summary
+    memory = ", ".join(human_bytes(m) for m in summary["peak_allocated"])
+    line = (
+        f"median step {human_seconds(summary['step_time'])}, "
+        f"{summary['samples_per_second']:,.1f} samples/s"
+    )
+    if inference and steps:
+        line += f", batch latency {human_seconds(statistics.median(steps.values()))}"
+    console.print(
+        line + (f"; peak memory per rank: {memory}" if any(summary["peak_allocated"]) else "")
+    )

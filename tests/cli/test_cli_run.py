@@ -1,0 +1,116 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from torch import nn
+
+import pipecast.api
+from pipecast.cli.main import main
+
+
+@pytest.mark.slow
+def test_train_verb_runs_and_writes_both_traces(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(
+        [
+            "train",
+            "--model",
+            "lenet5",
+            "--dataset",
+            "digits",
+            "--gpus",
+            "2",
+            "--schedule",
+            "1f1b",
+            "--micro-batches",
+            "4",
+            "--batch",
+            "32",
+            "--steps",
+            "2",
+            "--warmup-steps",
+            "1",
+            "--out-dir",
+            str(tmp_path),
+        ]
+    )
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "samples/s" in out and "predicted step" in out
+    trace = json.loads((tmp_path / "lenet5-1f1b-2.measured.trace.json").read_text())
+    labels = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"}
+    assert any(lbl.startswith("predicted") for lbl in labels)
+    assert any(lbl.startswith("measured") for lbl in labels)
+    measured = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["pid"] >= 100]
+    assert {e["name"] for e in measured} >= {"0F0", "1BW3"}
+
+
+@pytest.mark.slow
+def test_infer_verb(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(
+        [
+            "infer",
+            "--model",
+            "lenet5",
+            "--gpus",
+            "2",
+            "--micro-batches",
+            "2",
+            "--batch",
+            "16",
+            "--steps",
+            "1",
+            "--warmup-steps",
+            "0",
+            "--partition",
+            "0,6,12",
+            "--out-dir",
+            str(tmp_path),
+        ]
+    )
+    assert code == 0
+    assert "batch latency" in capsys.readouterr().out
+
+
+def test_train_bad_input_fails_before_starting(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["train", "--model", "lenet5", "--gpus", "2", "--partition", "0,3,5,12"]) == 2
+    assert "partition has 3 stages" in capsys.readouterr().err
+    assert (
+        main(
+            [
+                "train",
+                "--model",
+                "lenet5",
+                "--gpus",
+                "2",
+                "--batch",
+                "6",
+                "--micro-batches",
+                "8",
+                "--partition",
+                "0,6,12",
+            ]
+        )
+        == 2
+    )
+    assert "cannot feed" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_python_api_trains_a_users_sequential() -> None:
+    model = nn.Sequential(nn.Flatten(), nn.Linear(784, 32), nn.ReLU(), nn.Linear(32, 10))
+    result = pipecast.api.train(
+        model,
+        dataset="mnist",
+        gpus=2,
+        schedule="gpipe",
+        microbatches=2,
+        batch=16,
+        steps=2,
+        warmup_steps=0,
+    )
+    assert result.summary["samples_per_second"] > 0
+    assert result.job.partition.num_blocks == 4
