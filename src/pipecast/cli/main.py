@@ -20,6 +20,9 @@ VERBS: tuple[str, ...] = (
     "simulate",
     "train",
     "infer",
+    "recommend",
+    "bench",
+    "report",
 )
 
 _MODULES = {verb: f"pipecast.cli.{verb}_verb" for verb in VERBS}

@@ -52,8 +52,12 @@ class TrainJob:
                 f"partition has {self.partition.num_stages} stages, plan "
                 f"{self.plan.name} has {self.plan.num_stages}"
             )
-        blocks = len(self.model) if self.model is not None else None
-        if blocks is not None and blocks != self.partition.num_blocks:
+        if self.model is not None:
+            blocks = len(self.model)
+        else:
+            assert self.workload is not None
+            blocks = len(self.workload.build("meta"))
+        if blocks != self.partition.num_blocks:
             raise ConfigError(
                 f"partition covers {self.partition.num_blocks} blocks, the model has {blocks}"
             )

@@ -24,7 +24,9 @@ EXIT_TIMEOUT = 3
 
 
 class Watchdog:
-    def __init__(self, plan: Plan, pipeline_rank: int, global_rank: int, timeout_s: float) -> None:
+    def __init__(
+        self, plan: Plan | None, pipeline_rank: int, global_rank: int, timeout_s: float
+    ) -> None:
         self.plan, self.pipeline_rank, self.global_rank = plan, pipeline_rank, global_rank
         self.timeout_s = timeout_s
         self._action: Action | None = None
@@ -55,10 +57,10 @@ class Watchdog:
         waited = time.monotonic() - self._since
         where = f" at {self._action}" if self._action else ""
         marks = {self.pipeline_rank: self._action} if self._action else {}
+        grid = f"\n{render_grid(self.plan, marks=marks)}" if self.plan is not None else ""
         return (
             f"pipecast: rank {self.global_rank} (pipeline rank {self.pipeline_rank}) made no "
-            f"progress for {waited:.0f} s{where}: {self._what}\n"
-            f"{render_grid(self.plan, marks=marks)}"
+            f"progress for {waited:.0f} s{where}: {self._what}{grid}"
         )
 
     def _watch(self) -> None:

@@ -112,6 +112,7 @@ class _Data:
 
 def run_rank(ctx: Context, job: TrainJob) -> RankReport:
     """The body of one rank (under spawn or torchrun)."""
+    job.check()
     width = job.plan.num_ranks
     pipeline_rank, replica = ctx.rank % width, ctx.rank // width
     own = job.plan.stages_of(pipeline_rank)

@@ -1,0 +1,96 @@
+"""Prediction accuracy: predicted against measured step time and memory, and whether the
+strategy pipecast would pick is the one that measured fastest (the thesis's Tables 8.1 and
+8.2, for pipecast)."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from pipecast.bench.store import Row
+
+
+@dataclass(frozen=True)
+class Comparison:
+    label: str
+    group: str
+    """Configurations in one group compete: same workload, batch and GPU budget."""
+    predicted: float
+    measured: float
+    predicted_memory: float | None
+    measured_memory: float | None
+
+    @property
+    def error(self) -> float:
+        return (self.predicted - self.measured) / self.measured
+
+    @property
+    def memory_error(self) -> float | None:
+        if not self.predicted_memory or not self.measured_memory:
+            return None
+        return (self.predicted_memory - self.measured_memory) / self.measured_memory
+
+
+@dataclass(frozen=True)
+class Decision:
+    group: str
+    picked: str
+    fastest: str
+    slowdown: float
+    """Measured step time of the pick over the measured fastest, minus one (0: right)."""
+
+
+def comparisons(rows: Iterable[Row]) -> list[Comparison]:
+    from pipecast.bench.config import BenchConfig
+
+    out = []
+    for r in rows:
+        if r.status != "ok" or not r.predicted or not r.measured:
+            continue
+        cfg = BenchConfig.from_dict(r.config)
+        group = f"{cfg.workload.key} b{cfg.batch} on {cfg.gpus} GPU(s)"
+        mem = r.measured.get("peak_allocated")
+        out.append(
+            Comparison(
+                cfg.label(),
+                group,
+                r.predicted["step_time"],
+                r.measured["step_time"],
+                max(r.predicted["peak_memory"]) if r.predicted.get("peak_memory") else None,
+                max(mem) if mem else None,
+            )
+        )
+    return out
+
+
+def decisions(comps: list[Comparison]) -> list[Decision]:
+    groups: dict[str, list[Comparison]] = {}
+    for c in comps:
+        groups.setdefault(c.group, []).append(c)
+    out = []
+    for group, items in groups.items():
+        if len(items) < 2:
+            continue
+        picked = min(items, key=lambda c: c.predicted)
+        fastest = min(items, key=lambda c: c.measured)
+        out.append(
+            Decision(group, picked.label, fastest.label, picked.measured / fastest.measured - 1.0)
+        )
+    return out
+
+
+def summary(comps: list[Comparison]) -> dict[str, float | int]:
+    errors = [abs(c.error) for c in comps]
+    mems = [abs(e) for c in comps if (e := c.memory_error) is not None]
+    picks = decisions(comps)
+    return {
+        "configurations": len(comps),
+        "median_abs_error": statistics.median(errors) if errors else float("nan"),
+        "worst_abs_error": max(errors) if errors else float("nan"),
+        "median_abs_memory_error": statistics.median(mems) if mems else float("nan"),
+        "worst_abs_memory_error": max(mems) if mems else float("nan"),
+        "decisions": len(picks),
+        "right": sum(d.slowdown == 0 for d in picks),
+        "within_5_percent": sum(d.slowdown <= 0.05 for d in picks),
+    }

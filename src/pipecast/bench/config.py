@@ -1,0 +1,71 @@
+"""One benchmark configuration: which system runs which workload on how many GPUs."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from pipecast.models.workload import Workload
+from pipecast.training import Recompute
+
+System = Literal["pipecast", "torch", "ddp", "single"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchConfig:
+    suite: str
+    system: System
+    workload: Workload
+    gpus: int
+    batch: int
+    schedule: str = "1f1b"
+    microbatches: int = 1
+    boundaries: tuple[int, ...] = ()
+    """Stage split for pipelines, [0, ..., blocks]."""
+    replicas: int = 1
+    dtype: Literal["fp32", "bf16", "fp16"] = "bf16"
+    device: str = "cuda"
+    steps: int = 6
+    warmup: int = 2
+    recompute: Recompute = "none"
+    accuracy_steps: int = 0
+    """> 0: train on the real digits set for this many steps and record top-1 error."""
+    tags: dict[str, str] = field(default_factory=dict)
+    """Free labels for the report (e.g. split='balanced', study='gpipe')."""
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["workload"] = self.workload.to_dict()
+        d["boundaries"] = list(self.boundaries)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> BenchConfig:
+        d = dict(d)
+        d["workload"] = Workload.from_dict(d["workload"])
+        d["boundaries"] = tuple(d.get("boundaries", ()))
+        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+
+    @property
+    def key(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @property
+    def stages(self) -> int:
+        return self.gpus // self.replicas
+
+    def label(self) -> str:
+        w = self.workload
+        head = f"{w.model}/{w.dataset} b{self.batch}"
+        if self.system == "single":
+            return f"{head} single GPU" + (
+                f" acc{self.microbatches}" if self.microbatches > 1 else ""
+            )
+        if self.system == "ddp":
+            return f"{head} DDP x{self.gpus}"
+        who = "pipecast" if self.system == "pipecast" else "torch"
+        rep = f"{self.replicas}x" if self.replicas > 1 else ""
+        split = self.tags.get("split", "")
+        text = f"{head} {who} {self.schedule} {rep}{self.stages}st M={self.microbatches} {split}"
+        return text.rstrip()

@@ -1,0 +1,58 @@
+"""Attach the simulator's prediction to every configuration pipecast can predict."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipecast.bench.config import BenchConfig
+from pipecast.errors import PipecastError
+from pipecast.hardware.cluster import Cluster
+from pipecast.profile.types import Profile
+from pipecast.recommend.predict import predict
+from pipecast.recommend.strategy import Strategy
+
+
+def strategy_of(cfg: BenchConfig) -> Strategy | None:
+    """The Strategy a configuration executes (None: torch's own schedules)."""
+    if cfg.system == "single":
+        return Strategy(kind="single", microbatches=cfg.microbatches)
+    if cfg.system == "ddp":
+        return Strategy(kind="data", replicas=cfg.gpus)
+    if cfg.system == "pipecast":
+        if cfg.stages == 1:
+            kind = "single" if cfg.replicas == 1 else "data"
+            return Strategy(kind=kind, replicas=cfg.replicas, microbatches=cfg.microbatches)  # type: ignore[arg-type]
+        return Strategy(
+            kind="pipeline" if cfg.replicas == 1 else "hybrid",
+            stages=cfg.stages,
+            replicas=cfg.replicas,
+            schedule=cfg.schedule,
+            microbatches=cfg.microbatches,
+            partition=",".join(map(str, cfg.boundaries)),
+            recompute=cfg.recompute,
+        )
+    return None
+
+
+def predictions(
+    configs: list[BenchConfig], profiles: dict[str, Profile], cluster: Cluster
+) -> dict[str, dict[str, Any]]:
+    """config key -> predicted step time, samples/s, peak memory per GPU, bubble."""
+    out = {}
+    for cfg in configs:
+        strategy = strategy_of(cfg)
+        profile = profiles.get(cfg.workload.key)
+        if strategy is None or profile is None or cfg.accuracy_steps:
+            continue
+        try:
+            pred = predict(profile, cluster, strategy, cfg.batch, memory_margin=0.0)
+        except PipecastError:
+            continue
+        out[cfg.key] = {
+            "step_time": pred.step_time,
+            "samples_per_second": pred.samples_per_second,
+            "peak_memory": list(pred.timeline.peak_memory),
+            "bubble": pred.timeline.bubble_fraction,
+            "exposed_comm": pred.timeline.exposed_comm,
+        }
+    return out

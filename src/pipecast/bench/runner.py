@@ -1,0 +1,247 @@
+"""The suite runner: executes configurations and writes each result as it completes.
+
+Configurations run grouped by GPU count inside one spawned world per group (so process-group
+start-up is paid once). Rank 0 writes every result to the store the moment it is measured. A
+configuration that fails (out of memory, an error) is recorded and the next one starts; one that
+hangs or kills the world is marked failed by the parent, which starts a fresh world for the
+rest. Finished configurations are skipped on a rerun, so a suite resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from itertools import groupby
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from pipecast.bench import baselines
+from pipecast.bench.config import BenchConfig
+from pipecast.bench.store import Store, environment
+from pipecast.bench.timing import gather_peaks
+from pipecast.errors import PipecastError
+from pipecast.partition.types import from_boundaries
+from pipecast.recommend.predict import PLACEMENT
+from pipecast.runtime.config import RunConfig
+from pipecast.runtime.job import TrainJob
+from pipecast.runtime.launch import Backend, Context, RankFailed, spawn
+from pipecast.runtime.watchdog import Watchdog
+from pipecast.runtime.worker import run_rank
+from pipecast.schedule.generators import make_plan
+
+
+def pipecast_job(cfg: BenchConfig, *, capture: bool = False) -> TrainJob:
+    stages = cfg.stages
+    plan = make_plan(cfg.schedule if cfg.stages > 1 else "1f1b", stages, cfg.microbatches)
+    bounds = list(cfg.boundaries) or None
+    if bounds is None:
+        raise PipecastError(f"{cfg.label()}: pipecast configurations need boundaries")
+    part = from_boundaries(
+        bounds,
+        placement=PLACEMENT.get(cfg.schedule, "one"),
+        ranks=stages,
+        replicas=cfg.replicas,
+    )
+    return TrainJob(
+        plan=plan,
+        partition=part,
+        batch=cfg.batch,
+        workload=cfg.workload,
+        replicas=cfg.replicas,
+        config=RunConfig(
+            dtype=cfg.dtype,
+            recompute=cfg.recompute,
+            optimizer="adam" if cfg.accuracy_steps else "sgd",
+            lr=3e-3 if cfg.accuracy_steps else 1e-4,
+            record_events=False,
+            timeout_s=120,
+        ),
+        device="cuda" if cfg.device == "cuda" else "cpu",
+        steps=cfg.accuracy_steps or cfg.steps,
+        warmup_steps=0 if cfg.accuracy_steps else cfg.warmup,
+        exact_init=cfg.device != "cuda" or bool(cfg.accuracy_steps),
+        capture=capture,
+    )
+
+
+def _run_pipecast(ctx: Context, cfg: BenchConfig) -> dict[str, Any]:
+    job = pipecast_job(cfg, capture=bool(cfg.accuracy_steps))
+    report = run_rank(ctx, job)
+    times = sorted(s.seconds for s in report.steps)
+    result: dict[str, Any] = {
+        "step_time": times[len(times) // 2],
+        "peak_allocated": max((s.peak_allocated for s in report.steps), default=0),
+        "peak_reserved": max((s.peak_reserved for s in report.steps), default=0),
+    }
+    result = gather_peaks(result, ctx.device)
+    if cfg.accuracy_steps:
+        result["top1_error"] = _top1_error(ctx, cfg, report.params if report.replica == 0 else {})
+    return result
+
+
+def _top1_error(ctx: Context, cfg: BenchConfig, params: dict[str, torch.Tensor]) -> float | None:
+    from pipecast.data.digits import load_digits_as_mnist
+
+    gathered: list[Any] = [None] * ctx.world
+    dist.gather_object(
+        params, gathered if ctx.rank == 0 else None, dst=0
+    ) if ctx.world > 1 else None
+    if ctx.rank != 0:
+        return None
+    merged: dict[str, torch.Tensor] = {}
+    for part in gathered if ctx.world > 1 else [params]:
+        merged.update(part or {})
+    model = cfg.workload.build()
+    model.load_state_dict(merged)
+    _, test = load_digits_as_mnist().split(0.8, seed=0)
+    with torch.no_grad():
+        correct = float((model(test.inputs).argmax(1) == test.targets).float().mean().item())
+    return 1.0 - correct
+
+
+def run_config(ctx: Context, cfg: BenchConfig) -> dict[str, Any]:
+    """Measure one configuration on this rank (every rank of the world calls this)."""
+    if cfg.system == "pipecast":
+        return _run_pipecast(ctx, cfg)
+    if cfg.system == "single":
+        return baselines.single_device(
+            ctx,
+            cfg.workload,
+            cfg.batch,
+            microbatches=cfg.microbatches,
+            dtype=cfg.dtype,
+            steps=cfg.steps,
+            warmup=cfg.warmup,
+        )
+    if cfg.system == "ddp":
+        return baselines.ddp(
+            ctx, cfg.workload, cfg.batch, dtype=cfg.dtype, steps=cfg.steps, warmup=cfg.warmup
+        )
+    return baselines.torch_pipelining(
+        ctx,
+        cfg.workload,
+        cfg.batch,
+        list(cfg.boundaries),
+        schedule=cfg.schedule,
+        microbatches=cfg.microbatches,
+        dtype=cfg.dtype,
+        steps=cfg.steps,
+        warmup=cfg.warmup,
+    )
+
+
+def _bench_rank(
+    ctx: Context,
+    configs: list[BenchConfig],
+    store_path: str,
+    predicted: dict[str, dict[str, Any]],
+    env: dict[str, Any],
+    timeout_s: float,
+) -> None:
+    store = Store(store_path) if ctx.rank == 0 else None
+    for cfg in configs:
+        if store is not None:
+            store.put(
+                cfg.key, cfg.suite, "started", cfg.to_dict(), env, predicted=predicted.get(cfg.key)
+            )
+        watchdog = Watchdog(None, ctx.rank, ctx.rank, timeout_s)
+        with watchdog:
+            watchdog.at(None, f"running {cfg.label()}")
+            error = None
+            measured: dict[str, Any] = {}
+            try:
+                measured = run_config(ctx, cfg)
+            except (PipecastError, torch.OutOfMemoryError, RuntimeError) as exc:
+                error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+            if ctx.device.type == "cuda":
+                torch.cuda.empty_cache()
+            ok = torch.tensor([0 if error else 1], device=ctx.device)
+            if ctx.world > 1:
+                dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+            watchdog.idle()
+        if store is not None:
+            if ok.item() and not error:
+                measured["samples_per_second"] = cfg.batch / measured["step_time"]
+                store.put(
+                    cfg.key, cfg.suite, "ok", cfg.to_dict(), env, measured, predicted.get(cfg.key)
+                )
+                print(
+                    f"[ok] {cfg.label()}: {measured['samples_per_second']:,.1f} samples/s",
+                    flush=True,
+                )
+            else:
+                store.put(
+                    cfg.key,
+                    cfg.suite,
+                    "failed",
+                    cfg.to_dict(),
+                    env,
+                    None,
+                    predicted.get(cfg.key),
+                    error or "failed on another rank",
+                )
+                print(f"[failed] {cfg.label()}: {error or 'failed on another rank'}", flush=True)
+
+
+def run_suite(
+    configs: list[BenchConfig],
+    store_path: str,
+    *,
+    predicted: dict[str, dict[str, Any]] | None = None,
+    timeout_s: float = 300.0,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> Store:
+    """Run every configuration not yet finished in the store; return the store."""
+    store = Store(store_path)
+    predicted = predicted or {}
+    pending = [c for c in configs if not store.done(c.key)]
+    total, finished = len(configs), len(configs) - len(pending)
+    stop = threading.Event()
+
+    def poll() -> None:
+        while not stop.wait(1.0):
+            if on_progress is not None:
+                on_progress(sum(store.done(c.key) for c in configs), total)
+
+    watcher = threading.Thread(target=poll, daemon=True)
+    watcher.start()
+    try:
+        for (gpus, device), group in groupby(
+            sorted(pending, key=lambda c: (c.gpus, c.device)), key=lambda c: (c.gpus, c.device)
+        ):
+            remaining = list(group)
+            env = environment(device if device == "cpu" else "cuda")
+            backend: Backend = "nccl" if device == "cuda" else "gloo"
+            while remaining:
+                try:
+                    spawn(
+                        _bench_rank,
+                        gpus,
+                        (remaining, str(store.path), predicted, env, timeout_s),
+                        backend=backend,
+                        timeout_s=timeout_s + 60,
+                        grace_s=30,
+                    )
+                except RankFailed as exc:
+                    for cfg in remaining:
+                        if not store.done(cfg.key):
+                            store.put(
+                                cfg.key,
+                                cfg.suite,
+                                "failed",
+                                cfg.to_dict(),
+                                env,
+                                None,
+                                predicted.get(cfg.key),
+                                str(exc).splitlines()[0][:300],
+                            )
+                            break
+                remaining = [c for c in remaining if not store.done(c.key)]
+    finally:
+        stop.set()
+        if on_progress is not None:
+            on_progress(sum(store.done(c.key) for c in configs), total)
+    del finished
+    return store

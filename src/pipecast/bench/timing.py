@@ -1,0 +1,62 @@
+"""Timing steps the way the anchors were measured: barrier before and after each step,
+warm-up steps first, the median of the rest."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from pipecast import devices
+
+
+def barrier(device: torch.device) -> None:
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        if device.type == "cuda":
+            dist.barrier(device_ids=[device.index or 0])
+        else:
+            dist.barrier()
+    devices.synchronize(device)
+
+
+def timed_steps(
+    step: Callable[[], Any], device: torch.device, *, steps: int, warmup: int
+) -> dict[str, Any]:
+    devices.reset_peak(device)
+    times = []
+    for i in range(warmup + steps):
+        barrier(device)
+        began = time.perf_counter()
+        step()
+        barrier(device)
+        if i >= warmup:
+            times.append(time.perf_counter() - began)
+    return {
+        "step_time": statistics.median(times),
+        "step_times": times,
+        "peak_allocated": devices.peak_allocated(device),
+        "peak_reserved": devices.peak_reserved(device),
+    }
+
+
+def gather_peaks(result: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    """Every rank's peak memory, and the slowest rank's step time, on every rank."""
+    if not (dist.is_initialized() and dist.get_world_size() > 1):
+        result["peak_allocated"] = [result["peak_allocated"]]
+        result["peak_reserved"] = [result["peak_reserved"]]
+        return result
+    values = torch.tensor(
+        [result["peak_allocated"], result["peak_reserved"], int(result["step_time"] * 1e9)],
+        dtype=torch.int64,
+        device=device,
+    )
+    out = [torch.zeros_like(values) for _ in range(dist.get_world_size())]
+    dist.all_gather(out, values)
+    result["peak_allocated"] = [int(v[0]) for v in out]
+    result["peak_reserved"] = [int(v[1]) for v in out]
+    result["step_time"] = max(int(v[2]) for v in out) / 1e9
+    return result

@@ -1,0 +1,92 @@
+"""`pipecast bench`: run a benchmark suite into the results store (resumable)."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.table import Table
+
+from pipecast.bench.config import BenchConfig
+from pipecast.bench.predictions import predictions
+from pipecast.bench.runner import run_suite
+from pipecast.bench.suites import SUITES, suite
+from pipecast.cli.console import console, human_seconds, progress
+from pipecast.hardware.load import default_cluster, load_cluster
+from pipecast.profile.profiler import ProfileOptions, profile_model
+from pipecast.profile.types import Profile
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "bench",
+        help="run a benchmark suite (pipecast against its baselines)",
+        description="Run every configuration of a suite with pipecast's runtime "
+        "and, in the same launch, single-device, DDP and torch.distributed."
+        "pipelining baselines. Results go to a SQLite store as each completes; "
+        "rerunning resumes where it stopped.",
+    )
+    p.add_argument("--suite", default="quick", help=", ".join(SUITES))
+    p.add_argument("--store", default="pipecast-out/bench.sqlite")
+    p.add_argument("--cluster", help="cluster for the predicted columns (default: a preset)")
+    p.add_argument("--timeout", type=float, default=300.0, help="per configuration")
+    p.set_defaults(func=run)
+
+
+def profiles_for(configs: list[BenchConfig]) -> dict[str, Profile]:
+    """A quick profile of each workload at the micro-batch sizes its configurations use."""
+    out: dict[str, Profile] = {}
+    by_key: dict[str, tuple[BenchConfig, set[int]]] = {}
+    for c in configs:
+        size = max(c.batch // (c.replicas * c.microbatches), 1)
+        cfg, sizes = by_key.setdefault(c.workload.key, (c, set()))
+        sizes.add(size)
+    for key, (cfg, sizes) in by_key.items():
+        options = ProfileOptions(
+            micro_batches=tuple(sorted(sizes)),
+            device=cfg.device if cfg.device == "cpu" else "cuda",
+            dtype=cfg.dtype,
+            warmup=1,
+            repeats=3,
+        )
+        out[key] = profile_model(
+            cfg.workload.build(), cfg.workload.spec, options, model_name=cfg.workload.model
+        )
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    configs = suite(args.suite)
+    with console.status("profiling the suite's workloads for the predicted columns"):
+        profiles = profiles_for(configs)
+    first = next(iter(profiles.values()))
+    cluster = load_cluster(args.cluster) if args.cluster else default_cluster(first.device, 8)
+    predicted = predictions(configs, profiles, cluster)
+    with progress() as bar:
+        task = bar.add_task(f"suite {args.suite}", total=len(configs))
+        store = run_suite(
+            configs,
+            args.store,
+            predicted=predicted,
+            timeout_s=args.timeout,
+            on_progress=lambda done, total: bar.update(task, completed=done),
+        )
+    table = Table(title=f"suite {args.suite}: {args.store}")
+    for col in ("configuration", "status", "step", "samples/s", "predicted", "top-1 error"):
+        table.add_column(col, justify="left" if col == "configuration" else "right")
+    keys = {c.key for c in configs}
+    for row in store.rows(suite=args.suite):
+        if row.key not in keys:
+            continue
+        cfg = BenchConfig.from_dict(row.config)
+        m, p = row.measured or {}, row.predicted or {}
+        err = m.get("top1_error")
+        table.add_row(
+            cfg.label(),
+            row.status if row.status == "ok" else f"[red]{row.status}[/]",
+            human_seconds(m["step_time"]) if "step_time" in m else "",
+            f"{m['samples_per_second']:,.1f}" if "samples_per_second" in m else "",
+            human_seconds(p["step_time"]) if "step_time" in p else "",
+            f"{err:.1%}" if err is not None else "",
+        )
+    console.print(table)
+    return 0

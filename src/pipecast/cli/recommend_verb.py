@@ -1,0 +1,218 @@
+"""`pipecast recommend`: the fastest way to train a model on your GPUs, before you spend them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+from rich.table import Table
+
+from pipecast import jsonio
+from pipecast.cli.common import add_workload_args, workload_from_args
+from pipecast.cli.console import console, human_bytes, human_seconds, progress
+from pipecast.errors import ConfigError
+from pipecast.hardware.load import load_cluster
+from pipecast.profile.types import Profile
+from pipecast.recommend.calibrate import calibrated_cluster, calibrated_profile, profile_sizes
+from pipecast.recommend.rank import Recommendation, recommend
+from pipecast.recommend.validate import Measured, decide, measure
+from pipecast.runtime.config import RunConfig
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "recommend",
+        help="rank single-GPU, data-parallel, pipeline and hybrid strategies; pick the fastest",
+        description="Predict every strategy's step time and per-GPU memory with the simulator "
+        "(from a cached profile and probe of this machine, measured on first use), drop what "
+        "does not fit, rank the rest and explain the winner. --validate K runs the top K.",
+    )
+    add_workload_args(p, required=False)
+    p.add_argument(
+        "--batch",
+        type=int,
+        default=0,
+        help="global batch per step (default: 256 on GPUs, 32 on CPU)",
+    )
+    p.add_argument("--gpus", type=int, default=0, help="GPUs (default: all here, or 4)")
+    p.add_argument(
+        "--device",
+        choices=("auto", "cuda", "cpu"),
+        default="auto",
+        help="where to profile (auto: cuda if present)",
+    )
+    p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32")
+    p.add_argument("--autocast", action="store_true")
+    p.add_argument("--cluster", help="cluster JSON or preset instead of probing this machine")
+    p.add_argument("--profile", help="use this profile instead of the cached one")
+    p.add_argument("--optimizer", choices=("sgd", "momentum", "adam"), default="sgd")
+    p.add_argument("--memory-margin", type=float, default=0.1)
+    p.add_argument(
+        "--epoch-samples",
+        type=int,
+        default=0,
+        help="samples per epoch for the time-per-epoch column (default: 50,000)",
+    )
+    p.add_argument(
+        "--methods",
+        default="balanced",
+        help="partition methods to consider, comma-separated (e.g. balanced,blocks)",
+    )
+    p.add_argument("--top", type=int, default=12, help="rows to show")
+    p.add_argument(
+        "--validate",
+        type=int,
+        default=0,
+        metavar="K",
+        help="run the top K for a few steps and decide by measurement",
+    )
+    p.add_argument("-o", "--output", default="pipecast-out/recommendation.json")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    device = args.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.model is None:  # a sensible default: ResNet-50 on GPUs, a small job on a CPU
+        args.model, args.dataset = (
+            ("resnet50", "imagenet") if device == "cuda" else ("resnet18", "cifar10")
+        )
+        if device == "cuda" and args.dtype == "fp32":
+            args.dtype = "bf16"
+    args.batch = args.batch or (256 if device == "cuda" else 32)
+    workload = workload_from_args(args)
+    gpus = args.gpus or (torch.cuda.device_count() if device == "cuda" else 4)
+    if gpus < 1:
+        raise ConfigError(f"--gpus must be at least 1, got {gpus}")
+    if args.profile:
+        profile = Profile.load(args.profile)
+    else:
+        sizes = profile_sizes(args.batch, gpus)
+        with progress() as bar:
+            task = bar.add_task("calibrating: profiling", total=None)
+            profile, cached = calibrated_profile(
+                workload,
+                sizes,
+                device=device,
+                dtype=args.dtype,
+                autocast=args.autocast,
+                progress=lambda label: bar.update(
+                    task, advance=1, description=f"profiling {label}"
+                ),
+            )
+        console.print(
+            f"profile: {'cached' if cached else 'measured'} on {profile.device} at "
+            f"micro-batches {list(profile.micro_batches)}"
+        )
+    if args.cluster:
+        cluster = load_cluster(args.cluster)
+    else:
+        with console.status("calibrating: probing links"):
+            cluster, cached = calibrated_cluster(gpus, device)
+        console.print(
+            f"cluster: {'cached' if cached else 'probed'} {cluster.world} x "
+            f"{cluster.device}, {cluster.memory_bytes / 2**30:.1f} GiB each"
+        )
+    methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
+    epoch = args.epoch_samples or 50_000
+    rec = recommend(
+        profile,
+        cluster,
+        args.batch,
+        gpus=gpus,
+        optimizer=args.optimizer,
+        memory_margin=args.memory_margin,
+        epoch_samples=epoch,
+        methods=methods,
+    )
+    print_recommendation(rec, args.top)
+    measured: list[Measured] = []
+    if args.validate:
+        config = RunConfig(dtype=args.dtype, autocast=args.autocast, optimizer=args.optimizer)
+        local = torch.cuda.device_count() if device == "cuda" else 8
+        runnable = [p for p in rec.ranked if p.strategy.gpus <= local][: args.validate]
+        for pred in runnable:
+            with console.status(f"validating {pred.strategy.label()}"):
+                measured.append(measure(pred, workload, device=device, config=config))
+        print_validation(measured)
+    _write(args.output, rec, measured)
+    return 0
+
+
+def print_recommendation(rec: Recommendation, top: int) -> None:
+    table = Table(
+        title=f"strategies for batch {rec.batch}, fastest first "
+        f"({len(rec.ranked)} fit, {len(rec.rejected)} do not)"
+    )
+    for col in ("#", "strategy", "step", "samples/s", "epoch", "peak memory/GPU", "bubble", "comm"):
+        table.add_column(col, justify="left" if col == "strategy" else "right")
+    for i, pred in enumerate(rec.ranked[:top], 1):
+        t = pred.timeline
+        table.add_row(
+            str(i),
+            pred.strategy.label(),
+            human_seconds(pred.step_time),
+            f"{pred.samples_per_second:,.1f}",
+            human_seconds(rec.epoch_time(pred)),
+            human_bytes(pred.peak_memory),
+            f"{t.bubble_fraction:.0%}",
+            f"{pred.comm_fraction:.0%}",
+        )
+    console.print(table)
+    for r in rec.rejected[:3]:
+        console.print(f"[dim]does not fit: {r.strategy.label()}: {r.reason}[/]")
+    console.print(f"[bold green]recommendation:[/] {rec.reason()}")
+
+
+def print_validation(measured: list[Measured]) -> None:
+    table = Table(title="validation: predicted against measured")
+    for col in ("strategy", "predicted", "measured", "error"):
+        table.add_column(col, justify="left" if col == "strategy" else "right")
+    for m in measured:
+        table.add_row(
+            m.prediction.strategy.label(),
+            human_seconds(m.prediction.step_time),
+            human_seconds(m.step_time),
+            f"{m.error:+.1%}",
+        )
+    console.print(table)
+    if measured:
+        console.print(
+            f"[bold green]measured fastest:[/] {decide(measured).prediction.strategy.label()}"
+        )
+
+
+def _write(path: str, rec: Recommendation, measured: list[Measured]) -> None:
+    doc = {
+        "batch": rec.batch,
+        "recommended": rec.best.strategy.to_dict(),
+        "reason": rec.reason(),
+        "ranked": [
+            {
+                "strategy": p.strategy.to_dict(),
+                "label": p.strategy.label(),
+                "step_time": p.step_time,
+                "samples_per_second": p.samples_per_second,
+                "peak_memory": p.peak_memory,
+                "bubble": p.timeline.bubble_fraction,
+                "partition": p.partition.boundaries,
+            }
+            for p in rec.ranked
+        ],
+        "rejected": [{"label": r.strategy.label(), "reason": r.reason} for r in rec.rejected],
+        "validation": [
+            {
+                "label": m.prediction.strategy.label(),
+                "predicted": m.prediction.step_time,
+                "measured": m.step_time,
+                "error": m.error,
+            }
+            for m in measured
+        ],
+    }
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    jsonio.write_atomic(path, json.dumps(doc, indent=1))
+    console.print(f"written to {path}")

@@ -1,0 +1,101 @@
+"""Calibration: the first recommendation on a machine measures what it needs (a profile at
+the micro-batch sizes the strategies use, and the links) and caches it; later runs for the
+same model and machine read the cache and take seconds."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from pipecast import devices
+from pipecast.hardware.cluster import Cluster
+from pipecast.hardware.probe import ProbeOptions, probe
+from pipecast.models.workload import Workload
+from pipecast.profile.profiler import ProfileOptions, profile_model
+from pipecast.profile.types import Dtype, Profile
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("PIPECAST_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "pipecast"
+    )
+    path = Path(root)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def profile_sizes(batch: int, gpus: int) -> tuple[int, ...]:
+    """Powers of two from the smallest micro-batch any strategy uses to the largest."""
+    smallest = max(1, batch // (gpus * 64))
+    sizes, s = [], 1
+    while s <= batch:
+        if s >= smallest // 2:
+            sizes.append(s)
+        s *= 2
+    return tuple(sizes)
+
+
+def _key(*parts: object) -> str:
+    return hashlib.sha256("|".join(map(str, parts)).encode()).hexdigest()[:16]
+
+
+def calibrated_profile(
+    workload: Workload,
+    sizes: tuple[int, ...],
+    *,
+    device: str,
+    dtype: Dtype,
+    autocast: bool,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[Profile, bool]:
+    """The cached profile for this workload and device, measuring what is missing.
+    Returns (profile, came_from_cache)."""
+    dev = devices.resolve(device)
+    name = devices.name(dev)
+    key = _key(workload.key, name, dtype, autocast, torch.__version__, sizes)
+    path = cache_dir() / f"profile-{workload.model.replace(':', '_')}-{key}.json"
+    if path.exists():
+        return Profile.load(str(path)), True
+    options = ProfileOptions(
+        micro_batches=sizes, device=device, dtype=dtype, autocast=autocast, warmup=2, repeats=5
+    )
+    profile = profile_model(
+        workload.build(),
+        workload.spec,
+        options,
+        model_name=workload.model,
+        workload=workload.to_dict(),
+        progress=progress,
+    )
+    profile.save(str(path))
+    return profile, False
+
+
+def calibrated_cluster(gpus: int, device: str) -> tuple[Cluster, bool]:
+    """The cached probe of `gpus` devices of this machine (measured on first use)."""
+    dev = "cuda" if device.startswith("cuda") else "cpu"
+    name = devices.name(devices.resolve(device))
+    path = cache_dir() / f"cluster-{_key(name, gpus, dev, torch.__version__)}.json"
+    if path.exists():
+        return Cluster.load(str(path)), True
+    count = gpus if dev == "cuda" else max(2, min(gpus, 2))
+    result = probe(
+        ProbeOptions(
+            devices=count,
+            device=dev,
+            max_bytes=64 * 2**20,
+            repeats=3,
+            matmul_size=0 if dev == "cuda" else 512,
+        )
+    )
+    cluster = result.cluster
+    if dev == "cpu" and gpus > count:
+        cluster = cluster.subset(count).__class__(
+            **{**cluster.__dict__, "gpus_per_node": gpus, "pairs": {}}
+        )
+    cluster.save(str(path))
+    return cluster, False

@@ -1,0 +1,75 @@
+"""The strategies a user would consider for G GPUs and a global batch."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from pipecast.recommend.strategy import Strategy
+from pipecast.training import Recompute
+
+PIPELINE_SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-v")
+
+
+def gpu_counts(gpus: int) -> list[int]:
+    """1, 2, 4, ... up to `gpus`, and `gpus` itself."""
+    counts, g = [], 1
+    while g < gpus:
+        counts.append(g)
+        g *= 2
+    return [*counts, gpus]
+
+
+def _divisors_pow2(n: int, limit: int = 64) -> list[int]:
+    out, m = [], 1
+    while m <= min(n, limit):
+        if n % m == 0:
+            out.append(m)
+        m *= 2
+    return out
+
+
+def strategies(
+    gpus: int,
+    batch: int,
+    *,
+    blocks: int,
+    schedules: Sequence[str] = PIPELINE_SCHEDULES,
+    methods: Sequence[str] = ("balanced",),
+    recompute: bool = True,
+) -> Iterator[Strategy]:
+    """Every single-GPU, data-parallel, pipeline and hybrid strategy on up to `gpus` GPUs.
+
+    Micro-batch counts are powers of two that divide the batch: up to 8 for accumulation, and
+    S, 2S, 4S, 8S for pipelines of S stages."""
+    for g in gpu_counts(gpus):
+        share = batch // g if batch % g == 0 else 0
+        for m in _divisors_pow2(share, 8) if share else []:
+            if g == 1:
+                yield Strategy(kind="single", replicas=1, microbatches=m)
+            else:
+                yield Strategy(kind="data", replicas=g, microbatches=m)
+        for stages in (s for s in gpu_counts(g) if s >= 2 and g % s == 0):
+            replicas = g // stages
+            if batch % replicas:
+                continue
+            per_replica = batch // replicas
+            for schedule in schedules:
+                virtual = 2 if schedule in ("interleaved", "zb-v") else 1
+                if stages * virtual > blocks:
+                    continue
+                for factor in (1, 2, 4, 8):
+                    m = stages * factor
+                    if per_replica % m:
+                        continue
+                    for method in methods:
+                        options: tuple[Recompute, ...] = ("none", "all") if recompute else ("none",)
+                        for rc in options:
+                            yield Strategy(
+                                kind="pipeline" if replicas == 1 else "hybrid",
+                                stages=stages,
+                                replicas=replicas,
+                                schedule=schedule,
+                                microbatches=m,
+                                partition=method,
+                                recompute=rc,
+                            )

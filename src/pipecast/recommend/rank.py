@@ -1,0 +1,122 @@
+"""Predict every strategy, drop what does not fit, rank the rest, explain the winner."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pipecast.errors import ConfigError, PipecastError
+from pipecast.hardware.cluster import Cluster
+from pipecast.profile.types import Profile
+from pipecast.recommend.enumerate import strategies
+from pipecast.recommend.predict import Prediction, predict
+from pipecast.recommend.strategy import Strategy
+from pipecast.training import Optimizer
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rejected:
+    strategy: Strategy
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Recommendation:
+    ranked: tuple[Prediction, ...]
+    """Strategies that fit, fastest first."""
+    rejected: tuple[Rejected, ...] = field(default_factory=tuple)
+    batch: int
+    epoch_samples: int
+
+    @property
+    def best(self) -> Prediction:
+        return self.ranked[0]
+
+    def epoch_time(self, pred: Prediction) -> float:
+        return self.epoch_samples / pred.samples_per_second if pred.samples_per_second else 0.0
+
+    def reason(self) -> str:
+        return explain(self.best, self.ranked)
+
+
+def recommend(
+    profile: Profile,
+    cluster: Cluster,
+    batch: int,
+    *,
+    gpus: int | None = None,
+    optimizer: Optimizer = "sgd",
+    memory_margin: float = 0.1,
+    epoch_samples: int = 0,
+    methods: tuple[str, ...] = ("balanced",),
+    schedules: tuple[str, ...] | None = None,
+) -> Recommendation:
+    """Rank every strategy on up to `gpus` GPUs (default: the whole cluster)."""
+    gpus = gpus or cluster.world
+    if gpus > cluster.world:
+        raise ConfigError(f"{gpus} GPUs requested but the cluster has {cluster.world}")
+    if batch < 1:
+        raise ConfigError(f"batch must be at least 1, got {batch}")
+    kwargs = {"schedules": schedules} if schedules else {}
+    fits, rejected = [], []
+    without_recompute: set[Strategy] = set()
+    for strategy in strategies(gpus, batch, blocks=profile.num_blocks, methods=methods, **kwargs):  # type: ignore[arg-type]
+        base = Strategy(**{**strategy.to_dict(), "recompute": "none"})
+        if strategy.recompute != "none" and base in without_recompute:
+            continue  # recomputation only where it is needed to fit
+        try:
+            pred = predict(
+                profile, cluster, strategy, batch, optimizer=optimizer, memory_margin=memory_margin
+            )
+        except PipecastError as exc:
+            rejected.append(Rejected(strategy=strategy, reason=str(exc).splitlines()[0]))
+            continue
+        if pred.fits:
+            fits.append(pred)
+            if strategy.recompute == "none":
+                without_recompute.add(strategy)
+        else:
+            need, have = pred.peak_memory / 2**30, pred.memory_limit / 2**30
+            rejected.append(
+                Rejected(
+                    strategy=strategy, reason=f"needs {need:.2f} GiB per GPU, {have:.2f} GiB usable"
+                )
+            )
+    if not fits:
+        smallest = min((r for r in rejected), key=lambda r: r.reason, default=None)
+        raise ConfigError(
+            f"no strategy fits on {gpus} GPU(s) of {cluster.memory_bytes / 2**30:.1f} GiB "
+            f"(e.g. {smallest.strategy.label()}: {smallest.reason}): use more GPUs, a smaller "
+            "batch, or a smaller model"
+            if smallest
+            else "no strategy to evaluate"
+        )
+    ranked = tuple(sorted(fits, key=lambda p: (p.step_time, p.strategy.gpus)))
+    return Recommendation(
+        ranked=ranked, rejected=tuple(rejected), batch=batch, epoch_samples=epoch_samples
+    )
+
+
+def explain(best: Prediction, ranked: tuple[Prediction, ...]) -> str:
+    """One line: why the winner wins, against the best of each other kind."""
+    others = {}
+    for pred in ranked[1:]:
+        kind = "pipeline" if pred.strategy.kind == "hybrid" else pred.strategy.kind
+        own = "pipeline" if best.strategy.kind == "hybrid" else best.strategy.kind
+        if kind != own and kind not in others:
+            others[kind] = pred
+    parts = [
+        f"{best.strategy.label()} is predicted fastest at {best.samples_per_second:,.1f} samples/s"
+    ]
+    for pred in others.values():
+        parts.append(
+            f"{best.step_time and pred.step_time / best.step_time:.2f}x faster than "
+            f"{pred.strategy.label()}"
+        )
+    t = best.timeline
+    detail = []
+    if best.strategy.stages > 1:
+        detail.append(f"bubble {t.bubble_fraction:.0%}")
+    if t.exposed_comm > 0:
+        detail.append(f"exposed communication {best.comm_fraction:.0%}")
+    text = "; ".join(parts)
+    return text + (f" ({', '.join(detail)})" if detail else "")

@@ -1,0 +1,218 @@
+"""The report: HTML and Markdown pages built from the results store and saved profiles.
+
+Every figure is a PNG written next to the page; the page links each one, and the traces."""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pipecast.bench.accuracy import comparisons, decisions, summary
+from pipecast.bench.config import BenchConfig
+from pipecast.bench.store import Store
+from pipecast.hardware.cluster import Cluster
+from pipecast.partition import METHODS, Setting, analyze, partition
+from pipecast.profile.types import Profile
+from pipecast.report import observations, plots
+
+
+@dataclass
+class Section:
+    title: str
+    paragraphs: list[str] = field(default_factory=list)
+    table: list[list[str]] | None = None
+    images: list[str] = field(default_factory=list)
+
+
+def build(
+    store_path: str,
+    out_dir: str,
+    *,
+    profiles: Sequence[str] = (),
+    probe: str | None = None,
+    cluster: Cluster | None = None,
+    traces: Sequence[str] = (),
+    title: str = "pipecast report",
+) -> tuple[str, str]:
+    """Write report.html and report.md into `out_dir`; return their paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = list(Store(store_path).rows())
+    sections: list[Section] = []
+
+    results = Section("Results", [f"{len(rows)} configurations in {html.escape(store_path)}."])
+    table = [
+        [
+            "suite",
+            "configuration",
+            "status",
+            "samples/s",
+            "step (ms)",
+            "predicted (ms)",
+            "error",
+            "card",
+        ]
+    ]
+    for r in rows:
+        cfg = BenchConfig.from_dict(r.config)
+        m, p = r.measured or {}, r.predicted or {}
+        err = ""
+        if "step_time" in m and "step_time" in p:
+            err = f"{(p['step_time'] - m['step_time']) / m['step_time']:+.1%}"
+        table.append(
+            [
+                r.suite,
+                cfg.label(),
+                r.status if r.status == "ok" else f"{r.status}: {r.error}",
+                f"{m['samples_per_second']:,.1f}" if "samples_per_second" in m else "",
+                f"{m['step_time'] * 1e3:.2f}" if "step_time" in m else "",
+                f"{p['step_time'] * 1e3:.2f}" if "step_time" in p else "",
+                err,
+                r.environment.get("card", ""),
+            ]
+        )
+    results.table = table
+    if img := plots.speedups(rows, str(out / "speedups.png")):
+        results.images.append(img)
+    sections.append(results)
+
+    study = Section("Micro-batches and splits (the GPipe study's figures)")
+    if img := plots.gpipe_study(rows, str(out / "gpipe_study.png")):
+        study.images.append(img)
+    study.paragraphs += observations.microbatch_trend(rows)
+    sections.append(study)
+
+    comps = comparisons(rows)
+    acc = Section("Prediction accuracy")
+    if comps:
+        s = summary(comps)
+        acc.paragraphs.append(
+            f"{s['configurations']} configurations: median |error| {s['median_abs_error']:.1%}, "
+            f"worst {s['worst_abs_error']:.1%}; memory median |error| "
+            f"{s['median_abs_memory_error']:.1%}, worst {s['worst_abs_memory_error']:.1%}; the "
+            f"predicted-fastest was the measured fastest in {s['right']} of {s['decisions']} "
+            f"decisions and within 5% in {s['within_5_percent']}."
+        )
+        acc.table = [["group", "pipecast would pick", "measured fastest", "cost of the pick"]]
+        acc.table += [
+            [d.group, d.picked, d.fastest, f"{d.slowdown:+.1%}"] for d in decisions(comps)
+        ]
+        if img := plots.accuracy(comps, str(out / "accuracy.png")):
+            acc.images.append(img)
+    else:
+        acc.paragraphs.append("No configuration has both a prediction and a measurement yet.")
+    sections.append(acc)
+
+    errors = [
+        (BenchConfig.from_dict(r.config), r.measured["top1_error"])
+        for r in rows
+        if r.status == "ok" and r.measured and r.measured.get("top1_error") is not None
+    ]
+    if errors:
+        top1 = Section("Training accuracy on real data (digits)")
+        top1.table = [["configuration", "how", "top-1 error"]]
+        top1.table += [[c.label(), c.tags.get("accuracy", ""), f"{e:.1%}"] for c, e in errors]
+        sections.append(top1)
+
+    for path in profiles:
+        profile = Profile.load(path)
+        sec = Section(f"Profile: {profile.model} on {profile.dataset} ({profile.device})")
+        sec.images.append(
+            plots.profile_breakdown(profile, str(out / f"profile_{Path(path).stem}.png"))
+        )
+        if cluster is not None:
+            stages = min(4, profile.num_blocks)
+            mb = max(profile.micro_batches)
+            setting = Setting(micro_batch=mb, memory_margin=0.0)
+            sec.table = [["method", "boundaries", "efficiency (compute)", "efficiency (with comm)"]]
+            for method in METHODS:
+                rep = analyze(
+                    profile, partition(profile, cluster, stages, setting, method), cluster, mb
+                )
+                sec.table.append(
+                    [
+                        method,
+                        str(rep.boundaries),
+                        f"{rep.efficiency_compute:.3f}",
+                        f"{rep.efficiency_with_comm:.3f}",
+                    ]
+                )
+            sec.paragraphs += observations.balancing(profile, cluster, stages)
+        sections.append(sec)
+
+    if probe:
+        raw = json.loads(Path(probe).read_text())
+        comm = Section("Communication against tensor size")
+        if img := plots.communication(raw.get("p2p", {}), str(out / "communication.png")):
+            comm.images.append(img)
+        comm.paragraphs += observations.communication_linearity(raw.get("p2p", {}))
+        sections.append(comm)
+
+    if traces:
+        sections.append(
+            Section(
+                "Traces",
+                [
+                    f'<a href="{html.escape(t)}">{html.escape(t)}</a> '
+                    "(open in https://ui.perfetto.dev)"
+                    for t in traces
+                ],
+            )
+        )
+    page = _html(title, sections, out)
+    md = _markdown(title, sections, out)
+    (out / "report.html").write_text(page)
+    (out / "report.md").write_text(md)
+    return str(out / "report.html"), str(out / "report.md")
+
+
+def _rel(path: str, out: Path) -> str:
+    return str(Path(path).resolve().relative_to(out.resolve()))
+
+
+def _html(title: str, sections: list[Section], out: Path) -> str:
+    parts = [
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
+        "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:"
+        "collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px}img{max-width:100%}"
+        "</style></head><body>",
+        f"<h1>{html.escape(title)}</h1>",
+    ]
+    for s in sections:
+        parts.append(f"<h2>{html.escape(s.title)}</h2>")
+        parts += [f"<p>{p if p.startswith('<a ') else html.escape(p)}</p>" for p in s.paragraphs]
+        if s.table:
+            head, *body = s.table
+            parts.append(
+                "<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>"
+            )
+            parts += [
+                "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
+                for row in body
+            ]
+            parts.append("</table>")
+        parts += [
+            f"<img src='{html.escape(_rel(i, out))}' alt='{html.escape(s.title)}'>"
+            for i in s.images
+        ]
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def _markdown(title: str, sections: list[Section], out: Path) -> str:
+    lines = [f"# {title}", ""]
+    for s in sections:
+        lines += [f"## {s.title}", ""]
+        lines += [p for p in s.paragraphs] + [""] if s.paragraphs else []
+        if s.table:
+            head, *body = s.table
+            lines.append("| " + " | ".join(head) + " |")
+            lines.append("|" + "---|" * len(head))
+            lines += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in body]
+            lines.append("")
+        lines += [f"![{s.title}]({_rel(i, out)})" for i in s.images]
+        lines.append("")
+    return "\n".join(lines)

@@ -1,0 +1,146 @@
+"""The plots the background studies drew, from the results store, profiles and probes."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.figure import Figure
+
+from pipecast.bench.accuracy import Comparison
+from pipecast.bench.config import BenchConfig
+from pipecast.bench.store import Row
+from pipecast.profile.types import Profile
+
+
+def _save(fig: Figure, path: str) -> str:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def gpipe_study(rows: Sequence[Row], path: str) -> str | None:
+    """End-to-end step time against micro-batches, one line per split count."""
+    series: dict[str, dict[int, list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        cfg = BenchConfig.from_dict(r.config)
+        if r.status == "ok" and r.measured and cfg.tags.get("study") == "gpipe":
+            series[cfg.workload.key][cfg.gpus].append((cfg.microbatches, r.measured["step_time"]))
+    if not series:
+        return None
+    fig, axes = plt.subplots(1, len(series), figsize=(5.5 * len(series), 4), squeeze=False)
+    for ax, (workload, by_split) in zip(axes[0], sorted(series.items()), strict=True):
+        for splits, points in sorted(by_split.items()):
+            points.sort()
+            ax.plot(
+                [m for m, _ in points],
+                [t * 1e3 for _, t in points],
+                marker="o",
+                label=f"{splits} split(s)",
+            )
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("micro-batches")
+        ax.set_ylabel("step time (ms)")
+        ax.set_title(workload, fontsize=9)
+        ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def speedups(rows: Sequence[Row], path: str) -> str | None:
+    """Samples/s of every configuration relative to one device, per workload."""
+    groups: dict[str, list[tuple[str, float]]] = defaultdict(list)
+    base: dict[str, float] = {}
+    for r in rows:
+        if r.status != "ok" or not r.measured or "samples_per_second" not in r.measured:
+            continue
+        cfg = BenchConfig.from_dict(r.config)
+        if cfg.accuracy_steps:
+            continue
+        key = f"{cfg.workload.key} b{cfg.batch}"
+        groups[key].append(
+            (cfg.label().split(f"b{cfg.batch} ", 1)[-1], r.measured["samples_per_second"])
+        )
+        if cfg.system == "single" and cfg.microbatches == 1:
+            base[key] = r.measured["samples_per_second"]
+    groups = {k: v for k, v in groups.items() if k in base and len(v) > 1}
+    if not groups:
+        return None
+    fig, axes = plt.subplots(
+        len(groups),
+        1,
+        figsize=(10, 0.32 * sum(len(v) for v in groups.values()) + 1.5 * len(groups)),
+        squeeze=False,
+    )
+    for ax, (key, items) in zip(axes[:, 0], groups.items(), strict=True):
+        items.sort(key=lambda item: item[1])
+        ratios = [v / base[key] for _, v in items]
+        colours = [
+            "#C44E52" if "torch" in n else "#4C72B0" if "pipecast" in n else "#8C8C8C"
+            for n, _ in items
+        ]
+        ax.barh([n for n, _ in items], ratios, color=colours)
+        ax.axvline(1.0, color="black", linewidth=0.8)
+        ax.set_xlabel("speed-up over one device (samples/s ratio)")
+        ax.set_title(key, fontsize=9)
+        ax.tick_params(axis="y", labelsize=7)
+    return _save(fig, path)
+
+
+def accuracy(comps: Sequence[Comparison], path: str) -> str | None:
+    if not comps:
+        return None
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    measured = np.array([c.measured for c in comps]) * 1e3
+    predicted = np.array([c.predicted for c in comps]) * 1e3
+    ax.scatter(measured, predicted, s=18)
+    top = max(measured.max(), predicted.max()) * 1.1
+    ax.plot([0, top], [0, top], color="black", linewidth=0.8)
+    for band in (0.9, 1.1):
+        ax.plot([0, top], [0, top * band], color="grey", linewidth=0.5, linestyle="--")
+    ax.set_xlabel("measured step time (ms)")
+    ax.set_ylabel("predicted step time (ms)")
+    ax.set_title("predicted against measured (dashed: ±10%)", fontsize=9)
+    return _save(fig, path)
+
+
+def profile_breakdown(profile: Profile, path: str) -> str:
+    mb = max(profile.micro_batches)
+    costs = [profile.cost(i, mb) for i in range(profile.num_blocks)]
+    x = np.arange(profile.num_blocks)
+    f = np.array([c.forward for c in costs]) * 1e3
+    b = np.array([c.backward_input for c in costs]) * 1e3
+    w = np.array([c.backward_weight for c in costs]) * 1e3
+    fig, ax = plt.subplots(figsize=(max(6, 0.22 * len(x) + 2), 3.6))
+    ax.bar(x, f, label="forward", color="#4C72B0")
+    ax.bar(x, b, bottom=f, label="backward: input (B)", color="#DD8452")
+    ax.bar(x, w, bottom=f + b, label="backward: weights (W)", color="#55A868")
+    ax.set_xlabel("block")
+    ax.set_ylabel("ms")
+    ax.set_title(
+        f"{profile.model} on {profile.dataset}, {profile.device}, micro-batch {mb}", fontsize=9
+    )
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def communication(p2p: dict[str, list[list[float]]], path: str) -> str | None:
+    if not p2p:
+        return None
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    for pair, samples in sorted(p2p.items())[:6]:
+        ax.plot(
+            [s / 2**20 for s, _ in samples], [t * 1e3 for _, t in samples], marker=".", label=pair
+        )
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("message (MiB)")
+    ax.set_ylabel("one-way time (ms)")
+    ax.set_title("point-to-point time against tensor size", fontsize=9)
+    ax.legend(fontsize=7)
+    return _save(fig, path)

@@ -1,0 +1,93 @@
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from pipecast.bench.accuracy import Comparison, decisions, summary
+from pipecast.bench.runner import run_suite
+from pipecast.bench.store import Store
+from pipecast.bench.suites import LENET, quick
+from pipecast.cli.main import main
+
+
+@pytest.fixture(scope="module")
+def quick_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("bench") / "bench.sqlite"
+    began = time.perf_counter()
+    assert main(["bench", "--suite", "quick", "--store", str(path)]) == 0
+    assert time.perf_counter() - began < 300  # the CI bar: under 5 minutes
+    return path
+
+
+@pytest.mark.slow
+def test_quick_suite_writes_every_configuration(quick_store: Path) -> None:
+    rows = list(Store(quick_store).rows(suite="quick"))
+    assert len(rows) == len(quick())
+    assert all(r.status == "ok" for r in rows), [r.error for r in rows if r.status != "ok"]
+    systems = {r.config["system"] for r in rows}
+    assert systems == {"pipecast", "torch", "ddp", "single"}
+    assert all(r.environment["torch"] for r in rows)
+    predicted = [r for r in rows if r.predicted]
+    assert len(predicted) >= 8  # every pipecast, DDP and single-device row has a prediction
+    errors = {
+        r.config["tags"]["accuracy"]: r.measured["top1_error"]
+        for r in rows
+        if r.config["tags"].get("accuracy")
+    }
+    assert set(errors) == {"single device", "data parallel", "pipeline"}
+    assert all(e < 0.1 for e in errors.values())  # digits trains to > 90% every way
+    assert abs(errors["pipeline"] - errors["single device"]) <= 0.01
+
+
+@pytest.mark.slow
+def test_report_renders_with_every_image(quick_store: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    assert main(["report", "--store", str(quick_store), "-o", str(out)]) == 0
+    page = (out / "report.html").read_text()
+    images = re.findall(r"<img src='([^']+)'", page)
+    assert len(images) >= 3  # speed-ups, micro-batch study, accuracy
+    for image in images:
+        assert (out / image).read_bytes()[:4] == b"\x89PNG"
+    md = (out / "report.md").read_text()
+    assert "| suite | configuration |" in md and "Prediction accuracy" in md
+
+
+@pytest.mark.slow
+def test_suite_resumes_and_records_failures(tmp_path: Path) -> None:
+    store_path = str(tmp_path / "s.sqlite")
+    base = quick()[0]
+    good = replace(base, suite="t")
+    bad = replace(base, suite="t", system="pipecast", gpus=2, boundaries=(0, 6, 99))
+    run_suite([good, bad], store_path)
+    rows = {r.key: r for r in Store(store_path).rows()}
+    assert rows[good.key].status == "ok"
+    assert rows[bad.key].status == "failed" and rows[bad.key].error
+    first = rows[good.key].measured
+    run_suite([good, bad], store_path)  # nothing left to do: rows stay as they were
+    assert {r.key: r.measured for r in Store(store_path).rows()}[good.key] == first
+
+
+def test_accuracy_harness_arithmetic() -> None:
+    comps = [
+        Comparison("a", "g", 1.0, 1.1, 10.0, 10.0),
+        Comparison("b", "g", 2.0, 1.0, None, None),
+        Comparison("c", "h", 1.0, 1.0, 9.0, 10.0),
+    ]
+    d = {x.group: x for x in decisions(comps)}
+    assert d["g"].picked == "a" and d["g"].fastest == "b"
+    assert d["g"].slowdown == pytest.approx(0.1)
+    s = summary(comps)
+    assert s["worst_abs_error"] == pytest.approx(1.0)
+    assert s["median_abs_memory_error"] == pytest.approx(0.05)
+    assert LENET.model == "lenet5"
+
+
+def test_report_without_store_is_a_clean_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["report", "--store", str(tmp_path / "none.sqlite")]) == 2
+    assert "run `pipecast bench` first" in capsys.readouterr().err

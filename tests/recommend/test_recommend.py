@@ -1,0 +1,94 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tests.partition.test_partition import make_profile
+
+from pipecast.cli.main import main
+from pipecast.errors import ConfigError
+from pipecast.hardware.presets import describe
+from pipecast.models import Workload
+from pipecast.profile.profiler import ProfileOptions, profile_model
+from pipecast.recommend.predict import predict
+from pipecast.recommend.rank import recommend
+from pipecast.recommend.strategy import Strategy
+from pipecast.recommend.validate import measure
+from pipecast.runtime.config import RunConfig
+
+GPUS = describe(gpus_per_node=4, memory="80GiB", intra_bandwidth="100GB/s")
+
+
+def test_enumerates_every_kind_and_ranks_by_time() -> None:
+    p = make_profile([1e-3] * 12, params=[10**6] * 12)
+    rec = recommend(p, GPUS, 64)
+    kinds = {pred.strategy.kind for pred in rec.ranked}
+    assert kinds == {"single", "data", "pipeline", "hybrid"}
+    times = [pred.step_time for pred in rec.ranked]
+    assert times == sorted(times)
+    assert rec.reason().startswith(rec.best.strategy.label())
+
+
+def test_memory_drops_strategies_and_says_why() -> None:
+    small = describe(gpus_per_node=4, memory="4GiB")
+    p = make_profile([1e-3] * 8, params=[2**30 // 2] * 8)  # 4 GiB of weights: 8 GiB with grads
+    rec = recommend(p, small, 32)
+    assert all(
+        pred.strategy.stages >= 4 or pred.strategy.kind == "hybrid" == False for pred in rec.ranked
+    )
+    assert any("GiB per GPU" in r.reason for r in rec.rejected)
+    assert all(pred.peak_memory <= pred.memory_limit for pred in rec.ranked)
+    tiny = describe(gpus_per_node=2, memory="1GiB")
+    with pytest.raises(ConfigError, match="no strategy fits on 2 GPU"):
+        recommend(p, tiny, 32)
+
+
+def test_batch_that_cannot_split() -> None:
+    p = make_profile([1e-3] * 4)
+    with pytest.raises(ConfigError, match="does not split into"):
+        predict(p, GPUS, Strategy(kind="pipeline", stages=2, microbatches=8), 12)
+
+
+@pytest.mark.slow
+def test_ranking_follows_measurement_where_it_differs_2x() -> None:
+    """One rank, batch 64: whole batch at once against 64 micro-batches of 1. The simulator
+    says accumulation of 64 is over 2x slower; so does the runtime on this machine."""
+    w = Workload(model="lenet5", dataset="mnist")
+    profile = profile_model(w.build(), w.spec, ProfileOptions(micro_batches=(1, 64), repeats=5))
+    cpu = describe(gpus_per_node=1, memory="8GiB")
+    fast = predict(profile, cpu, Strategy(kind="single", microbatches=1), 64)
+    slow = predict(profile, cpu, Strategy(kind="single", microbatches=64), 64)
+    assert slow.step_time > 2 * fast.step_time
+    config = RunConfig(timeout_s=120)
+    m_fast = measure(fast, w, device="cpu", config=config, steps=3, warmup_steps=1)
+    m_slow = measure(slow, w, device="cpu", config=config, steps=3, warmup_steps=1)
+    assert m_slow.step_time > m_fast.step_time
+
+
+@pytest.mark.slow
+def test_recommend_cli_calibrates_once_then_uses_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PIPECAST_CACHE", str(tmp_path / "cache"))
+    argv = [
+        "recommend",
+        "--model",
+        "lenet5",
+        "--dataset",
+        "mnist",
+        "--batch",
+        "16",
+        "--gpus",
+        "2",
+        "--device",
+        "cpu",
+        "-o",
+        str(tmp_path / "rec.json"),
+    ]
+    assert main(argv) == 0
+    first = capsys.readouterr().out
+    assert "profile: measured" in first and "recommendation:" in first
+    assert main(argv) == 0
+    second = capsys.readouterr().out
+    assert "profile: cached" in second and "cluster: cached" in second
+    assert (tmp_path / "rec.json").exists()
