@@ -10,6 +10,7 @@ rest. Finished configurations are skipped on a rerun, so a suite resumes where i
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from itertools import groupby
 from typing import Any
@@ -139,9 +140,19 @@ def _bench_rank(
     predicted: dict[str, dict[str, Any]],
     env: dict[str, Any],
     timeout_s: float,
+    deadline: float | None,
 ) -> None:
     store = Store(store_path) if ctx.rank == 0 else None
     for cfg in configs:
+        go = torch.tensor(
+            [1 if deadline is None or time.time() < deadline else 0], device=ctx.device
+        )
+        if ctx.world > 1:  # rank 0's clock decides, so every rank stops at the same config
+            dist.broadcast(go, src=0)
+        if not go.item():
+            if store is not None:
+                print(f"[skipped] {cfg.label()}: out of time", flush=True)
+            break
         if store is not None:
             store.put(
                 cfg.key, cfg.suite, "started", cfg.to_dict(), env, predicted=predicted.get(cfg.key)
@@ -192,8 +203,10 @@ def run_suite(
     predicted: dict[str, dict[str, Any]] | None = None,
     timeout_s: float = 300.0,
     on_progress: Callable[[int, int], None] | None = None,
+    deadline: float | None = None,
 ) -> Store:
-    """Run every configuration not yet finished in the store; return the store."""
+    """Run every configuration not yet finished in the store; return the store. After
+    `deadline` (a time.time() value) no new configuration starts; they stay pending."""
     store = Store(store_path)
     predicted = predicted or {}
     pending = [c for c in configs if not store.done(c.key)]
@@ -214,12 +227,12 @@ def run_suite(
             remaining = list(group)
             env = environment(device if device == "cpu" else "cuda")
             backend: Backend = "nccl" if device == "cuda" else "gloo"
-            while remaining:
+            while remaining and (deadline is None or time.time() < deadline):
                 try:
                     spawn(
                         _bench_rank,
                         gpus,
-                        (remaining, str(store.path), predicted, env, timeout_s),
+                        (remaining, str(store.path), predicted, env, timeout_s, deadline),
                         backend=backend,
                         timeout_s=timeout_s + 60,
                         grace_s=30,

@@ -88,12 +88,19 @@ def anchors(
     gpt_split8: tuple[int, ...] = tuple(range(0, 25, 3)),
     vgg_balanced: tuple[int, ...] = (0, 4, 10, 21, 40),
     vgg_pipecast: tuple[int, ...] | None = None,
+    *,
+    gpus: int = 4,
+    gpt: Workload = GPT,
+    vgg: Workload = VGG16,
+    gpt_batch: int = 32,
+    vgg_batch: int = 128,
 ) -> list[BenchConfig]:
-    """ANCHORS.md: GPT (batch 32) and VGG-16 (batch 128) on 4 GPUs, pipecast and baselines."""
-    g = BenchConfig(suite="anchors", system="single", workload=GPT, gpus=1, batch=32)
-    gt = replace(g, system="torch", gpus=4, boundaries=gpt_split)
-    gp = replace(g, system="pipecast", gpus=4, boundaries=gpt_split, tags={"split": "same"})
-    out = [replace(g, microbatches=m) for m in (1, 16)] + [replace(g, system="ddp", gpus=4)]
+    """ANCHORS.md: GPT (batch 32) and VGG-16 (batch 128) on 4 GPUs, pipecast and baselines.
+    (Other sizes and workloads serve dry runs of the same matrix.)"""
+    g = BenchConfig(suite="anchors", system="single", workload=gpt, gpus=1, batch=gpt_batch)
+    gt = replace(g, system="torch", gpus=gpus, boundaries=gpt_split)
+    gp = replace(g, system="pipecast", gpus=gpus, boundaries=gpt_split, tags={"split": "same"})
+    out = [replace(g, microbatches=m) for m in (1, 16)] + [replace(g, system="ddp", gpus=gpus)]
     for m in (8, 16):
         out += [replace(gt, schedule=s, microbatches=m) for s in ("gpipe", "1f1b")]
         out += [replace(gp, schedule=s, microbatches=m) for s in ("gpipe", "1f1b", "zb-h1")]
@@ -105,15 +112,22 @@ def anchors(
         replace(gp, schedule=s, microbatches=8, boundaries=gpt_split8)
         for s in ("interleaved", "zb-v")
     ]
-    v = BenchConfig(suite="anchors", system="single", workload=VGG16, gpus=1, batch=128)
+    v = BenchConfig(suite="anchors", system="single", workload=vgg, gpus=1, batch=vgg_batch)
     vt = replace(
-        v, system="torch", gpus=4, schedule="1f1b", boundaries=vgg_balanced, tags={"split": "same"}
+        v,
+        system="torch",
+        gpus=gpus,
+        schedule="1f1b",
+        boundaries=vgg_balanced,
+        tags={"split": "same"},
     )
     vp = replace(vt, system="pipecast")
-    out += [v, replace(v, system="ddp", gpus=4)]
+    out += [v, replace(v, system="ddp", gpus=gpus)]
+    blocks = vgg_balanced[-1]
+    equal = tuple(round(blocks * i / gpus) for i in range(gpus + 1))
     for m in (4, 8):
         out += [
-            replace(vt, microbatches=m, boundaries=(0, 10, 20, 30, 40), tags={"split": "equal"}),
+            replace(vt, microbatches=m, boundaries=equal, tags={"split": "equal"}),
             replace(vt, microbatches=m),
         ]
         for s in ("1f1b", "zb-h1"):

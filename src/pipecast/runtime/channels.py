@@ -96,7 +96,7 @@ class Channels:
         for k in range(replicas):
             for src, dst in sorted(orders):
                 ranks = [k * width + src, k * width + dst]
-                group = dist.new_group(sorted(ranks)) if dist.is_initialized() else None
+                group = cached_group(ranks, "p2p") if dist.is_initialized() else None
                 if k != replica:
                     continue
                 if src == pipeline_rank:
@@ -186,6 +186,23 @@ class Channels:
         buf = torch.empty(shape, dtype=dtype, device=self.device)
         ch.pending[key] = (buf, _work(dist.irecv(buf, ch.peer, group=ch.group)))
         ch.posted += 1
+
+
+_GROUPS: dict[tuple[int, tuple[int, ...], str], dist.ProcessGroup] = {}
+
+
+def cached_group(ranks: list[int], purpose: str) -> dist.ProcessGroup:
+    """A process group per (ordered ranks, purpose), created once per world: jobs run one
+    after another in the same world (benchmarks) reuse communicators instead of piling them up.
+    Every rank asks for the same groups in the same order, so the collective new_group calls
+    stay matched."""
+    world = id(dist.group.WORLD)
+    key = (world, tuple(ranks), purpose)
+    if key not in _GROUPS:
+        group = dist.new_group(sorted(ranks))
+        assert group is not None
+        _GROUPS[key] = group
+    return _GROUPS[key]
 
 
 def _work(work: dist.Work | None) -> dist.Work:

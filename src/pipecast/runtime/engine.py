@@ -23,7 +23,7 @@ from pipecast import devices
 from pipecast.errors import ConfigError, PipecastError
 from pipecast.runtime import microbatch
 from pipecast.runtime.backward import WeightWork, backward_full, backward_input, backward_weight
-from pipecast.runtime.channels import Channels
+from pipecast.runtime.channels import Channels, cached_group
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.events import ActionClock
 from pipecast.runtime.stage import StageModule
@@ -91,7 +91,7 @@ class PipelineEngine:
         self.dp_group: dist.ProcessGroup | None = None
         if replicas > 1:
             for r in range(width):  # collective: every rank creates every group, in order
-                group = dist.new_group([k * width + r for k in range(replicas)])
+                group = cached_group([k * width + r for k in range(replicas)], "dp")
                 if r == pipeline_rank:
                     self.dp_group = group
         self.clock = ActionClock(device, config.record_events)
