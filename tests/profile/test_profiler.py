@@ -107,3 +107,11 @@ def test_bf16_profile_halves_bytes() -> None:
     assert bf16.param_bytes * 2 == fp32.param_bytes
     assert bf16.blocks[3].costs[4].output_bytes * 2 == fp32.blocks[3].costs[4].output_bytes
     assert torch.get_default_dtype() == torch.float32
+
+
+def test_profiler_measures_what_b_keeps_for_w() -> None:
+    model = nn.Sequential(nn.Linear(8, 16), nn.Linear(16, 8))
+    spec = get_spec("embeddings", seq_len=1, width=8)
+    p = profile_model(model, spec, ProfileOptions(micro_batches=(10,), warmup=0, repeats=1))
+    assert p.blocks[0].costs[10].held_bytes == 0  # the first block does all its work in B
+    assert p.blocks[1].costs[10].held_bytes == 10 * 8 * 4  # the gradient of its (10, 8) output

@@ -129,3 +129,19 @@ def test_speed_bars() -> None:
                     n += 1
     assert n >= 1000
     assert time.perf_counter() - began < 10.0
+
+
+def test_split_backward_holds_captured_gradients_until_w() -> None:
+    st = StageTimes(
+        forward=1,
+        backward_input=1,
+        backward_weight=1,
+        backward=2,
+        activation_bytes=100,
+        held_bytes=40,
+    )
+    zb = simulate(make_plan("zb-h1", 2, 4), Costs(stages=(st, st)))
+    one = simulate(make_plan("1f1b", 2, 4), Costs(stages=(st, st)))
+    # the last stage runs W(j) two B's later: its peak holds more than 1F1B's
+    assert zb.peak_memory[1] > one.peak_memory[1]
+    assert zb.peak_memory[1] <= 4 * (100 + 40)

@@ -150,6 +150,9 @@ def torch_pipelining(
 
     stages_total = len(boundaries) - 1
     world = ctx.world
+    blocks = len(workload.build("meta"))
+    if boundaries[0] != 0 or boundaries[-1] != blocks:
+        raise ConfigError(f"split {boundaries} must run from block 0 to the model's {blocks}")
     if schedule in ("interleaved", "interleaved-zb"):
         own = [ctx.rank + k * world for k in range(stages_total // world)]
     elif schedule == "zb-v":

@@ -12,7 +12,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from itertools import groupby
 from typing import Any
 
 import torch
@@ -221,10 +220,10 @@ def run_suite(
     watcher = threading.Thread(target=poll, daemon=True)
     watcher.start()
     try:
-        for (gpus, device), group in groupby(
-            sorted(pending, key=lambda c: (c.gpus, c.device)), key=lambda c: (c.gpus, c.device)
-        ):
-            remaining = list(group)
+        groups: dict[tuple[int, str], list[BenchConfig]] = {}
+        for cfg in pending:  # one world per GPU count, in the order the suite lists them
+            groups.setdefault((cfg.gpus, cfg.device), []).append(cfg)
+        for (gpus, device), remaining in groups.items():
             env = environment(device if device == "cpu" else "cuda")
             backend: Backend = "nccl" if device == "cuda" else "gloo"
             while remaining and (deadline is None or time.time() < deadline):

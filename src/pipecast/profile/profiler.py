@@ -137,30 +137,46 @@ def _saved_storages(run: _BlockRun, param_ptrs: set[int]) -> tuple[dict[int, int
     return saved, out
 
 
+INNER = 4
+"""Ops timed back to back per measurement: the device runs them without waiting for the
+host between them, so launch and Python overheads of a lone op stay out of its time."""
+
+
 def _measure_block(
     run: _BlockRun, grad_out: torch.Tensor
-) -> tuple[float, float, float, float, float]:
+) -> tuple[float, float, float, float, float, int]:
+    """(forward, B, W, BW, relative spread, bytes held between B and W) of one block."""
     dev, opts = run.device, run.options
     samples: dict[str, list[float]] = {"f": [], "b": [], "w": [], "bw": []}
+    held = 0
     for rep in range(opts.warmup + opts.repeats):
-        (_, out), t_f = devices.timed(dev, run.forward)
+        outs, t_f = devices.timed(dev, lambda: [run.forward()[1] for _ in range(INNER)])
 
-        def split_b(out: torch.Tensor = out) -> WeightWork:
-            return backward_input(out, grad_out, run.stage_input(), run.params)[1]
+        def split_b(outs: list[torch.Tensor] = outs) -> list[WeightWork]:
+            return [backward_input(o, grad_out, run.stage_input(), run.params)[1] for o in outs]
 
-        work, t_b = devices.timed(dev, split_b)
-        _, t_w = devices.timed(dev, partial(backward_weight, work))
+        works, t_b = devices.timed(dev, split_b)
+        held = max(held, works[0].held_bytes)
+
+        def weights(works: list[WeightWork] = works) -> None:
+            for w in works:
+                backward_weight(w)
+
+        _, t_w = devices.timed(dev, weights)
         run.clear_grads()
-        del out, work
-        _, out2 = run.forward()
-        _, t_bw = devices.timed(
-            dev, partial(backward_full, out2, grad_out, run.stage_input(), run.params)
-        )
+        del outs, works
+        outs2 = [run.forward()[1] for _ in range(INNER)]
+
+        def full(outs2: list[torch.Tensor] = outs2) -> None:
+            for o in outs2:
+                backward_full(o, grad_out, run.stage_input(), run.params)
+
+        _, t_bw = devices.timed(dev, full)
         run.clear_grads()
-        del out2
+        del outs2
         if rep >= opts.warmup:
             for key, value in (("f", t_f), ("b", t_b), ("w", t_w), ("bw", t_bw)):
-                samples[key].append(value)
+                samples[key].append(value / INNER)
     totals = [f + bw for f, bw in zip(samples["f"], samples["bw"], strict=True)]
     return (
         robust(samples["f"]).median,
@@ -168,6 +184,7 @@ def _measure_block(
         robust(samples["w"]).median,
         robust(samples["bw"]).median,
         robust(totals).spread,
+        held,
     )
 
 
@@ -246,9 +263,9 @@ def profile_model(
                 backward_full(out, grad_out, run.stage_input(), run.params)
                 peak = max(devices.peak_allocated(device) - base - saved_total - out_bytes, 0)
                 run.clear_grads()
-                f, b, w, bw, spread = _measure_block(run, grad_out)
+                f, b, w, bw, spread, held = _measure_block(run, grad_out)
                 if index == 0:  # the first stage never sends an input gradient
-                    b, w = bw, 0.0
+                    b, w, held = bw, 0.0, 0
                 costs[index][mb] = BlockCost(
                     forward=f,
                     backward_input=b,
@@ -258,6 +275,7 @@ def profile_model(
                     saved_bytes=saved_total - (in_bytes if shared else 0),
                     peak_bytes=peak,
                     spread=spread,
+                    held_bytes=held,
                 )
                 input_counted[index] = saves_input and not shared
                 if mb == sizes[0]:

@@ -38,6 +38,8 @@ class BlockCost:
     """Transient memory beyond inputs and saved tensors at the block's peak (0: unmeasured)."""
     spread: float = 0.0
     """Relative spread of forward + backward time across repeats."""
+    held_bytes: int = 0
+    """Output gradients B captures and keeps until W (zero-bubble schedules' extra memory)."""
 
     def to_json(self) -> dict[str, Any]:
         return {f: getattr(self, f) for f in self.__dataclass_fields__}
@@ -74,6 +76,8 @@ class StageCost:
     param_bytes: int
     peak_bytes: int
     optimizer_step: float
+    held_bytes: int = 0
+    """Bytes kept from B until W under a split backward."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,6 +131,7 @@ class Profile:
             param_bytes=int(t["param"][stop] - t["param"][start]),
             peak_bytes=max(c.peak_bytes for c in costs[start:stop]),
             optimizer_step=t["opt"][stop] - t["opt"][start],
+            held_bytes=int(t["held"][stop] - t["held"][start]),
         )
 
     def loss_cost(self, micro_batch: int) -> tuple[float, float]:
@@ -166,7 +171,7 @@ class Profile:
         if micro_batch not in self._cache:
             costs = self._interpolated(micro_batch)
             table: dict[str, list[float]] = {
-                k: [0.0] for k in ("f", "b", "w", "bw", "saved", "param", "opt")
+                k: [0.0] for k in ("f", "b", "w", "bw", "saved", "param", "opt", "held")
             }
             for block, c in zip(self.blocks, costs, strict=True):
                 for key, value in (
@@ -177,6 +182,7 @@ class Profile:
                     ("saved", c.saved_bytes),
                     ("param", block.param_bytes),
                     ("opt", block.optimizer_step),
+                    ("held", c.held_bytes),
                 ):
                     table[key].append(table[key][-1] + value)
             self._cache[micro_batch] = table
@@ -298,4 +304,5 @@ def _interp_cost(costs: dict[int, BlockCost], micro_batch: int) -> BlockCost:
         saved_bytes=scaled(base.saved_bytes),
         peak_bytes=scaled(base.peak_bytes),
         spread=base.spread,
+        held_bytes=scaled(base.held_bytes),
     )

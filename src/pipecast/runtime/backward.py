@@ -23,6 +23,12 @@ import torch
 from torch.autograd.graph import GradientEdge, Node
 
 _ACCUMULATE = "AccumulateGrad"
+_EDGE_BACKWARD = True
+
+
+def _disable_edge_backward() -> None:
+    global _EDGE_BACKWARD
+    _EDGE_BACKWARD = False
 
 
 @dataclass
@@ -32,6 +38,18 @@ class WeightWork:
     captured: list[tuple[Node, tuple[torch.Tensor | None, ...], list[torch.Tensor]]] = field(
         default_factory=list
     )
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of the output gradients B captured and W still needs."""
+        seen: dict[int, int] = {}
+        for _, grads, _ in self.captured:
+            for g in grads:
+                if g is not None:
+                    storage = g.untyped_storage()
+                    seen[storage.data_ptr()] = storage.nbytes()
+        return sum(seen.values())
+
     uncovered: list[torch.Tensor] = field(default_factory=list)
     output: torch.Tensor | None = None
     grad_output: torch.Tensor | None = None
@@ -113,11 +131,11 @@ def backward_full(
     inputs = [stage_input, *trainable] if stage_input is not None and wants_input else trainable
     if not inputs or not output.requires_grad:
         return None
-    grads = torch.autograd.grad(output, inputs, _seed(output, grad_output), allow_unused=True)
-    if wants_input:
-        _accumulate(inputs[1:], grads[1:])
-        return grads[0]
-    _accumulate(inputs, grads)
+    # autograd accumulates into .grad itself (in C++), as .backward() does
+    torch.autograd.backward(output, _seed(output, grad_output), inputs=inputs)
+    if stage_input is not None and wants_input:
+        grad_input, stage_input.grad = stage_input.grad, None
+        return grad_input
     return None
 
 
@@ -167,13 +185,14 @@ def backward_weight(work: WeightWork) -> None:
         if not slots:
             continue
         edges = [GradientEdge(node, i) for i in slots]
-        grads = torch.autograd.grad(
-            edges,
-            params,
-            [g for g in grad_outputs if g is not None],
-            retain_graph=True,
-            allow_unused=True,
-        )
+        seeds = [g for g in grad_outputs if g is not None]
+        if _EDGE_BACKWARD:
+            try:  # accumulate in C++, as .backward() does
+                torch.autograd.backward(edges, seeds, retain_graph=True, inputs=params)
+                continue
+            except TypeError:  # this torch takes no GradientEdge in backward()
+                _disable_edge_backward()
+        grads = torch.autograd.grad(edges, params, seeds, retain_graph=True, allow_unused=True)
         _accumulate(params, grads)
     if work.uncovered and work.output is not None:
         grads = torch.autograd.grad(

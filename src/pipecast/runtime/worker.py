@@ -84,8 +84,8 @@ def _blocks(job: TrainJob, ctx: Context, own: list[int]) -> dict[int, nn.Sequent
 class _Data:
     """The same batches on every rank; each replica takes its slice."""
 
-    def __init__(self, job: TrainJob, spec: DatasetSpec) -> None:
-        self.job, self.spec = job, spec
+    def __init__(self, job: TrainJob, spec: DatasetSpec, device: torch.device) -> None:
+        self.job, self.spec, self.device = job, spec, device
         self.real = None
         if (job.workload and job.workload.dataset == "digits") or job.dataset == "digits":
             self.real = load_digits_as_mnist().split(0.8, seed=0)[0]  # the training split
@@ -100,10 +100,14 @@ class _Data:
                 from pipecast.devices import DTYPES
 
                 dtype = DTYPES[cfg.dtype]
-            return synthetic_batch(self.spec, self.job.batch, seed=cfg.seed + step, dtype=dtype)
+            device = self.device if self.device.type == "cuda" else None
+            return synthetic_batch(
+                self.spec, self.job.batch, seed=cfg.seed + step, dtype=dtype, device=device
+            )
         for _ in range(2):
             try:
-                return next(self._iter)
+                x, y = next(self._iter)
+                return x.to(self.device), y.to(self.device)
             except StopIteration:
                 self._iter = self.real.batches(self.job.batch, seed=self.epoch)
                 self.epoch += 1
@@ -136,7 +140,7 @@ def run_rank(ctx: Context, job: TrainJob) -> RankReport:
         config=job.config,
         device=ctx.device,
     )
-    data = _Data(job, spec)
+    data = _Data(job, spec, ctx.device)
     report = RankReport(ctx.rank, pipeline_rank, replica, own, device=str(ctx.device))
     share = job.batch // job.replicas
     fault = _fault(ctx.rank)

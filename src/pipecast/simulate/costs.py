@@ -33,6 +33,8 @@ class StageTimes:
     param_bytes: int = 0
     workspace_bytes: int = 0
     """Transient memory while the stage computes."""
+    held_bytes: int = 0
+    """Split backward: output gradients kept from B until W."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,6 +112,7 @@ def costs_from_profile(
                 activation_bytes=c.activation_bytes,
                 param_bytes=c.param_bytes,
                 workspace_bytes=c.peak_bytes,
+                held_bytes=0 if index == 0 else c.held_bytes,
             )
         )
     fwd, bwd = [], []

@@ -100,7 +100,12 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
                 if a.kind in ("B", "BW") and costs.recompute != "none":
                     transient += st.activation_bytes
                 state.peak = max(state.peak, state.memory + transient)
-                if a.kind == "W" or (a.kind == "BW"):
+                if a.kind == "B":
+                    state.memory += st.held_bytes
+                if a.kind == "W":
+                    state.memory -= held + st.held_bytes
+                    last_backward[a.stage] = events[-1]
+                elif a.kind == "BW":
                     state.memory -= held
                     last_backward[a.stage] = events[-1]
                 elif a.kind == "F" and plan.forward_only:

@@ -1,0 +1,289 @@
+"""GPU benchmark run: probe the machine, profile (issue 3's bars), then, in one launch per GPU
+count, pipecast against torch.distributed.pipelining, DDP and one device on the anchor
+workloads (issue 6), the recommender's accuracy configurations on 1/2/4 GPUs (issue 7), the
+GPipe study's splits x micro-batches and part of the thesis's data- against pipeline-parallel
+comparison (issue 8). Every result goes to a SQLite store as it completes.
+
+    OUT=/tmp/run python3 benchmarks/gpu_run.py --budget 500
+    python3 benchmarks/gpu_run.py --dry-run      # the same flow, tiny, on CPU ranks
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import replace
+
+import torch
+from common import OUT, dump, left, log
+
+from pipecast.bench.config import BenchConfig
+from pipecast.bench.predictions import predictions
+from pipecast.bench.runner import run_suite
+from pipecast.bench.suites import GPT, VGG16, anchors, gpipe_study
+from pipecast.hardware.cluster import Cluster
+from pipecast.hardware.probe import ProbeOptions, probe
+from pipecast.models.workload import Workload
+from pipecast.partition import Setting, partition
+from pipecast.profile.profiler import ProfileOptions, measure_step, profile_model
+from pipecast.profile.types import Profile
+
+
+def profile(
+    name: str, workload: Workload, sizes: tuple[int, ...], *, device: str, dtype: str
+) -> Profile:
+    began = time.time()
+    prof = profile_model(
+        workload.build(),
+        workload.spec,
+        ProfileOptions(micro_batches=sizes, device=device, dtype=dtype),  # type: ignore[arg-type]
+        model_name=workload.model,
+        workload=workload.to_dict(),
+    )
+    prof.save(str(OUT / f"profile_{name}.json"))
+    log(f"profile {name} at {sizes}: {time.time() - began:.1f} s")
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    return prof
+
+
+def profile_bar(
+    name: str, workload: Workload, prof: Profile, check: int, *, device: str, dtype: str
+) -> dict[str, object]:
+    """The per-block sum at `check` against a whole-model step, and a second profile."""
+    again = profile_model(
+        workload.build(),
+        workload.spec,
+        ProfileOptions(micro_batches=(check,), device=device, dtype=dtype),  # type: ignore[arg-type]
+        model_name=workload.model,
+    )
+    whole, whole2 = prof.stage(0, prof.num_blocks, check), again.stage(0, again.num_blocks, check)
+    block_sum = whole.forward + whole.backward
+    step = measure_step(
+        workload.build(),
+        workload.spec,
+        check,
+        ProfileOptions(device=device, dtype=dtype, warmup=3, repeats=9),
+    )  # type: ignore[arg-type]
+    bar = {
+        "micro_batch": check,
+        "sum_of_blocks_s": block_sum,
+        "whole_step_s": step,
+        "ratio": block_sum / step,
+        "second_profile_sum_s": whole2.forward + whole2.backward,
+        "profile_agreement": (whole2.forward + whole2.backward) / block_sum,
+        "device": prof.device,
+    }
+    log(
+        f"bar {name}: blocks {block_sum * 1e3:.2f} ms vs step {step * 1e3:.2f} ms (ratio "
+        f"{bar['ratio']:.3f}), second profile {bar['profile_agreement']:.3f}"
+    )
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    return bar
+
+
+def balanced(prof: Profile, cluster: Cluster, stages: int, mb: int, m: int) -> tuple[int, ...]:
+    setting = Setting(micro_batch=mb, microbatches=m, schedule="1f1b", memory_margin=0.1)
+    return tuple(partition(prof, cluster, stages, setting, "balanced").boundaries)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--budget", type=float, default=500.0)
+    ap.add_argument("--dry-run", action="store_true")
+    args = ap.parse_args()
+    dry = args.dry_run
+    device, dtype = ("cpu", "fp32") if dry else ("cuda", "bf16")
+    gpus = 2 if dry else torch.cuda.device_count()
+    names = [torch.cuda.get_device_name(i) for i in range(gpus)] if not dry else ["cpu"]
+    dump("environment.json", {"torch": torch.__version__, "gpus": gpus, "names": names})
+    log(f"torch {torch.__version__}, {gpus} x {names[0]}")
+
+    result = probe(
+        ProbeOptions(
+            devices=gpus,
+            device=device,
+            repeats=5,
+            max_bytes=2**20 if dry else 256 * 2**20,
+            matmul_size=256 if dry else 0,
+        )
+    )
+    cluster = result.cluster
+    cluster.save(str(OUT / "cluster.json"))
+    dump("probe_raw.json", result.to_dict())
+    busbw = {n: round(b / 1e9, 1) for n, b in cluster.allreduce_busbw.items()}
+    log(
+        f"probe: p2p {cluster.intra.bandwidth / 1e9:.1f} GB/s {cluster.intra.latency * 1e6:.1f} "
+        f"us, all-reduce bus GB/s {busbw}, matmul {cluster.matmul_flops / 1e12:.0f} TFLOP/s"
+    )
+
+    if dry:
+        gpt = Workload(
+            model="transformer", dataset="embeddings", seq_len=16, width=32, layers=8, heads=4
+        )
+        vgg = Workload(model="vgg11", dataset="cifar10")
+        r50 = Workload(model="resnet18", dataset="cifar10")
+        vggc = Workload(model="lenet5", dataset="mnist")
+        thesis: list[Workload] = [Workload(model="mobilenetv2", dataset="cifar10")]
+        gpt_sizes, vgg_sizes, r50_sizes, gb, vb, rb, wide = (1, 2), (2, 4), (2, 4, 8), 16, 16, 16, 2
+    else:
+        gpt, vgg, r50 = GPT, VGG16, Workload(model="resnet50", dataset="imagenet")
+        vggc = Workload(model="vgg16", dataset="cifar10")
+        thesis = [
+            Workload(model=m, dataset="imagenet") for m in ("resnet18", "resnet152", "mobilenetv2")
+        ]
+        gpt_sizes, vgg_sizes, r50_sizes = (1, 2, 4, 8), (4, 8, 16, 32), (16, 32, 64, 128)
+        gb, vb, rb, wide = 32, 128, 128, 4
+
+    profiles: dict[str, Profile] = {}
+    bars: dict[str, object] = {}
+    vgg_p = profiles[vgg.key] = profile("vgg16", vgg, vgg_sizes, device=device, dtype=dtype)
+    bars["vgg16"] = profile_bar("vgg16", vgg, vgg_p, vgg_sizes[-1], device=device, dtype=dtype)
+    gpt_p = profiles[gpt.key] = profile("gpt", gpt, gpt_sizes, device=device, dtype=dtype)
+    bars["gpt"] = profile_bar("gpt", gpt, gpt_p, gpt_sizes[-2], device=device, dtype=dtype)
+    if not dry:
+        began = time.time()
+        profile(
+            "resnet152_bar",
+            Workload(model="resnet152", dataset="imagenet"),
+            (8, 16, 32),
+            device=device,
+            dtype=dtype,
+        )
+        bars["resnet152_profile_seconds"] = time.time() - began
+    dump("profile_bars.json", bars)
+    r50_p = profiles[r50.key] = profile("resnet50", r50, r50_sizes, device=device, dtype=dtype)
+    vggc_p = profiles[vggc.key] = profile(
+        "vgg16_cifar", vggc, (4, 8, 32, 128) if not dry else (2, 8), device=device, dtype=dtype
+    )
+    for w in thesis:
+        profiles[w.key] = profile(
+            w.model, w, (32,) if not dry else (4,), device=device, dtype=dtype
+        )
+
+    # --- configurations, most important first -------------------------------------------
+    if dry:
+        anchor = anchors(
+            (0, 4, 8),
+            (0, 2, 4, 6, 8),
+            (0, 14, 29),
+            None,
+            gpus=2,
+            gpt=gpt,
+            vgg=vgg,
+            gpt_batch=gb,
+            vgg_batch=vb,
+        )
+    else:
+        anchor = anchors(vgg_pipecast=balanced(vgg_p, cluster, 4, 16, 8))
+    extra: list[BenchConfig] = []
+    base = BenchConfig(suite="accuracy", system="single", workload=r50, gpus=1, batch=rb)
+    for k in (2, wide):
+        extra.append(replace(base, system="ddp", gpus=k))
+        for m in (k, 2 * k):
+            split = balanced(r50_p, cluster, k, rb // m, m)
+            extra.append(
+                replace(
+                    base,
+                    system="pipecast",
+                    gpus=k,
+                    schedule="1f1b",
+                    microbatches=m,
+                    boundaries=split,
+                    tags={"split": "pipecast"},
+                )
+            )
+        extra.append(
+            replace(
+                base,
+                system="pipecast",
+                gpus=k,
+                schedule="zb-h1",
+                microbatches=2 * k,
+                boundaries=balanced(r50_p, cluster, k, rb // (2 * k), 2 * k),
+                tags={"split": "pipecast"},
+            )
+        )
+    half = balanced(r50_p, cluster, wide // 2, rb // 4, 2)
+    extra.append(
+        replace(
+            base,
+            system="pipecast",
+            gpus=wide,
+            replicas=2,
+            schedule="1f1b",
+            microbatches=2,
+            boundaries=half,
+            tags={"split": "pipecast"},
+        )
+    )
+    g2 = BenchConfig(suite="accuracy", system="ddp", workload=gpt, gpus=2, batch=gb)
+    gsplit = (0, gpt_p.num_blocks // 2, gpt_p.num_blocks)
+    extra += [
+        g2,
+        replace(g2, system="pipecast", schedule="1f1b", microbatches=8, boundaries=gsplit),
+        replace(g2, system="pipecast", schedule="zb-h1", microbatches=8, boundaries=gsplit),
+    ]
+    v2 = BenchConfig(suite="accuracy", system="ddp", workload=vgg, gpus=2, batch=vb)
+    extra += [
+        v2,
+        replace(
+            v2,
+            system="pipecast",
+            schedule="1f1b",
+            microbatches=8,
+            boundaries=balanced(vgg_p, cluster, 2, vb // 8, 8),
+        ),
+    ]
+    extra.append(base)
+    seeds = gpipe_study(
+        vggc,
+        {
+            1: (0, vggc_p.num_blocks),
+            2: balanced(vggc_p, cluster, 2, 16, 8),
+            wide: balanced(vggc_p, cluster, wide, 16, 8),
+        },
+        128 if not dry else 16,
+        microbatches=(1, 4, 16, 32) if not dry else (1, 4),
+    )
+    thesis_cfgs: list[BenchConfig] = []
+    for w in thesis:
+        t = BenchConfig(
+            suite="seeds",
+            system="single",
+            workload=w,
+            gpus=1,
+            batch=128 if not dry else 16,
+            tags={"study": "thesis"},
+        )
+        split = balanced(profiles[w.key], cluster, wide, 32 if not dry else 4, 4)
+        thesis_cfgs += [
+            replace(t, system="ddp", gpus=wide),
+            replace(
+                t, system="pipecast", gpus=wide, schedule="1f1b", microbatches=4, boundaries=split
+            ),
+            t,
+        ]
+    configs = [c for c in anchor if c.gpus > 1] + [c for c in extra if c.gpus == wide]
+    configs += [c for c in seeds + thesis_cfgs if c.gpus == wide]
+    configs += [c for c in extra + seeds if c.gpus == 2]
+    configs += [c for c in anchor + extra + seeds + thesis_cfgs if c.gpus == 1]
+    if dry:
+        configs = [replace(c, device="cpu", dtype="fp32", steps=2, warmup=1) for c in configs]
+    predicted = predictions(configs, profiles, cluster)
+    log(
+        f"{len(configs)} configurations, {len(predicted)} predicted, {left(args.budget):.0f} s left"
+    )
+    run_suite(
+        configs,
+        str(OUT / "bench.sqlite"),
+        predicted=predicted,
+        timeout_s=150,
+        deadline=time.time() + left(args.budget),
+    )
+    log("done")
+
+
+if __name__ == "__main__":
+    main()
