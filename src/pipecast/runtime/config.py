@@ -21,6 +21,10 @@ class RunConfig:
     """Longest any wait may take before every rank reports where it is and the run stops."""
     record_events: bool = True
     """Time every action (CUDA events on GPU) for the trace; small overhead."""
+    send_timing: Literal["eager", "planned"] = "planned"
+    """When a send is posted: 'eager' as soon as the tensor exists; 'planned' when the
+    plan's unit-time replay says its receiver is about to need it. A posted NCCL transfer
+    occupies SMs while it waits for its peer, so late posting leaves them to compute."""
     seed: int = 0
     bucket_bytes: int = 25 * 2**20
     """Gradient all-reduce bucket size for replicated stages."""

@@ -26,6 +26,7 @@ from pipecast.runtime.backward import WeightWork, backward_full, backward_input,
 from pipecast.runtime.channels import Channels, cached_group
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.events import ActionClock
+from pipecast.runtime.send_plan import post_positions
 from pipecast.runtime.stage import StageModule
 from pipecast.runtime.watchdog import Watchdog
 from pipecast.schedule.action import Action, Plan
@@ -97,7 +98,12 @@ class PipelineEngine:
         self.clock = ActionClock(device, config.record_events)
         self.watchdog = Watchdog(plan, pipeline_rank, self.global_rank, config.timeout_s)
         self.watchdog.__enter__()
+        self._position = 0
         self._seen_shapes: set[tuple[tuple[int, ...], ...]] = set()
+        self._post_at = (
+            post_positions(plan, pipeline_rank) if config.send_timing == "planned" else {}
+        )
+        self._deferred: dict[int, list[tuple[int, tuple[int, str, int], torch.Tensor]]] = {}
         self._last_backward = {s: self._last_backward_index(s) for s in stages}
 
     def close(self) -> None:
@@ -141,7 +147,11 @@ class PipelineEngine:
         loss_sum: torch.Tensor | None = None
         outputs: list[torch.Tensor] = []
         pending_reduce: list[tuple[list[torch.Tensor], torch.Tensor, dist.Work]] = []
+        self._deferred.clear()
         for position, a in enumerate(plan.actions[self.rank]):
+            self._position = position
+            for dst, key, tensor in self._deferred.pop(position, []):
+                self.channels.send(dst, key, tensor)
             st = self.stages[a.stage]
             if a.kind == "F":
                 x = self._input(a, in_mbs, local)
@@ -181,6 +191,9 @@ class PipelineEngine:
                         self._deliver(a, grad_in, local, "grad", a.stage - 1)
             if self._last_backward.get(a.stage) == position and self.dp_group is not None:
                 pending_reduce += self._reduce_launch(st)
+        for position in sorted(self._deferred):
+            for dst, key, tensor in self._deferred.pop(position):
+                self.channels.send(dst, key, tensor)
         self.watchdog.at(None, "waiting for sends to complete")
         self.channels.finish_sends()
         self.watchdog.at(None, "all-reducing gradients across replicas")
@@ -286,8 +299,13 @@ class PipelineEngine:
     ) -> None:
         if consumer in self.stages:
             local[(kind, a.stage, a.mb)] = tensor
+            return
+        dst, key = self.plan.stage_to_rank[consumer], (a.stage, kind, a.mb)
+        post = self._post_at.get(a, self._position + 1)
+        if post <= self._position + 1 or self.channels.with_headers:
+            self.channels.send(dst, key, tensor)
         else:
-            self.channels.send(self.plan.stage_to_rank[consumer], (a.stage, kind, a.mb), tensor)
+            self._deferred.setdefault(post, []).append((dst, key, tensor))
 
     def _output_grad(
         self, a: Action, st: StageModule, local: dict[tuple[str, int, int], torch.Tensor]
