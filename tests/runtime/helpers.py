@@ -19,17 +19,27 @@ PLACEMENT = {"interleaved": "loop", "zb-v": "v"}
 
 
 def reference_step(
-    model: nn.Sequential, workload: Workload, batch: int, *, seed: int = 0, lr: float = 0.1
+    model: nn.Sequential,
+    workload: Workload,
+    batch: int,
+    *,
+    seed: int = 0,
+    lr: float = 0.1,
+    steps: int = 1,
 ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """One full-batch SGD step: (parameters after, gradients)."""
-    x, y = synthetic_batch(workload.spec, batch, seed=seed)
-    loss = loss_for(workload.spec)(model(x), y)
-    loss.backward()
-    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.grad is not None:
-                p -= lr * p.grad
+    """Full-batch SGD steps on the runtime's batches (seed + step): (parameters after the
+    last, gradients of the last)."""
+    grads: dict[str, torch.Tensor] = {}
+    for step in range(steps):
+        model.zero_grad(set_to_none=True)
+        x, y = synthetic_batch(workload.spec, batch, seed=seed + step)
+        loss = loss_for(workload.spec)(model(x), y)
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.grad is not None:
+                    p -= lr * p.grad
     return {n: p.detach().clone() for n, p in model.named_parameters()}, grads
 
 

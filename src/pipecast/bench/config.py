@@ -29,6 +29,8 @@ class BenchConfig:
     steps: int = 6
     warmup: int = 2
     recompute: Recompute = "none"
+    send_timing: Literal["eager", "planned"] = "planned"
+    """pipecast only: when sends are posted (see RunConfig)."""
     accuracy_steps: int = 0
     """> 0: train on the real digits set for this many steps and record top-1 error."""
     tags: dict[str, str] = field(default_factory=dict)
@@ -67,5 +69,7 @@ class BenchConfig:
         who = "pipecast" if self.system == "pipecast" else "torch"
         rep = f"{self.replicas}x" if self.replicas > 1 else ""
         split = self.tags.get("split", "")
+        if self.system == "pipecast" and self.send_timing == "eager":
+            split += " eager-sends"
         text = f"{head} {who} {self.schedule} {rep}{self.stages}st M={self.microbatches} {split}"
         return text.rstrip()

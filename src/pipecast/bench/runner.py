@@ -56,6 +56,7 @@ def pipecast_job(cfg: BenchConfig, *, capture: bool = False) -> TrainJob:
             optimizer="adam" if cfg.accuracy_steps else "sgd",
             lr=3e-3 if cfg.accuracy_steps else 1e-4,
             record_events=False,
+            send_timing=cfg.send_timing,
             timeout_s=120,
         ),
         device="cuda" if cfg.device == "cuda" else "cpu",
@@ -167,6 +168,20 @@ def _bench_rank(
                 error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
             if ctx.device.type == "cuda":
                 torch.cuda.empty_cache()
+            if error and _lost_peer(error):
+                if store is not None:
+                    store.put(
+                        cfg.key,
+                        cfg.suite,
+                        "failed",
+                        cfg.to_dict(),
+                        env,
+                        None,
+                        predicted.get(cfg.key),
+                        error,
+                    )
+                    print(f"[failed] {cfg.label()}: {error}", flush=True)
+                raise SystemExit(1)  # this world is broken: the parent starts a fresh one
             ok = torch.tensor([0 if error else 1], device=ctx.device)
             if ctx.world > 1:
                 dist.all_reduce(ok, op=dist.ReduceOp.MIN)
@@ -193,6 +208,18 @@ def _bench_rank(
                     error or "failed on another rank",
                 )
                 print(f"[failed] {cfg.label()}: {error or 'failed on another rank'}", flush=True)
+
+
+def _lost_peer(error: str) -> bool:
+    return any(
+        text in error
+        for text in (
+            "Connection closed",
+            "Connection reset",
+            "lost contact",
+            "NCCL communicator was aborted",
+        )
+    )
 
 
 def run_suite(
@@ -237,8 +264,8 @@ def run_suite(
                         grace_s=30,
                     )
                 except RankFailed as exc:
-                    for cfg in remaining:
-                        if not store.done(cfg.key):
+                    for cfg in remaining:  # the one in progress when the world died
+                        if store.status(cfg.key) == "started":
                             store.put(
                                 cfg.key,
                                 cfg.suite,

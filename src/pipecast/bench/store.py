@@ -87,6 +87,12 @@ class Store:
                 ),
             )
 
+    def status(self, key: str) -> str | None:
+        """ok, failed, started, or None for a configuration never begun."""
+        with closing(self._connect()) as db:
+            row = db.execute("select status from results where key = ?", (key,)).fetchone()
+        return str(row[0]) if row else None
+
     def rows(self, suite: str | None = None, status: str | None = None) -> Iterator[Row]:
         query, params = "select * from results where 1=1", []
         if suite:

@@ -191,9 +191,7 @@ class PipelineEngine:
                         self._deliver(a, grad_in, local, "grad", a.stage - 1)
             if self._last_backward.get(a.stage) == position and self.dp_group is not None:
                 pending_reduce += self._reduce_launch(st)
-        for position in sorted(self._deferred):
-            for dst, key, tensor in self._deferred.pop(position):
-                self.channels.send(dst, key, tensor)
+        self._flush_deferred()
         self.watchdog.at(None, "waiting for sends to complete")
         self.channels.finish_sends()
         self.watchdog.at(None, "all-reducing gradients across replicas")
@@ -262,6 +260,7 @@ class PipelineEngine:
         if source in self.stages:
             return local.pop(("act", source, a.mb))
         src = self.plan.stage_to_rank[source]
+        self._flush_deferred()
         self.watchdog.at(a, f"waiting for the activation of micro-batch {a.mb} from rank {src}")
         return self.channels.recv(src, (source, "act", a.mb))
 
@@ -288,6 +287,14 @@ class PipelineEngine:
         else:
             out = st.forward(leaf if leaf is not None else x, recompute=recompute, weights=weights)
         return out, _Micro(leaf=leaf, out=out, weights=weights)
+
+    def _flush_deferred(self) -> None:
+        """Post every deferred send. Called before any blocking receive: a rank never waits
+        while holding back a tensor someone may need, so the waits are exactly those of
+        eager posting, which the validator proves deadlock-free."""
+        for position in sorted(self._deferred):
+            for dst, key, tensor in self._deferred.pop(position):
+                self.channels.send(dst, key, tensor)
 
     def _deliver(
         self,
@@ -316,6 +323,7 @@ class PipelineEngine:
         if source in self.stages:
             return local.pop(("grad", source, a.mb))
         src = self.plan.stage_to_rank[source]
+        self._flush_deferred()
         self.watchdog.at(a, f"waiting for the gradient of micro-batch {a.mb} from rank {src}")
         return self.channels.recv(src, (source, "grad", a.mb))
 
