@@ -88,6 +88,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--budget", type=float, default=300.0)
     ap.add_argument("--dry-run", action="store_true")
+    ap.add_argument("--rerun", help="also rerun this store's pipecast configurations")
     args = ap.parse_args()
     if args.dry_run:
         gpt = Workload(
@@ -108,6 +109,15 @@ def main() -> None:
             (0, 4, 10, 21, 40),
             (0, 5, 13, 24, 40),
         )
+    if args.rerun:
+        from pipecast.bench.store import Store
+
+        again = [
+            BenchConfig.from_dict(r.config)
+            for r in Store(args.rerun).rows()
+            if r.config["system"] == "pipecast" and r.suite != "anchors"
+        ]
+        cfgs += [replace(c, suite=f"{c.suite}-rerun") for c in again]
     names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
     dump("environment.json", {"torch": torch.__version__, "names": names})
     log(f"{len(cfgs)} configurations on {names or ['cpu']}")

@@ -92,6 +92,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--budget", type=float, default=500.0)
     ap.add_argument("--dry-run", action="store_true")
+    ap.add_argument("--no-torch", action="store_true", help="skip torch.distributed.pipelining")
     args = ap.parse_args()
     dry = args.dry_run
     device, dtype = ("cpu", "fp32") if dry else ("cuda", "bf16")
@@ -159,7 +160,7 @@ def main() -> None:
     )
     for w in thesis:
         profiles[w.key] = profile(
-            w.model, w, (32,) if not dry else (4,), device=device, dtype=dtype
+            w.model, w, (32, 64, 128) if not dry else (4, 8), device=device, dtype=dtype
         )
 
     # --- configurations, most important first -------------------------------------------
@@ -167,7 +168,7 @@ def main() -> None:
         anchor = anchors(
             (0, 4, 8),
             (0, 2, 4, 6, 8),
-            (0, 14, 29),
+            (0, 15, 30),
             None,
             gpus=2,
             gpt=gpt,
@@ -269,6 +270,8 @@ def main() -> None:
     configs += [c for c in seeds + thesis_cfgs if c.gpus == wide]
     configs += [c for c in extra + seeds if c.gpus == 2]
     configs += [c for c in anchor + extra + seeds + thesis_cfgs if c.gpus == 1]
+    if args.no_torch:
+        configs = [c for c in configs if c.system != "torch"]
     if dry:
         configs = [replace(c, device="cpu", dtype="fp32", steps=2, warmup=1) for c in configs]
     predicted = predictions(configs, profiles, cluster)

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 import torch
@@ -48,6 +49,10 @@ class ProfileOptions:
     repeats: int = 7
     offload: bool | None = None
     """Hold one block on the device at a time (None: only when the model does not fit)."""
+    in_situ: bool = True
+    """Time blocks in context too: forward between events in one whole-model pass, and the
+    whole backward shared out by each block's isolated share. Isolated timing alone charges
+    every block a fresh autograd call; a stage backs all its blocks up in one."""
     seed: int = 0
 
 
@@ -188,6 +193,57 @@ def _measure_block(
     )
 
 
+def _in_situ(
+    blocks: list[nn.Module],
+    x: torch.Tensor,
+    target: torch.Tensor,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    device: torch.device,
+    options: ProfileOptions,
+) -> tuple[list[float], float]:
+    """Per-block forward seconds inside one whole-model pass, and the seconds of the whole
+    backward (loss included)."""
+    cuda = device.type == "cuda"
+
+    def mark() -> object:
+        if cuda:
+            event = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def seconds(a: object, b: object) -> float:
+        if cuda:
+            assert isinstance(a, torch.cuda.Event) and isinstance(b, torch.cuda.Event)
+            return float(a.elapsed_time(b)) / 1e3
+        assert isinstance(a, float) and isinstance(b, float)
+        return b - a
+
+    forward: list[list[float]] = [[] for _ in blocks]
+    backward: list[float] = []
+    params = [p for b in blocks for p in b.parameters() if p.requires_grad]
+    for rep in range(options.warmup + options.repeats):
+        marks = [mark()]
+        h = x
+        with _precision(device, options):
+            for block in blocks:
+                h = block(h)
+                marks.append(mark())
+            loss = loss_fn(h, target)
+        began = mark()
+        torch.autograd.backward(loss)
+        ended = mark()
+        devices.synchronize(device)
+        if rep >= options.warmup:
+            for i in range(len(blocks)):
+                forward[i].append(seconds(marks[i], marks[i + 1]))
+            backward.append(seconds(began, ended))
+        for p in params:
+            p.grad = None
+        del h, loss
+    return [robust(f).median for f in forward], robust(backward).median
+
+
 def _measure_optimizer(block: nn.Module, device: torch.device, options: ProfileOptions) -> float:
     params = [p for p in block.parameters() if p.requires_grad]
     if not params:
@@ -294,6 +350,14 @@ def profile_model(
             if progress is not None:
                 progress(f"micro-batch {mb}")
         loss[mb] = _measure_loss(loss_fn, x, target, device, options)
+        if options.in_situ and not offload:
+            first, _ = synthetic_batch(spec, mb, seed=options.seed, dtype=dtype)
+            _rescale(
+                costs,
+                mb,
+                *_in_situ(blocks, first.to(device), target, loss_fn, device, options),
+                loss_backward=loss[mb][1],
+            )
     return Profile(
         model=model_name,
         dataset=spec.name,
@@ -319,6 +383,26 @@ def profile_model(
         loss=loss,
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     )
+
+
+def _rescale(
+    costs: list[dict[int, BlockCost]],
+    mb: int,
+    forward: list[float],
+    backward_total: float,
+    *,
+    loss_backward: float,
+) -> None:
+    """Forward times from context; the contextual backward shared out by each block's
+    isolated share, keeping each block's B : W ratio."""
+    isolated = sum(c[mb].backward for c in costs)
+    scale = max(backward_total - loss_backward, 0.0) / isolated if isolated > 0 else 1.0
+    for c, f in zip(costs, forward, strict=True):
+        old = c[mb]
+        bw = old.backward * scale
+        split = old.backward_input + old.backward_weight
+        b = bw * old.backward_input / split if split > 0 else bw
+        c[mb] = replace(old, forward=f, backward=bw, backward_input=b, backward_weight=bw - b)
 
 
 def _measure_loss(
