@@ -53,42 +53,50 @@ def gpipe_study(rows: Sequence[Row], path: str) -> str | None:
 
 
 def speedups(rows: Sequence[Row], path: str) -> str | None:
-    """Samples/s of every configuration relative to one device, per workload."""
-    groups: dict[str, list[tuple[str, float]]] = defaultdict(list)
-    base: dict[str, float] = {}
+    """Samples/s of every configuration of a suite relative to one device (or, where the suite
+    has none, to torch.distributed.pipelining's 1F1B), per workload."""
+    groups: dict[str, dict[str, float]] = defaultdict(dict)
+    base: dict[str, tuple[str, float]] = {}
     for r in rows:
         if r.status != "ok" or not r.measured or "samples_per_second" not in r.measured:
             continue
         cfg = BenchConfig.from_dict(r.config)
         if cfg.accuracy_steps:
             continue
-        key = f"{cfg.workload.key} b{cfg.batch}"
-        groups[key].append(
-            (cfg.label().split(f"b{cfg.batch} ", 1)[-1], r.measured["samples_per_second"])
-        )
+        key = f"{r.suite}: {cfg.workload.key} b{cfg.batch}"
+        label = cfg.label().split(f"b{cfg.batch} ", 1)[-1]
+        value = r.measured["samples_per_second"]
+        groups[key][label] = value
         if cfg.system == "single" and cfg.microbatches == 1:
-            base[key] = r.measured["samples_per_second"]
+            base[key] = ("one device", value)
+        elif (
+            cfg.system == "torch"
+            and cfg.schedule == "1f1b"
+            and key not in base
+            and cfg.tags.get("split", "same") == "same"
+        ):
+            base[key] = (label, value)
     groups = {k: v for k, v in groups.items() if k in base and len(v) > 1}
     if not groups:
         return None
-    fig, axes = plt.subplots(
-        len(groups),
-        1,
-        figsize=(10, 0.32 * sum(len(v) for v in groups.values()) + 1.5 * len(groups)),
-        squeeze=False,
-    )
+    height = 0.3 * sum(len(v) for v in groups.values()) + 1.6 * len(groups)
+    fig, axes = plt.subplots(len(groups), 1, figsize=(10, height), squeeze=False)
     for ax, (key, items) in zip(axes[:, 0], groups.items(), strict=True):
-        items.sort(key=lambda item: item[1])
-        ratios = [v / base[key] for _, v in items]
+        name, reference = base[key]
+        ordered = sorted(items.items(), key=lambda item: item[1])
         colours = [
-            "#C44E52" if "torch" in n else "#4C72B0" if "pipecast" in n else "#8C8C8C"
-            for n, _ in items
+            "#C44E52"
+            if n.startswith("torch")
+            else "#4C72B0"
+            if n.startswith("pipecast")
+            else "#8C8C8C"
+            for n, _ in ordered
         ]
-        ax.barh([n for n, _ in items], ratios, color=colours)
+        ax.barh(range(len(ordered)), [v / reference for _, v in ordered], color=colours)
+        ax.set_yticks(range(len(ordered)), [n for n, _ in ordered], fontsize=7)
         ax.axvline(1.0, color="black", linewidth=0.8)
-        ax.set_xlabel("speed-up over one device (samples/s ratio)")
+        ax.set_xlabel(f"samples/s relative to {name}")
         ax.set_title(key, fontsize=9)
-        ax.tick_params(axis="y", labelsize=7)
     return _save(fig, path)
 
 
