@@ -170,17 +170,7 @@ def _bench_rank(
                 torch.cuda.empty_cache()
             if error and _lost_peer(error):
                 if store is not None:
-                    store.put(
-                        cfg.key,
-                        cfg.suite,
-                        "failed",
-                        cfg.to_dict(),
-                        env,
-                        None,
-                        predicted.get(cfg.key),
-                        error,
-                    )
-                    print(f"[failed] {cfg.label()}: {error}", flush=True)
+                    _record(store, cfg, env, predicted, None, error)
                 raise SystemExit(1)  # this world is broken: the parent starts a fresh one
             ok = torch.tensor([0 if error else 1], device=ctx.device)
             if ctx.world > 1:
@@ -189,25 +179,28 @@ def _bench_rank(
         if store is not None:
             if ok.item() and not error:
                 measured["samples_per_second"] = cfg.batch / measured["step_time"]
-                store.put(
-                    cfg.key, cfg.suite, "ok", cfg.to_dict(), env, measured, predicted.get(cfg.key)
-                )
-                print(
-                    f"[ok] {cfg.label()}: {measured['samples_per_second']:,.1f} samples/s",
-                    flush=True,
-                )
+                _record(store, cfg, env, predicted, measured, None)
             else:
-                store.put(
-                    cfg.key,
-                    cfg.suite,
-                    "failed",
-                    cfg.to_dict(),
-                    env,
-                    None,
-                    predicted.get(cfg.key),
-                    error or "failed on another rank",
-                )
-                print(f"[failed] {cfg.label()}: {error or 'failed on another rank'}", flush=True)
+                _record(store, cfg, env, predicted, None, error or "failed on another rank")
+
+
+def _record(
+    store: Store,
+    cfg: BenchConfig,
+    env: dict[str, Any],
+    predicted: dict[str, dict[str, Any]],
+    measured: dict[str, Any] | None,
+    error: str | None,
+) -> None:
+    """Write one finished configuration (ok when measured, else failed) and say so."""
+    status = "ok" if measured is not None else "failed"
+    store.put(
+        cfg.key, cfg.suite, status, cfg.to_dict(), env, measured, predicted.get(cfg.key), error
+    )
+    if measured is not None:
+        print(f"[ok] {cfg.label()}: {measured['samples_per_second']:,.1f} samples/s", flush=True)
+    else:
+        print(f"[failed] {cfg.label()}: {error}", flush=True)
 
 
 def _lost_peer(error: str) -> bool:

@@ -16,7 +16,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from pipecast import devices
-from pipecast.profile.profiler import needs_input_copy
+from pipecast.profile.measure import needs_input_copy
 from pipecast.runtime.config import RunConfig
 
 _INPLACE_ERROR = "leaf Variable that requires grad is being used in an in-place operation"

@@ -1,0 +1,270 @@
+"""How the profiler measures: one block at a time in isolation (forward, B, W, whole backward,
+saved and held bytes), the whole model in context, the loss and the optimizer step."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from functools import partial
+
+import torch
+from torch import nn
+
+from pipecast import devices
+from pipecast.errors import ShapeError
+from pipecast.models.summary import block_name
+from pipecast.profile.options import ProfileOptions
+from pipecast.profile.stats import robust
+from pipecast.profile.types import BlockCost
+from pipecast.runtime.backward import (
+    WeightWork,
+    backward_full,
+    backward_input,
+    backward_weight,
+)
+
+
+@contextlib.contextmanager
+def precision(device: torch.device, options: ProfileOptions) -> Iterator[None]:
+    if options.autocast and options.dtype != "fp32":
+        with torch.autocast(device.type, dtype=devices.DTYPES[options.dtype]):
+            yield
+    else:
+        yield
+
+
+def storage(t: torch.Tensor) -> tuple[int, int]:
+    s = t.untyped_storage()
+    return s.data_ptr(), s.nbytes()
+
+
+def first_leaf(block: nn.Module) -> nn.Module:
+    for module in block.modules():
+        if not list(module.children()):
+            return module
+    return block
+
+
+def needs_input_copy(block: nn.Module) -> bool:
+    """Whether the block begins with an in-place op, which a leaf that requires grad (a
+    received stage input) cannot feed; such inputs get a cheap copy first."""
+    return bool(getattr(first_leaf(block), "inplace", False))
+
+
+class BlockRun:
+    """One block at one micro-batch size, with its input fixed."""
+
+    def __init__(
+        self,
+        block: nn.Module,
+        x: torch.Tensor,
+        index: int,
+        device: torch.device,
+        options: ProfileOptions,
+    ) -> None:
+        self.block, self.index, self.device, self.options = block, index, device, options
+        self.params = [p for p in block.parameters() if p.requires_grad]
+        self.leaf = x.detach().requires_grad_(index > 0 and x.is_floating_point())
+        self.copy_input = needs_input_copy(block) and self.leaf.requires_grad
+
+    def forward(self) -> tuple[torch.Tensor, torch.Tensor]:
+        inp = self.leaf.clone() if self.copy_input else self.leaf
+        try:
+            with precision(self.device, self.options):
+                out = self.block(inp)
+        except (RuntimeError, ValueError, TypeError, IndexError) as exc:
+            if "out of memory" in str(exc).lower():
+                raise
+            raise ShapeError(
+                f"block {self.index} ({block_name(self.block)}) fails on input of shape "
+                f"{tuple(self.leaf.shape)}: {str(exc).splitlines()[0]}"
+            ) from None
+        if not isinstance(out, torch.Tensor):
+            raise ShapeError(
+                f"block {self.index} ({block_name(self.block)}) must return one "
+                f"tensor, got {type(out).__name__}"
+            )
+        return inp, out
+
+    def stage_input(self) -> torch.Tensor | None:
+        return self.leaf if self.leaf.requires_grad else None
+
+    def clear_grads(self) -> None:
+        for p in self.params:
+            p.grad = None
+        self.leaf.grad = None
+
+
+def saved_storages(run: BlockRun, param_ptrs: set[int]) -> tuple[dict[int, int], torch.Tensor]:
+    """Storages autograd saves in one forward of the block (ptr -> bytes), params excluded."""
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        ptr, nbytes = storage(t)
+        if ptr not in param_ptrs and ptr != 0:
+            saved[ptr] = nbytes
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        _, out = run.forward()
+    return saved, out
+
+
+INNER = 4
+"""Ops timed back to back per measurement: the device runs them without waiting for the
+host between them, so launch and Python overheads of a lone op stay out of its time."""
+
+
+def measure_block(
+    run: BlockRun, grad_out: torch.Tensor
+) -> tuple[float, float, float, float, float, int]:
+    """(forward, B, W, BW, relative spread, bytes held between B and W) of one block."""
+    dev, opts = run.device, run.options
+    samples: dict[str, list[float]] = {"f": [], "b": [], "w": [], "bw": []}
+    held = 0
+    for rep in range(opts.warmup + opts.repeats):
+        outs, t_f = devices.timed(dev, lambda: [run.forward()[1] for _ in range(INNER)])
+
+        def split_b(outs: list[torch.Tensor] = outs) -> list[WeightWork]:
+            return [backward_input(o, grad_out, run.stage_input(), run.params)[1] for o in outs]
+
+        works, t_b = devices.timed(dev, split_b)
+        held = max(held, works[0].held_bytes)
+
+        def weights(works: list[WeightWork] = works) -> None:
+            for w in works:
+                backward_weight(w)
+
+        _, t_w = devices.timed(dev, weights)
+        run.clear_grads()
+        del outs, works
+        outs2 = [run.forward()[1] for _ in range(INNER)]
+
+        def full(outs2: list[torch.Tensor] = outs2) -> None:
+            for o in outs2:
+                backward_full(o, grad_out, run.stage_input(), run.params)
+
+        _, t_bw = devices.timed(dev, full)
+        run.clear_grads()
+        del outs2
+        if rep >= opts.warmup:
+            for key, value in (("f", t_f), ("b", t_b), ("w", t_w), ("bw", t_bw)):
+                samples[key].append(value / INNER)
+    totals = [f + bw for f, bw in zip(samples["f"], samples["bw"], strict=True)]
+    return (
+        robust(samples["f"]).median,
+        robust(samples["b"]).median,
+        robust(samples["w"]).median,
+        robust(samples["bw"]).median,
+        robust(totals).spread,
+        held,
+    )
+
+
+def in_situ(
+    blocks: list[nn.Module],
+    x: torch.Tensor,
+    target: torch.Tensor,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    device: torch.device,
+    options: ProfileOptions,
+) -> tuple[list[float], float]:
+    """Per-block forward seconds inside one whole-model pass, and the seconds of the whole
+    backward (loss included)."""
+    cuda = device.type == "cuda"
+
+    def mark() -> object:
+        if cuda:
+            event = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def seconds(a: object, b: object) -> float:
+        if cuda:
+            assert isinstance(a, torch.cuda.Event) and isinstance(b, torch.cuda.Event)
+            return float(a.elapsed_time(b)) / 1e3
+        assert isinstance(a, float) and isinstance(b, float)
+        return b - a
+
+    forward: list[list[float]] = [[] for _ in blocks]
+    backward: list[float] = []
+    params = [p for b in blocks for p in b.parameters() if p.requires_grad]
+    for rep in range(options.warmup + options.repeats):
+        marks = [mark()]
+        h = x
+        with precision(device, options):
+            for block in blocks:
+                h = block(h)
+                marks.append(mark())
+            loss = loss_fn(h, target)
+        began = mark()
+        torch.autograd.backward(loss)
+        ended = mark()
+        devices.synchronize(device)
+        if rep >= options.warmup:
+            for i in range(len(blocks)):
+                forward[i].append(seconds(marks[i], marks[i + 1]))
+            backward.append(seconds(began, ended))
+        for p in params:
+            p.grad = None
+        del h, loss
+    return [robust(f).median for f in forward], robust(backward).median
+
+
+def measure_optimizer(block: nn.Module, device: torch.device, options: ProfileOptions) -> float:
+    params = [p for p in block.parameters() if p.requires_grad]
+    if not params:
+        return 0.0
+    saved = [p.detach().clone() for p in params]
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    opt = torch.optim.SGD(params, lr=0.0, momentum=0.9)
+    times = [devices.timed(device, opt.step)[1] for _ in range(options.warmup + options.repeats)]
+    with torch.no_grad():
+        for p, s in zip(params, saved, strict=True):
+            p.copy_(s)
+            p.grad = None
+    return robust(times[options.warmup :]).median
+
+
+def rescale(
+    costs: list[dict[int, BlockCost]],
+    mb: int,
+    forward: list[float],
+    backward_total: float,
+    *,
+    loss_backward: float,
+) -> None:
+    """Forward times from context; the contextual backward shared out by each block's
+    isolated share, keeping each block's B : W ratio."""
+    isolated = sum(c[mb].backward for c in costs)
+    scale = max(backward_total - loss_backward, 0.0) / isolated if isolated > 0 else 1.0
+    for c, f in zip(costs, forward, strict=True):
+        old = c[mb]
+        bw = old.backward * scale
+        split = old.backward_input + old.backward_weight
+        b = bw * old.backward_input / split if split > 0 else bw
+        c[mb] = replace(old, forward=f, backward=bw, backward_input=b, backward_weight=bw - b)
+
+
+def measure_loss(
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    output: torch.Tensor,
+    target: torch.Tensor,
+    device: torch.device,
+    options: ProfileOptions,
+) -> tuple[float, float]:
+    fwd, bwd = [], []
+    for _ in range(options.warmup + options.repeats):
+        leaf = output.detach().requires_grad_(output.is_floating_point())
+        loss, t_f = devices.timed(device, partial(loss_fn, leaf, target))
+        if leaf.requires_grad:
+            _, t_b = devices.timed(device, partial(torch.autograd.grad, loss, leaf))
+        else:
+            t_b = 0.0
+        fwd.append(t_f)
+        bwd.append(t_b)
+    return robust(fwd[options.warmup :]).median, robust(bwd[options.warmup :]).median

@@ -1,0 +1,26 @@
+"""What the profiler measures and how hard it tries."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipecast.profile.types import Dtype
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProfileOptions:
+    micro_batches: tuple[int, ...] = (1, 2, 4, 8)
+    """Micro-batch sizes to measure; costs at other sizes are interpolated."""
+    device: str = "cpu"
+    dtype: Dtype = "fp32"
+    """Parameter and activation dtype; with `autocast`, parameters stay fp32."""
+    autocast: bool = False
+    warmup: int = 2
+    repeats: int = 7
+    offload: bool | None = None
+    """Hold one block on the device at a time (None: only when the model does not fit)."""
+    in_situ: bool = True
+    """Time blocks in context too: forward between events in one whole-model pass, and the
+    whole backward shared out by each block's isolated share. Isolated timing alone charges
+    every block a fresh autograd call; a stage backs all its blocks up in one."""
+    seed: int = 0
