@@ -63,6 +63,25 @@ def timed(device: torch.device, fn: Callable[[], T]) -> tuple[T, float]:
     return result, time.perf_counter() - began
 
 
+def timed_with_host(device: torch.device, fn: Callable[[], T]) -> tuple[T, float, float]:
+    """Run `fn`: its result, its device time, and the host time it took to issue it (on GPU
+    the host returns before the device finishes; on CPU the two are the same)."""
+    if device.type == "cuda":
+        start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        start.record()
+        began = time.perf_counter()
+        result = fn()
+        host = time.perf_counter() - began
+        end.record()
+        end.synchronize()
+        return result, start.elapsed_time(end) / 1e3, host
+    began = time.perf_counter()
+    result = fn()
+    elapsed = time.perf_counter() - began
+    return result, elapsed, elapsed
+
+
 def allocated(device: torch.device) -> int:
     return torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
 

@@ -145,3 +145,14 @@ def test_split_backward_holds_captured_gradients_until_w() -> None:
     # the last stage runs W(j) two B's later: its peak holds more than 1F1B's
     assert zb.peak_memory[1] > one.peak_memory[1]
     assert zb.peak_memory[1] <= 4 * (100 + 40)
+
+
+def test_host_bound_actions_take_the_hosts_time() -> None:
+    quick = StageTimes(forward=1, backward_input=1, backward_weight=1, backward=2)
+    slow_host = StageTimes(
+        forward=1, backward_input=1, backward_weight=1, backward=2, host_forward=3, host_backward=1
+    )
+    plan = make_plan("gpipe", 1, 4)
+    assert simulate(plan, Costs(stages=(quick,))).step_time == pytest.approx(4 * 3)
+    # forwards wait for the host (3 s each); backwards stay device-bound (2 s each)
+    assert simulate(plan, Costs(stages=(slow_host,))).step_time == pytest.approx(4 * 3 + 4 * 2)

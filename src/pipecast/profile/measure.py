@@ -117,27 +117,29 @@ INNER = 4
 host between them, so launch and Python overheads of a lone op stay out of its time."""
 
 
-def measure_block(
-    run: BlockRun, grad_out: torch.Tensor
-) -> tuple[float, float, float, float, float, int]:
-    """(forward, B, W, BW, relative spread, bytes held between B and W) of one block."""
+def measure_block(run: BlockRun, grad_out: torch.Tensor) -> dict[str, float]:
+    """Device and host seconds of one block's F, B, W and BW, its relative spread, and the
+    bytes B holds for W."""
     dev, opts = run.device, run.options
-    samples: dict[str, list[float]] = {"f": [], "b": [], "w": [], "bw": []}
+    device: dict[str, list[float]] = {"f": [], "b": [], "w": [], "bw": []}
+    host: dict[str, list[float]] = {"f": [], "b": [], "w": [], "bw": []}
     held = 0
     for rep in range(opts.warmup + opts.repeats):
-        outs, t_f = devices.timed(dev, lambda: [run.forward()[1] for _ in range(INNER)])
+        outs, t_f, h_f = devices.timed_with_host(
+            dev, lambda: [run.forward()[1] for _ in range(INNER)]
+        )
 
         def split_b(outs: list[torch.Tensor] = outs) -> list[WeightWork]:
             return [backward_input(o, grad_out, run.stage_input(), run.params)[1] for o in outs]
 
-        works, t_b = devices.timed(dev, split_b)
+        works, t_b, h_b = devices.timed_with_host(dev, split_b)
         held = max(held, works[0].held_bytes)
 
         def weights(works: list[WeightWork] = works) -> None:
             for w in works:
                 backward_weight(w)
 
-        _, t_w = devices.timed(dev, weights)
+        _, t_w, h_w = devices.timed_with_host(dev, weights)
         run.clear_grads()
         del outs, works
         outs2 = [run.forward()[1] for _ in range(INNER)]
@@ -146,21 +148,26 @@ def measure_block(
             for o in outs2:
                 backward_full(o, grad_out, run.stage_input(), run.params)
 
-        _, t_bw = devices.timed(dev, full)
+        _, t_bw, h_bw = devices.timed_with_host(dev, full)
         run.clear_grads()
         del outs2
         if rep >= opts.warmup:
-            for key, value in (("f", t_f), ("b", t_b), ("w", t_w), ("bw", t_bw)):
-                samples[key].append(value / INNER)
-    totals = [f + bw for f, bw in zip(samples["f"], samples["bw"], strict=True)]
-    return (
-        robust(samples["f"]).median,
-        robust(samples["b"]).median,
-        robust(samples["w"]).median,
-        robust(samples["bw"]).median,
-        robust(totals).spread,
-        held,
-    )
+            for key, t, h in (
+                ("f", t_f, h_f),
+                ("b", t_b, h_b),
+                ("w", t_w, h_w),
+                ("bw", t_bw, h_bw),
+            ):
+                device[key].append(t / INNER)
+                host[key].append(h / INNER)
+    totals = [f + bw for f, bw in zip(device["f"], device["bw"], strict=True)]
+    out = {k: robust(v).median for k, v in device.items()}
+    # on a CPU the host does the work itself: there is no separate issue time to model
+    cuda = dev.type == "cuda"
+    out |= {f"host_{k}": robust(v).median if cuda else 0.0 for k, v in host.items()}
+    out["spread"] = robust(totals).spread
+    out["held"] = float(held)
+    return out
 
 
 def in_situ(

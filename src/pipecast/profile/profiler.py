@@ -101,19 +101,25 @@ def profile_model(
                 backward_full(out, grad_out, run.stage_input(), run.params)
                 peak = max(devices.peak_allocated(device) - base - saved_total - out_bytes, 0)
                 run.clear_grads()
-                f, b, w, bw, spread, held = measure_block(run, grad_out)
+                m = measure_block(run, grad_out)
+                b, w, held = m["b"], m["w"], int(m["held"])
+                hb, hw = m["host_b"], m["host_w"]
                 if index == 0:  # the first stage never sends an input gradient
-                    b, w, held = bw, 0.0, 0
+                    b, w, held, hb, hw = m["bw"], 0.0, 0, m["host_bw"], 0.0
                 costs[index][mb] = BlockCost(
-                    forward=f,
+                    forward=m["f"],
                     backward_input=b,
                     backward_weight=w,
-                    backward=bw,
+                    backward=m["bw"],
                     output_bytes=out.numel() * out.element_size(),
                     saved_bytes=saved_total - (in_bytes if shared else 0),
                     peak_bytes=peak,
-                    spread=spread,
+                    spread=m["spread"],
                     held_bytes=held,
+                    host_forward=m["host_f"],
+                    host_backward_input=hb,
+                    host_backward_weight=hw,
+                    host_backward=m["host_bw"],
                 )
                 input_counted[index] = saves_input and not shared
                 if mb == sizes[0]:

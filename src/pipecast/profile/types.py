@@ -40,6 +40,12 @@ class BlockCost:
     """Relative spread of forward + backward time across repeats."""
     held_bytes: int = 0
     """Output gradients B captures and keeps until W (zero-bubble schedules' extra memory)."""
+    host_forward: float = 0.0
+    """Seconds the host takes to issue the forward (0: unmeasured). When it exceeds the
+    device time, the device waits for the host: the block is host-bound."""
+    host_backward_input: float = 0.0
+    host_backward_weight: float = 0.0
+    host_backward: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         return {f: getattr(self, f) for f in self.__dataclass_fields__}
@@ -78,6 +84,10 @@ class StageCost:
     optimizer_step: float
     held_bytes: int = 0
     """Bytes kept from B until W under a split backward."""
+    host_forward: float = 0.0
+    host_backward_input: float = 0.0
+    host_backward_weight: float = 0.0
+    host_backward: float = 0.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,6 +142,10 @@ class Profile:
             peak_bytes=max(c.peak_bytes for c in costs[start:stop]),
             optimizer_step=t["opt"][stop] - t["opt"][start],
             held_bytes=int(t["held"][stop] - t["held"][start]),
+            host_forward=t["hf"][stop] - t["hf"][start],
+            host_backward_input=t["hb"][stop] - t["hb"][start],
+            host_backward_weight=t["hw"][stop] - t["hw"][start],
+            host_backward=t["hbw"][stop] - t["hbw"][start],
         )
 
     def loss_cost(self, micro_batch: int) -> tuple[float, float]:
@@ -171,7 +185,21 @@ class Profile:
         if micro_batch not in self._cache:
             costs = self._interpolated(micro_batch)
             table: dict[str, list[float]] = {
-                k: [0.0] for k in ("f", "b", "w", "bw", "saved", "param", "opt", "held")
+                k: [0.0]
+                for k in (
+                    "f",
+                    "b",
+                    "w",
+                    "bw",
+                    "saved",
+                    "param",
+                    "opt",
+                    "held",
+                    "hf",
+                    "hb",
+                    "hw",
+                    "hbw",
+                )
             }
             for block, c in zip(self.blocks, costs, strict=True):
                 for key, value in (
@@ -183,6 +211,10 @@ class Profile:
                     ("param", block.param_bytes),
                     ("opt", block.optimizer_step),
                     ("held", c.held_bytes),
+                    ("hf", c.host_forward),
+                    ("hb", c.host_backward_input),
+                    ("hw", c.host_backward_weight),
+                    ("hbw", c.host_backward),
                 ):
                     table[key].append(table[key][-1] + value)
             self._cache[micro_batch] = table
@@ -305,4 +337,8 @@ def _interp_cost(costs: dict[int, BlockCost], micro_batch: int) -> BlockCost:
         peak_bytes=scaled(base.peak_bytes),
         spread=base.spread,
         held_bytes=scaled(base.held_bytes),
+        host_forward=t("host_forward"),
+        host_backward_input=t("host_backward_input"),
+        host_backward_weight=t("host_backward_weight"),
+        host_backward=t("host_backward"),
     )

@@ -35,6 +35,11 @@ class StageTimes:
     """Transient memory while the stage computes."""
     held_bytes: int = 0
     """Split backward: output gradients kept from B until W."""
+    host_forward: float = 0.0
+    """Seconds the host needs to issue each action (0: never host-bound)."""
+    host_backward_input: float = 0.0
+    host_backward_weight: float = 0.0
+    host_backward: float = 0.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,6 +118,10 @@ def costs_from_profile(
                 param_bytes=c.param_bytes,
                 workspace_bytes=c.peak_bytes,
                 held_bytes=0 if index == 0 else c.held_bytes,
+                host_forward=c.host_forward,
+                host_backward_input=c.host_backward if index == 0 else c.host_backward_input,
+                host_backward_weight=0.0 if index == 0 else c.host_backward_weight,
+                host_backward=c.host_backward,
             )
         )
     fwd, bwd = [], []

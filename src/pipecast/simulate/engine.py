@@ -29,15 +29,20 @@ class _Rank:
 
 
 def _duration(action: Action, st: StageTimes, costs: Costs, plan: Plan) -> float:
+    """Device time, or the host's time to issue the work where that is longer."""
     if action.kind == "F":
-        return st.forward
+        return max(st.forward, st.host_forward)
     recompute = costs.recompute == "all" or (
         costs.recompute == "all-but-last" and action.mb < plan.num_microbatches - 1
     )
     extra = st.forward if recompute and action.kind in ("B", "BW") else 0.0
     if plan.async_updates and action.kind == "BW":
         extra += st.optimizer
-    return {"B": st.backward_input, "W": st.backward_weight, "BW": st.backward}[action.kind] + extra
+    device = {"B": st.backward_input, "W": st.backward_weight, "BW": st.backward}[action.kind]
+    host = {"B": st.host_backward_input, "W": st.host_backward_weight, "BW": st.host_backward}[
+        action.kind
+    ]
+    return max(device, host) + extra
 
 
 def _held(action: Action, st: StageTimes, costs: Costs, plan: Plan) -> int:
