@@ -147,12 +147,22 @@ def test_split_backward_holds_captured_gradients_until_w() -> None:
     assert zb.peak_memory[1] <= 4 * (100 + 40)
 
 
-def test_host_bound_actions_take_the_hosts_time() -> None:
-    quick = StageTimes(forward=1, backward_input=1, backward_weight=1, backward=2)
-    slow_host = StageTimes(
-        forward=1, backward_input=1, backward_weight=1, backward=2, host_forward=3, host_backward=1
+def test_host_bound_split_backward_takes_the_hosts_time() -> None:
+    device_bound = StageTimes(forward=1, backward_input=1, backward_weight=1, backward=2)
+    host_bound = StageTimes(
+        forward=1,
+        backward_input=1,
+        backward_weight=1,
+        backward=2,
+        host_backward_input=2,
+        host_backward_weight=3,
+        host_forward=9,
     )
-    plan = make_plan("gpipe", 1, 4)
-    assert simulate(plan, Costs(stages=(quick,))).step_time == pytest.approx(4 * 3)
-    # forwards wait for the host (3 s each); backwards stay device-bound (2 s each)
-    assert simulate(plan, Costs(stages=(slow_host,))).step_time == pytest.approx(4 * 3 + 4 * 2)
+    plan = make_plan("zb-h1", 1, 4)
+    assert simulate(plan, Costs(stages=(device_bound,))).step_time == pytest.approx(4 * 3)
+    assert simulate(plan, Costs(stages=(host_bound,))).step_time == pytest.approx(4 * (1 + 2 + 3))
+    two = make_plan("zb-h1", 2, 4)
+    fast = simulate(two, Costs(stages=(device_bound, device_bound))).step_time
+    slow = simulate(two, Costs(stages=(device_bound, host_bound))).step_time
+    assert slow > fast
+    assert slow >= 4 * (1 + 2 + 3)  # stage 1: F (device 1 s; host F not charged) + B 2 + W 3

@@ -29,9 +29,11 @@ class _Rank:
 
 
 def _duration(action: Action, st: StageTimes, costs: Costs, plan: Plan) -> float:
-    """Device time, or the host's time to issue the work where that is longer."""
+    """Device time; for the split backward (B, W), the host's time to issue it where that is
+    longer. F and BW were timed in context, so their host cost is already in the device time;
+    the split's graph walk and per-node calls are not, and at small micro-batches they bind."""
     if action.kind == "F":
-        return max(st.forward, st.host_forward)
+        return st.forward
     recompute = costs.recompute == "all" or (
         costs.recompute == "all-but-last" and action.mb < plan.num_microbatches - 1
     )
