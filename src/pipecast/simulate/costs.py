@@ -119,7 +119,7 @@ def costs_from_profile(
                 workspace_bytes=c.peak_bytes,
                 held_bytes=0 if index == 0 else c.held_bytes,
                 host_forward=c.host_forward,
-                host_backward_input=c.host_backward if index == 0 else c.host_backward_input,
+                host_backward_input=0.0 if index == 0 else c.host_backward_input,
                 host_backward_weight=0.0 if index == 0 else c.host_backward_weight,
                 host_backward=c.host_backward,
             )

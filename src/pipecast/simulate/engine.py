@@ -40,11 +40,11 @@ def _duration(action: Action, st: StageTimes, costs: Costs, plan: Plan) -> float
     extra = st.forward if recompute and action.kind in ("B", "BW") else 0.0
     if plan.async_updates and action.kind == "BW":
         extra += st.optimizer
-    device = {"B": st.backward_input, "W": st.backward_weight, "BW": st.backward}[action.kind]
-    host = {"B": st.host_backward_input, "W": st.host_backward_weight, "BW": st.host_backward}[
-        action.kind
-    ]
-    return max(device, host) + extra
+    if action.kind == "BW":
+        return st.backward + extra
+    if action.kind == "B":
+        return max(st.backward_input, st.host_backward_input) + extra
+    return max(st.backward_weight, st.host_backward_weight) + extra
 
 
 def _held(action: Action, st: StageTimes, costs: Costs, plan: Plan) -> int:
