@@ -8,6 +8,7 @@ inference, and PipeDream's asynchronous 1F1B with weight stashing.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 from pipecast.errors import ConfigError, UnknownNameError
 from pipecast.schedule.action import BW, Action, B, F, Plan, W
@@ -35,22 +36,31 @@ def gpipe(ranks: int, microbatches: int) -> Plan:
     )
 
 
+def _one_f_one_b_order(
+    warmup: int, total: int, forward: Callable[[int], Action], backward: Callable[[int], Action]
+) -> list[Action]:
+    """`warmup` forwards, then one forward and one backward in turn, then the remaining
+    backwards: the order every 1F1B-style schedule shares."""
+    acts = [forward(k) for k in range(warmup)]
+    for k in range(total):
+        if warmup + k < total:
+            acts.append(forward(warmup + k))
+        acts.append(backward(k))
+    return acts
+
+
 def one_f_one_b(ranks: int, microbatches: int) -> Plan:
     """1F1B: stage s warms up with min(S-s-1, M) forwards, then alternates forward and
     backward, keeping at most S-s micro-batches of activations."""
     _check(ranks, microbatches)
-    rows = []
-    for s in range(ranks):
-        warmup = min(ranks - s - 1, microbatches)
-        acts: list[Action] = [F(s, j) for j in range(warmup)]
-        next_f, next_b = warmup, 0
-        while next_b < microbatches:
-            if next_f < microbatches:
-                acts.append(F(s, next_f))
-                next_f += 1
-            acts.append(BW(s, next_b))
-            next_b += 1
-        rows.append(tuple(acts))
+    rows = [
+        tuple(
+            _one_f_one_b_order(
+                min(ranks - s - 1, microbatches), microbatches, partial(F, s), partial(BW, s)
+            )
+        )
+        for s in range(ranks)
+    ]
     return Plan(
         name="1f1b",
         num_stages=ranks,
@@ -86,15 +96,13 @@ def interleaved_1f1b(ranks: int, microbatches: int, chunks: int = 2) -> Plan:
             return F(stage, mb) if forward else BW(stage, mb)
 
         warmup = min((ranks - r - 1) * 2 + (chunks - 1) * ranks, total)
-        acts = [unit(k, True) for k in range(warmup)]
-        f, b = warmup, 0
-        while b < total:
-            if f < total:
-                acts.append(unit(f, True))
-                f += 1
-            acts.append(unit(b, False))
-            b += 1
-        rows.append(tuple(acts))
+        rows.append(
+            tuple(
+                _one_f_one_b_order(
+                    warmup, total, partial(unit, forward=True), partial(unit, forward=False)
+                )
+            )
+        )
     return Plan(
         name="interleaved",
         num_stages=stages,
@@ -114,19 +122,18 @@ def zero_bubble_h1(ranks: int, microbatches: int) -> Plan:
     _check(ranks, microbatches)
     rows = []
     for s in range(ranks):
-        warmup = min(ranks - s - 1, microbatches)
-        acts: list[Action] = [F(s, j) for j in range(warmup)]
-        nf, nb, nw = warmup, 0, 0
-        while nb < microbatches:
-            if nf < microbatches:
-                acts.append(F(s, nf))
-                nf += 1
-            acts.append(B(s, nb))
-            nb += 1
-            while nw < nb - s:
-                acts.append(W(s, nw))
-                nw += 1
-        acts += [W(s, j) for j in range(nw, microbatches)]
+        order = _one_f_one_b_order(
+            min(ranks - s - 1, microbatches), microbatches, partial(F, s), partial(B, s)
+        )
+        acts: list[Action] = []
+        deferred = 0  # W(j) follows B(j + s)
+        for a in order:
+            acts.append(a)
+            if a.kind == "B":
+                while deferred <= a.mb - s:
+                    acts.append(W(s, deferred))
+                    deferred += 1
+        acts += [W(s, j) for j in range(deferred, microbatches)]
         rows.append(tuple(acts))
     return Plan(
         name="zb-h1",
