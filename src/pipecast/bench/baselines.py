@@ -11,7 +11,7 @@ import torch.distributed as dist
 from torch import nn
 
 from pipecast import devices
-from pipecast.bench.timing import gather_peaks, timed_steps
+from pipecast.bench.timing import barrier, gather_peaks, timed_steps
 from pipecast.data.loss import loss_for
 from pipecast.data.synthetic import synthetic_batch
 from pipecast.errors import ConfigError
@@ -88,9 +88,7 @@ def single_device(
 
         result = timed_steps(step, ctx.device, steps=steps, warmup=warmup)
     else:
-        for _ in range(steps + warmup):
-            from pipecast.bench.timing import barrier
-
+        for _ in range(steps + warmup):  # keep step with rank 0's barriers
             barrier(ctx.device)
             barrier(ctx.device)
     return gather_peaks(result, ctx.device)

@@ -229,7 +229,7 @@ def run_suite(
     store = Store(store_path)
     predicted = predicted or {}
     pending = [c for c in configs if not store.done(c.key)]
-    total, finished = len(configs), len(configs) - len(pending)
+    total = len(configs)
     stop = threading.Event()
 
     def poll() -> None:
@@ -275,5 +275,4 @@ def run_suite(
         stop.set()
         if on_progress is not None:
             on_progress(sum(store.done(c.key) for c in configs), total)
-    del finished
     return store

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from pipecast.data.spec import DatasetSpec
 from pipecast.errors import ConfigError, UnknownNameError
 
@@ -63,6 +61,3 @@ def get_spec(
             num_classes=0,
         )
     raise UnknownNameError("dataset", name, dataset_names())
-
-
-SpecFactory = Callable[..., DatasetSpec]

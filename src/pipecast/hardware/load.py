@@ -38,6 +38,5 @@ def default_cluster(device_name: str, gpus: int) -> Cluster:
     """A preset matching the device a profile was measured on, sized to `gpus`."""
     name = device_name.lower()
     base = preset("h200-nvlink" if "h200" in name else "h100-nvlink" if "h100" in name else "cpu")
-    if gpus <= base.gpus_per_node:
-        return base.subset(gpus) if gpus > 0 else base
-    return base.subset(gpus) if gpus % base.gpus_per_node == 0 else base
+    fits = 0 < gpus <= base.gpus_per_node or (gpus > 0 and gpus % base.gpus_per_node == 0)
+    return base.subset(gpus) if fits else base

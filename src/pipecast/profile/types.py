@@ -7,7 +7,7 @@ recommender read it, the profiler writes it, and its JSON form moves it between 
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
 
@@ -293,9 +293,6 @@ class Profile:
 
     def save(self, path: str) -> None:
         jsonio.write_atomic(path, self.to_json())
-
-    def with_blocks(self, blocks: tuple[BlockProfile, ...]) -> Profile:
-        return replace(self, blocks=blocks)
 
 
 def _interp(xs: list[int], ys: list[float], x: int) -> float:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -94,8 +95,6 @@ def calibrated_cluster(gpus: int, device: str) -> tuple[Cluster, bool]:
     )
     cluster = result.cluster
     if dev == "cpu" and gpus > count:
-        cluster = cluster.subset(count).__class__(
-            **{**cluster.__dict__, "gpus_per_node": gpus, "pairs": {}}
-        )
+        cluster = replace(cluster, gpus_per_node=gpus, pairs={})  # the CPU link, for more ranks
     cluster.save(str(path))
     return cluster, False

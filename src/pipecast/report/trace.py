@@ -62,25 +62,3 @@ def write_trace(path: str, *timelines: tuple[str, Timeline]) -> None:
         events += trace_events(timeline.events, pid_offset=offset, label=label)
         offset += 100
     jsonio.write_atomic(path, json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}))
-
-
-def read_trace(path: str) -> list[Event]:
-    """Compute and comm events of a trace written by write_trace (first timeline)."""
-    doc = json.loads(jsonio.read_text(path))
-    events = []
-    for e in doc["traceEvents"]:
-        if e.get("ph") != "X" or e["pid"] >= 100:
-            continue
-        start = e["ts"] / 1e6
-        events.append(
-            Event(
-                e["pid"],
-                e["name"],
-                e["cat"],
-                start,
-                start + e["dur"] / 1e6,
-                e["args"].get("stage", -1),
-                e["args"].get("microbatch", -1),
-            )
-        )
-    return events

@@ -72,10 +72,6 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def default_backend(device: str) -> Backend:
-    return "nccl" if device.startswith("cuda") else "gloo"
-
-
 def _device_for(backend: Backend, local_rank: int) -> torch.device:
     if backend == "nccl":
         torch.cuda.set_device(local_rank)
@@ -241,7 +237,3 @@ def run_distributed(
     local = int(os.environ["LOCAL_RANK"])
     with process_group(rank, world, local, backend, timeout_s) as ctx:
         return fn(ctx, *args)
-
-
-def scratch_dir() -> str:
-    return tempfile.mkdtemp(prefix="pipecast-")

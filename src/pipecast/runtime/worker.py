@@ -18,6 +18,7 @@ from pipecast.data.loss import loss_for
 from pipecast.data.registry import get_spec
 from pipecast.data.spec import DatasetSpec
 from pipecast.data.synthetic import synthetic_batch
+from pipecast.devices import DTYPES
 from pipecast.errors import ConfigError, PipecastError
 from pipecast.runtime.engine import PipelineEngine
 from pipecast.runtime.job import TrainJob
@@ -97,8 +98,6 @@ class _Data:
             dtype = torch.float32
             cfg = self.job.config
             if not cfg.autocast and cfg.dtype != "fp32":
-                from pipecast.devices import DTYPES
-
                 dtype = DTYPES[cfg.dtype]
             device = self.device if self.device.type == "cuda" else None
             return synthetic_batch(
