@@ -253,7 +253,8 @@ def rescale(
         old = c[mb]
         bw = old.backward * scale
         split = old.backward_input + old.backward_weight
-        b = bw * old.backward_input / split if split > 0 else bw
+        # an empty W stays exactly empty (the first block does all its backward in B)
+        b = bw * old.backward_input / split if split > 0 and old.backward_weight > 0 else bw
         c[mb] = replace(old, forward=f, backward=bw, backward_input=b, backward_weight=bw - b)
 
 
