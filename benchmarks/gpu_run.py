@@ -116,7 +116,8 @@ def main() -> None:
     busbw = {n: round(b / 1e9, 1) for n, b in cluster.allreduce_busbw.items()}
     log(
         f"probe: p2p {cluster.intra.bandwidth / 1e9:.1f} GB/s {cluster.intra.latency * 1e6:.1f} "
-        f"us, all-reduce bus GB/s {busbw}, matmul {cluster.matmul_flops / 1e12:.0f} TFLOP/s"
+        f"us, all-reduce bus GB/s {busbw}, matmul {cluster.matmul_flops / 1e12:.0f} TFLOP/s, "
+        f"runtime host overhead {cluster.host_overhead * 1e6:.0f} us/action"
     )
 
     if dry:
@@ -134,13 +135,15 @@ def main() -> None:
         thesis = [
             Workload(model=m, dataset="imagenet") for m in ("resnet18", "resnet152", "mobilenetv2")
         ]
-        gpt_sizes, vgg_sizes, r50_sizes = (1, 2, 4, 8), (4, 8, 16, 32), (16, 32, 64, 128)
+        gpt_sizes, vgg_sizes, r50_sizes = (1, 2, 4, 8), (4, 8, 16, 32, 64, 128), (16, 32, 64, 128)
         gb, vb, rb, wide = 32, 128, 128, 4
 
     profiles: dict[str, Profile] = {}
     bars: dict[str, object] = {}
     vgg_p = profiles[vgg.key] = profile("vgg16", vgg, vgg_sizes, device=device, dtype=dtype)
-    bars["vgg16"] = profile_bar("vgg16", vgg, vgg_p, vgg_sizes[-1], device=device, dtype=dtype)
+    bars["vgg16"] = profile_bar(
+        "vgg16", vgg, vgg_p, vgg_sizes[-1] if dry else 32, device=device, dtype=dtype
+    )
     gpt_p = profiles[gpt.key] = profile("gpt", gpt, gpt_sizes, device=device, dtype=dtype)
     bars["gpt"] = profile_bar("gpt", gpt, gpt_p, gpt_sizes[-2], device=device, dtype=dtype)
     if not dry:
@@ -274,6 +277,8 @@ def main() -> None:
         configs = [c for c in configs if c.system != "torch"]
     if dry:
         configs = [replace(c, device="cpu", dtype="fp32", steps=2, warmup=1) for c in configs]
+    else:  # the median of 10 steps after 3 warm-ups: small-micro-batch steps vary
+        configs = [replace(c, steps=10, warmup=3) for c in configs]
     predicted = predictions(configs, profiles, cluster)
     log(
         f"{len(configs)} configurations, {len(predicted)} predicted, {left(args.budget):.0f} s left"

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -147,7 +148,7 @@ def test_split_backward_holds_captured_gradients_until_w() -> None:
     assert zb.peak_memory[1] <= 4 * (100 + 40)
 
 
-def test_host_bound_split_backward_takes_the_hosts_time() -> None:
+def test_a_host_bound_rank_takes_the_hosts_time() -> None:
     device_bound = StageTimes(forward=1, backward_input=1, backward_weight=1, backward=2)
     host_bound = StageTimes(
         forward=1,
@@ -160,9 +161,46 @@ def test_host_bound_split_backward_takes_the_hosts_time() -> None:
     )
     plan = make_plan("zb-h1", 1, 4)
     assert simulate(plan, Costs(stages=(device_bound,))).step_time == pytest.approx(4 * 3)
-    assert simulate(plan, Costs(stages=(host_bound,))).step_time == pytest.approx(4 * (1 + 2 + 3))
+    # one rank: the host issues F, B, W of every micro-batch one after another
+    assert simulate(plan, Costs(stages=(host_bound,))).step_time == pytest.approx(4 * (9 + 2 + 3))
     two = make_plan("zb-h1", 2, 4)
     fast = simulate(two, Costs(stages=(device_bound, device_bound))).step_time
     slow = simulate(two, Costs(stages=(device_bound, host_bound))).step_time
     assert slow > fast
-    assert slow >= 4 * (1 + 2 + 3)  # stage 1: F (device 1 s; host F not charged) + B 2 + W 3
+    assert slow >= 4 * (9 + 2 + 3)
+
+
+def test_the_host_works_ahead_through_bubbles() -> None:
+    """A host slower than its device by less than the rank's idle time costs nothing: it
+    issues the next action while the device waits for data."""
+    plan = make_plan("gpipe", 4, 4)
+    device = Costs.uniform(4, forward=1, backward_input=1, backward_weight=1)
+    base = simulate(plan, device).step_time
+    assert base == pytest.approx((4 + 3) * 3)
+    # the last stage idles 3 forward slots before its first F: a host 1.5x its device on
+    # forwards keeps up, since the device cannot start any earlier anyway
+    st = replace(device.stages[0], host_forward=1.5)
+    hidden = simulate(plan, replace(device, stages=(device.stages[0],) * 3 + (st,))).step_time
+    assert hidden == pytest.approx(base)
+    # every rank's host at 4 s per action: the step is the host's 8 actions and the drain
+    slow = StageTimes(
+        forward=1,
+        backward_input=1,
+        backward_weight=1,
+        backward=2,
+        host_forward=4,
+        host_backward=4,
+    )
+    host_bound = simulate(plan, Costs(stages=(slow,) * 4)).step_time
+    assert host_bound == pytest.approx(8 * 4 + 3 * 2 + 3, abs=3)
+    assert host_bound > 8 * 4
+
+
+def test_runtime_host_overhead_binds_only_small_actions() -> None:
+    plan = make_plan("1f1b", 2, 8)
+    big = Costs.uniform(2, forward=10, backward_input=10, backward_weight=10)
+    small = Costs.uniform(2, forward=0.01, backward_input=0.01, backward_weight=0.01)
+    assert simulate(plan, replace(big, host_overhead=0.05)).step_time == pytest.approx(
+        simulate(plan, big).step_time
+    )
+    assert simulate(plan, replace(small, host_overhead=0.05)).step_time >= 16 * 0.05

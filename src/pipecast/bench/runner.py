@@ -20,7 +20,7 @@ import torch.distributed as dist
 from pipecast.bench import baselines
 from pipecast.bench.config import BenchConfig
 from pipecast.bench.store import Store, environment
-from pipecast.bench.timing import gather_peaks
+from pipecast.bench.timing import action_stats, gather_floats, gather_peaks
 from pipecast.errors import PipecastError
 from pipecast.partition.types import from_boundaries
 from pipecast.recommend.predict import PLACEMENT
@@ -55,7 +55,7 @@ def pipecast_job(cfg: BenchConfig, *, capture: bool = False) -> TrainJob:
             recompute=cfg.recompute,
             optimizer="adam" if cfg.accuracy_steps else "sgd",
             lr=3e-3 if cfg.accuracy_steps else 1e-4,
-            record_events=False,
+            record_events=cfg.device == "cuda",
             send_timing=cfg.send_timing,
             timeout_s=120,
         ),
@@ -77,6 +77,7 @@ def _run_pipecast(ctx: Context, cfg: BenchConfig) -> dict[str, Any]:
         "peak_reserved": max((s.peak_reserved for s in report.steps), default=0),
     }
     result = gather_peaks(result, ctx.device)
+    result["actions"] = gather_floats(action_stats(report.steps, report.events), ctx.device)
     if cfg.accuracy_steps:
         result["top1_error"] = _top1_error(ctx, cfg, report.params if report.replica == 0 else {})
     return result

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from pipecast import devices
+from pipecast.runtime.worker import StepRecord
+from pipecast.simulate.timeline import Event
 
 
 def barrier(device: torch.device) -> None:
@@ -60,3 +62,31 @@ def gather_peaks(result: dict[str, Any], device: torch.device) -> dict[str, Any]
     result["peak_reserved"] = [int(v[1]) for v in out]
     result["step_time"] = max(int(v[2]) for v in out) / 1e9
     return result
+
+
+HOST_KINDS = ("F", "B", "W", "BW")
+
+
+def action_stats(steps: Sequence[StepRecord], events: Sequence[Event]) -> dict[str, float]:
+    """This rank's median host seconds per step in its action loop ('loop') and issuing each
+    kind of action ('host_F', ...), and the device seconds of each kind in the last step
+    ('device_F', ...; from the action clock, absent when it was off). Where 'loop' nears the
+    step time the rank was host-bound: on GPU the host issues work and never waits."""
+    out = {"loop": statistics.median([s.host_loop for s in steps]) if steps else 0.0}
+    for k in HOST_KINDS:
+        out[f"host_{k}"] = statistics.median([s.host.get(k, 0.0) for s in steps]) if steps else 0.0
+        out[f"device_{k}"] = sum(e.end - e.start for e in events if e.kind == k)
+        out[f"count_{k}"] = float(sum(e.kind == k for e in events))
+    return out
+
+
+def gather_floats(values: dict[str, float], device: torch.device) -> dict[str, list[float]]:
+    """Every rank's `values` (the same keys on every rank), key -> one value per rank."""
+    keys = sorted(values)
+    rows = [[values[k] for k in keys]]
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        mine = torch.tensor(rows[0], dtype=torch.float64, device=device)
+        out = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
+        dist.all_gather(out, mine)
+        rows = [[float(v) for v in t.tolist()] for t in out]
+    return {k: [row[i] for row in rows] for i, k in enumerate(keys)}

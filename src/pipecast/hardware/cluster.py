@@ -52,6 +52,9 @@ class Cluster:
     """Fixed cost of one all-reduce in seconds."""
     pairs: dict[tuple[int, int], Link] = field(default_factory=dict)
     """Measured links for particular (src, dst) pairs; override intra/inter."""
+    host_overhead: float = 0.0
+    """Host seconds the pipeline runtime adds to each action beyond its ops (posting
+    transfers, bookkeeping); it binds only where the host is the bottleneck."""
 
     def __post_init__(self) -> None:
         if self.nodes < 1 or self.gpus_per_node < 1:
@@ -125,6 +128,7 @@ class Cluster:
                 "allreduce_busbw": {str(k): v for k, v in self.allreduce_busbw.items()},
                 "allreduce_inter_busbw": self.allreduce_inter_busbw,
                 "allreduce_latency": self.allreduce_latency,
+                "host_overhead": self.host_overhead,
                 "pairs": [[a, b, _link_json(link)] for (a, b), link in self.pairs.items()],
             },
         )
@@ -177,6 +181,7 @@ def cluster_from_dict(doc: dict[str, Any], source: str = "<dict>") -> Cluster:
             },
             allreduce_inter_busbw=parse_rate(doc.get("allreduce_inter_busbw", 0.0)),
             allreduce_latency=parse_seconds(doc.get("allreduce_latency", 0.0)),
+            host_overhead=parse_seconds(doc.get("host_overhead", 0.0)),
             pairs={(int(a), int(b)): link(v, f"pair {a}-{b}") for a, b, v in doc.get("pairs", [])},
         )
     except KeyError as exc:

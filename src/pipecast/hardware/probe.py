@@ -11,10 +11,12 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch import nn
 
 from pipecast import devices
 from pipecast.hardware.cluster import Cluster, Link
@@ -35,6 +37,8 @@ class ProbeOptions:
     repeats: int = 5
     matmul_size: int = 0
     """Square matmul side (0: 8192 on GPU, 1024 on CPU)."""
+    runtime: bool = True
+    """Also time the pipeline runtime's own host work per action."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -122,9 +126,52 @@ def _probe_rank(ctx: Context, options: ProbeOptions) -> dict[str, Any]:
         "p2p": p2p,
         "allreduce": allreduce,
         "matmul_flops": flops,
+        "host_overhead": runtime_overhead(ctx) if options.runtime else 0.0,
         "memory": devices.total_memory(ctx.device),
         "name": devices.name(ctx.device),
     }
+
+
+def runtime_overhead(ctx: Context, microbatches: int = 32) -> float:
+    """Host seconds the pipeline runtime spends per action beyond the ops it issues: a
+    1F1B pipeline over every rank with one tiny Linear per stage, its action loop's host
+    time per action less what the Linear's own forward and backward take to issue. Zero on
+    CPU ranks (there the host's work is the device's, and the profile holds it)."""
+    from pipecast.partition.types import from_boundaries
+    from pipecast.runtime.config import RunConfig
+    from pipecast.runtime.job import TrainJob
+    from pipecast.runtime.worker import run_rank
+    from pipecast.schedule.generators import make_plan
+
+    if ctx.device.type != "cuda" or ctx.world < 2:
+        return 0.0
+    width = 16
+    blocks: list[nn.Module] = [nn.Sequential(nn.Flatten(), nn.Linear(28 * 28, width))]
+    blocks += [nn.Linear(width, width) for _ in range(ctx.world - 2)] + [nn.Linear(width, 10)]
+    job = TrainJob(
+        plan=make_plan("1f1b", ctx.world, microbatches),
+        partition=from_boundaries(list(range(ctx.world + 1))),
+        batch=microbatches,
+        model=nn.Sequential(*blocks),
+        dataset="mnist",
+        config=RunConfig(dtype="fp32", record_events=False, timeout_s=120),
+        device="cuda",
+        steps=5,
+        warmup_steps=2,
+    )
+    report = run_rank(ctx, job)
+    per_action = statistics.median(s.host_loop for s in report.steps) / (2 * microbatches)
+    layer = nn.Linear(width, width).to(ctx.device)
+    x = torch.randn(1, width, device=ctx.device, requires_grad=True)
+    issue = []
+    for _ in range(20):
+        out, _, forward = devices.timed_with_host(ctx.device, lambda: layer(x))
+        grad = torch.ones_like(out)
+        _, _, backward = devices.timed_with_host(
+            ctx.device, partial(torch.autograd.backward, out, grad)
+        )
+        issue.append((forward + backward) / 2)
+    return max(per_action - statistics.median(issue), 0.0)
 
 
 def summarize_probe(per_rank: list[dict[str, Any]], name: str = "probed") -> ProbeResult:
@@ -167,6 +214,7 @@ def summarize_probe(per_rank: list[dict[str, Any]], name: str = "probed") -> Pro
             allreduce_busbw=busbw,
             allreduce_latency=latency,
             pairs=pairs,
+            host_overhead=statistics.median(r.get("host_overhead", 0.0) for r in per_rank),
         ),
         p2p=p2p,
         allreduce=allreduce,

@@ -4,6 +4,7 @@ saved and held bytes), the whole model in context, the loss and the optimizer st
 from __future__ import annotations
 
 import contextlib
+import gc
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -112,6 +113,40 @@ def saved_storages(run: BlockRun, param_ptrs: set[int]) -> tuple[dict[int, int],
     return saved, out
 
 
+@contextlib.contextmanager
+def quiet_gc() -> Iterator[None]:
+    """No garbage collection while timing: a collection pass lands in whichever sample
+    is running and lengthens it by milliseconds."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def workspace_floor(device: torch.device, dtype: torch.dtype) -> int:
+    """Bytes the math libraries keep on `device` once a forward and a backward have run:
+    cuBLAS's workspaces (per thread and stream; the backward has a thread of its own).
+    Measured from empty where torch can free them, else what a fresh use adds (0 if this
+    process had them already)."""
+    if device.type != "cuda":
+        return 0
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear is not None:
+        clear()
+    devices.synchronize(device)
+    before = devices.allocated(device)
+    w = torch.randn(64, 64, device=device, dtype=dtype, requires_grad=True)
+    b = torch.zeros(64, device=device, dtype=dtype, requires_grad=True)
+    x = torch.randn(32, 64, device=device, dtype=dtype)
+    torch.autograd.backward((torch.nn.functional.linear(x, w, b) @ w).sum())
+    del w, b, x
+    devices.synchronize(device)
+    return max(devices.allocated(device) - before, 0)
+
+
 INNER = 4
 """Ops timed back to back per measurement: the device runs them without waiting for the
 host between them, so launch and Python overheads of a lone op stay out of its time."""
@@ -199,7 +234,9 @@ def in_situ(
     forward: list[list[float]] = [[] for _ in blocks]
     backward: list[float] = []
     params = [p for b in blocks for p in b.parameters() if p.requires_grad]
-    for rep in range(options.warmup + options.repeats):
+    # a whole-model pass is cheap next to the per-block runs: twice the samples, since
+    # at small micro-batches these passes are host-bound and their samples noisier
+    for rep in range(options.warmup + 1 + 2 * options.repeats):
         marks = [mark()]
         h = x
         with precision(device, options):
@@ -211,7 +248,7 @@ def in_situ(
         torch.autograd.backward(loss)
         ended = mark()
         devices.synchronize(device)
-        if rep >= options.warmup:
+        if rep > options.warmup:
             for i in range(len(blocks)):
                 forward[i].append(seconds(marks[i], marks[i + 1]))
             backward.append(seconds(began, ended))

@@ -10,6 +10,7 @@ too large for the device is profiled holding one block on it at a time.
 from __future__ import annotations
 
 import datetime
+import gc
 from collections.abc import Callable
 
 import torch
@@ -28,9 +29,11 @@ from pipecast.profile.measure import (
     measure_loss,
     measure_optimizer,
     precision,
+    quiet_gc,
     rescale,
     saved_storages,
     storage,
+    workspace_floor,
 )
 from pipecast.profile.options import ProfileOptions
 from pipecast.profile.stats import robust
@@ -78,7 +81,9 @@ def profile_model(
     optimizer_step = [0.0] * len(blocks)
     loss: dict[int, tuple[float, float]] = {}
     sizes = sorted(set(options.micro_batches))
+    floor = workspace_floor(device, dtype)
     for mb in sizes:
+        gc.collect()
         x, target = synthetic_batch(spec, mb, seed=options.seed, dtype=dtype)
         x, target = x.to(device), target.to(device)
         prev_saved_output = False
@@ -101,7 +106,8 @@ def profile_model(
                 backward_full(out, grad_out, run.stage_input(), run.params)
                 peak = max(devices.peak_allocated(device) - base - saved_total - out_bytes, 0)
                 run.clear_grads()
-                m = measure_block(run, grad_out)
+                with quiet_gc():
+                    m = measure_block(run, grad_out)
                 b, w, held = m["b"], m["w"], int(m["held"])
                 hb, hw = m["host_b"], m["host_w"]
                 if index == 0:  # the first stage never sends an input gradient
@@ -140,10 +146,12 @@ def profile_model(
         loss[mb] = measure_loss(loss_fn, x, target, device, options)
         if options.in_situ and not offload:
             first, _ = synthetic_batch(spec, mb, seed=options.seed, dtype=dtype)
+            with quiet_gc():
+                context = in_situ(blocks, first.to(device), target, loss_fn, device, options)
             rescale(
                 costs,
                 mb,
-                *in_situ(blocks, first.to(device), target, loss_fn, device, options),
+                *context,
                 loss_backward=loss[mb][1],
             )
     return Profile(
@@ -170,6 +178,7 @@ def profile_model(
         ),
         loss=loss,
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        floor_bytes=floor,
     )
 
 

@@ -107,6 +107,10 @@ class Profile:
     loss: dict[int, tuple[float, float]] = field(default_factory=dict)
     """Micro-batch size -> (forward, backward) seconds of the loss on the last output."""
     created: str = ""
+    floor_bytes: int = 0
+    """Device bytes a training process holds whatever its model: the math libraries'
+    workspaces (cuBLAS keeps one per thread and stream, and the backward runs on autograd's
+    own thread). Every GPU's peak includes them."""
 
     # ---- costs at any micro-batch size -------------------------------------------------
 
@@ -238,6 +242,7 @@ class Profile:
                 "micro_batches": list(self.micro_batches),
                 "input_bytes_per_sample": self.input_bytes_per_sample,
                 "created": self.created,
+                "floor_bytes": self.floor_bytes,
                 "loss": {str(k): list(v) for k, v in self.loss.items()},
                 "blocks": [
                     {
@@ -283,6 +288,7 @@ class Profile:
                 blocks=blocks,
                 loss={int(k): (v[0], v[1]) for k, v in doc.get("loss", {}).items()},
                 created=doc.get("created", ""),
+                floor_bytes=int(doc.get("floor_bytes", 0)),
             )
         except (KeyError, TypeError) as exc:
             raise DataError(f"{source} is not a complete profile: missing {exc}") from None
@@ -311,18 +317,29 @@ def _interp(xs: list[int], ys: list[float], x: int) -> float:
     return max(value, 0.0)
 
 
+def monotone(ys: list[float]) -> list[float]:
+    """Times at rising micro-batch sizes, each capped by every larger size's: a smaller
+    micro-batch never takes longer. Timing noise is one-sided (a host stall, a clock dip,
+    an allocator call only lengthen a sample), so a small size measured slower than a larger
+    one is noise, and the larger size's time bounds it."""
+    out = list(ys)
+    for i in range(len(out) - 2, -1, -1):
+        out[i] = min(out[i], out[i + 1])
+    return out
+
+
 def _interp_cost(costs: dict[int, BlockCost], micro_batch: int) -> BlockCost:
-    if micro_batch in costs:
-        return costs[micro_batch]
     sizes = sorted(costs)
     near = min(sizes, key=lambda s: abs(s - micro_batch))
     base = costs[near]
+    if len(sizes) == 1 and micro_batch == near:
+        return base
 
     def t(name: str) -> float:
-        return _interp(sizes, [getattr(costs[s], name) for s in sizes], micro_batch)
+        return _interp(sizes, monotone([getattr(costs[s], name) for s in sizes]), micro_batch)
 
     def scaled(n: int) -> int:
-        return n * micro_batch // near
+        return n * micro_batch // near if micro_batch != near else n
 
     return BlockCost(
         forward=t("forward"),

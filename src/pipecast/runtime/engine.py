@@ -54,6 +54,11 @@ class StepResult:
     peak_reserved: int = 0
     outputs: list[torch.Tensor] = field(default_factory=list)
     """Forward-only plans: the last stage's outputs, one per micro-batch."""
+    host: dict[str, float] = field(default_factory=dict)
+    """Host seconds spent issuing each kind of action (F, B, W, BW), transfers included,
+    summed over the step; with `host_loop` (the whole action loop) it shows whether the rank
+    was host-bound: on GPU the host only issues work and never waits for the device."""
+    host_loop: float = 0.0
 
 
 class PipelineEngine:
@@ -148,6 +153,8 @@ class PipelineEngine:
         outputs: list[torch.Tensor] = []
         pending_reduce: list[tuple[list[torch.Tensor], torch.Tensor, dist.Work]] = []
         self._deferred.clear()
+        host: dict[str, float] = {}
+        loop_began = tick = time.perf_counter()
         for position, a in enumerate(plan.actions[self.rank]):
             self._position = position
             for dst, key, tensor in self._deferred.pop(position, []):
@@ -191,7 +198,11 @@ class PipelineEngine:
                         self._deliver(a, grad_in, local, "grad", a.stage - 1)
             if self._last_backward.get(a.stage) == position and self.dp_group is not None:
                 pending_reduce += self._reduce_launch(st)
+            now = time.perf_counter()
+            host[a.kind] = host.get(a.kind, 0.0) + now - tick
+            tick = now
         self._flush_deferred()
+        host_loop = time.perf_counter() - loop_began
         self.watchdog.at(None, "waiting for sends to complete")
         self.channels.finish_sends()
         self.watchdog.at(None, "all-reducing gradients across replicas")
@@ -213,6 +224,8 @@ class PipelineEngine:
             peak_allocated=devices.peak_allocated(self.device),
             peak_reserved=devices.peak_reserved(self.device),
             outputs=outputs,
+            host=host,
+            host_loop=host_loop,
         )
 
     def zero_grad(self) -> None:

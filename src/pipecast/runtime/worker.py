@@ -35,6 +35,9 @@ class StepRecord:
     loss: float | None
     peak_allocated: int
     peak_reserved: int
+    host: dict[str, float] = field(default_factory=dict)
+    """Host seconds issuing each kind of action (see StepResult.host)."""
+    host_loop: float = 0.0
 
 
 @dataclass
@@ -165,7 +168,13 @@ def run_rank(ctx: Context, job: TrainJob) -> RankReport:
             if step >= job.warmup_steps:
                 report.steps.append(
                     StepRecord(
-                        step, seconds, result.loss, result.peak_allocated, result.peak_reserved
+                        step,
+                        seconds,
+                        result.loss,
+                        result.peak_allocated,
+                        result.peak_reserved,
+                        host=result.host,
+                        host_loop=result.host_loop,
                     )
                 )
                 report.events = result.events

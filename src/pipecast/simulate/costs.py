@@ -7,7 +7,7 @@ from a Profile, a Partition and a Cluster at one micro-batch size.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pipecast.hardware.cluster import Cluster
 from pipecast.partition.types import Partition
@@ -57,6 +57,10 @@ class Costs:
     recompute: Recompute = "none"
     optimizer: Optimizer = "sgd"
     grad_bytes_factor: float = 1.0
+    host_overhead: float = 0.0
+    """Host seconds the runtime adds to every action (its bookkeeping, posting transfers)."""
+    floor_bytes: int = 0
+    """Device bytes every rank holds whatever it runs (library workspaces)."""
     extra: dict[str, float] = field(default_factory=dict)
 
     @classmethod
@@ -78,12 +82,8 @@ class Costs:
         return cls(stages=(st,) * stages, **kwargs)  # type: ignore[arg-type]
 
     def without_communication(self) -> Costs:
-        return Costs(
-            stages=self.stages,
-            overlap_comm=self.overlap_comm,
-            recompute=self.recompute,
-            optimizer=self.optimizer,
-            grad_bytes_factor=self.grad_bytes_factor,
+        return replace(
+            self, forward_transfer=(), backward_transfer=(), allreduce=(), allreduce_buckets=()
         )
 
 
@@ -119,7 +119,7 @@ def costs_from_profile(
                 workspace_bytes=c.peak_bytes,
                 held_bytes=0 if index == 0 else c.held_bytes,
                 host_forward=c.host_forward,
-                host_backward_input=0.0 if index == 0 else c.host_backward_input,
+                host_backward_input=c.host_backward if index == 0 else c.host_backward_input,
                 host_backward_weight=0.0 if index == 0 else c.host_backward_weight,
                 host_backward=c.host_backward,
             )
@@ -147,4 +147,6 @@ def costs_from_profile(
         overlap_comm=overlap_comm,
         recompute=recompute,
         optimizer=optimizer,
+        host_overhead=cluster.host_overhead,
+        floor_bytes=profile.floor_bytes,
     )

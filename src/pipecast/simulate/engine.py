@@ -1,9 +1,16 @@
 """The event-driven simulator: executes a Plan in time with Costs, giving a Timeline.
 
 Each rank runs its actions in plan order; an action starts when its rank is free and its
-inputs have arrived. Because a rank's sends leave in its own program order, replaying each
-rank as far as it can go, then the next, yields exact times, link queueing included, in
-O(actions). Memory is tallied per rank as actions start and end.
+inputs have arrived. A rank has two workers: its host issues each action's work (taking the
+action's host seconds, one action after another, never waiting for the device or for data)
+and its device executes it; the device cannot begin an action before the host begins to
+issue it, nor end it before the host has issued all of it. At large micro-batches the host
+runs ahead and only device times matter; at small ones the host binds, and the bubbles
+the host spends ahead of its device are not lost.
+
+Because a rank's sends leave in its own program order, replaying each rank as far as it can
+go, then the next, yields exact times, link queueing included, in O(actions).
+Memory is tallied per rank as actions start and end.
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ from pipecast.training import OPTIMIZER_STATE
 @dataclass
 class _Rank:
     free: float = 0.0
+    host: float = 0.0
+    """When the host has issued everything so far."""
     head: int = 0
     busy: float = 0.0
     memory: int = 0
@@ -28,23 +37,33 @@ class _Rank:
     first_start: float = -1.0
 
 
+def _recomputes(action: Action, costs: Costs, plan: Plan) -> bool:
+    return action.kind in ("B", "BW") and (
+        costs.recompute == "all"
+        or (costs.recompute == "all-but-last" and action.mb < plan.num_microbatches - 1)
+    )
+
+
 def _duration(action: Action, st: StageTimes, costs: Costs, plan: Plan) -> float:
-    """Device time; for the split backward (B, W), the host's time to issue it where that is
-    longer. F and BW were timed in context, so their host cost is already in the device time;
-    the split's graph walk and per-node calls are not, and at small micro-batches they bind."""
+    """Device seconds of `action`."""
     if action.kind == "F":
         return st.forward
-    recompute = costs.recompute == "all" or (
-        costs.recompute == "all-but-last" and action.mb < plan.num_microbatches - 1
-    )
-    extra = st.forward if recompute and action.kind in ("B", "BW") else 0.0
+    extra = st.forward if _recomputes(action, costs, plan) else 0.0
     if plan.async_updates and action.kind == "BW":
         extra += st.optimizer
-    if action.kind == "BW":
-        return st.backward + extra
-    if action.kind == "B":
-        return max(st.backward_input, st.host_backward_input) + extra
-    return max(st.backward_weight, st.host_backward_weight) + extra
+    base = {"B": st.backward_input, "W": st.backward_weight, "BW": st.backward}[action.kind]
+    return base + extra
+
+
+def _host(action: Action, st: StageTimes, costs: Costs, plan: Plan) -> float:
+    """Host seconds to issue `action`: its ops, and the runtime's own work per action."""
+    if action.kind == "F":
+        return st.host_forward + costs.host_overhead
+    extra = st.host_forward if _recomputes(action, costs, plan) else 0.0
+    base = {"B": st.host_backward_input, "W": st.host_backward_weight, "BW": st.host_backward}[
+        action.kind
+    ]
+    return base + extra + costs.host_overhead
 
 
 def _held(action: Action, st: StageTimes, costs: Costs, plan: Plan) -> int:
@@ -75,6 +94,7 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
             0.0 if plan.forward_only else costs.grad_bytes_factor + OPTIMIZER_STATE[costs.optimizer]
         )
         static[r] += int(st.param_bytes * factor)
+    static = [b + costs.floor_bytes for b in static]
     end: dict[Action, float] = {}
     available: dict[Action, float] = {}  # when an action's output is usable by its consumer
     link_free: dict[tuple[int, int], float] = {}
@@ -92,9 +112,11 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
                 if any(d not in available for d in deps):
                     break
                 ready = max((available[d] for d in deps), default=0.0)
-                start = max(state.free, ready)
                 st = costs.stages[a.stage]
-                finish = start + _duration(a, st, costs, plan)
+                issue = state.host
+                state.host = issue + _host(a, st, costs, plan)
+                start = max(state.free, ready, issue)
+                finish = max(start + _duration(a, st, costs, plan), state.host)
                 events.append(Event(r, str(a), a.kind, start, finish, a.stage, a.mb))
                 if state.first_start < 0:
                     state.first_start = start
