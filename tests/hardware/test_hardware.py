@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -110,3 +111,19 @@ def test_probe_two_cpu_processes() -> None:
     assert c.world == 2 and set(c.pairs) == {(0, 1), (1, 0)}
     assert c.intra.bandwidth > 1e6 and c.matmul_flops > 0
     assert 2 in c.allreduce_busbw
+    # host work measured alone and with both ranks busy (two processes on two cores)
+    assert 2 in c.host_contention and c.host_contention[2] >= 1.0
+    assert c.host_factor(2) == c.host_contention[2] and c.host_factor(1) == 1.0
+    assert c.host_overhead == 0.0  # CPU ranks: the host's work is the profile's
+
+
+def test_cluster_round_trips_host_terms() -> None:
+    c = replace(
+        describe(nodes=1, gpus_per_node=4, memory="80GiB", intra_bandwidth="100GB/s"),
+        host_overhead=2e-4,
+        host_contention={2: 1.1, 4: 1.3},
+    )
+    back = Cluster.from_json(c.to_json())
+    assert back == c
+    assert back.host_overhead == pytest.approx(2e-4)
+    assert back.host_factor(4) == pytest.approx(1.3) and back.host_factor(3) == pytest.approx(1.1)

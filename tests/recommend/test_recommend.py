@@ -92,3 +92,43 @@ def test_recommend_cli_calibrates_once_then_uses_the_cache(
     second = capsys.readouterr().out
     assert "profile: cached" in second and "cluster: cached" in second
     assert (tmp_path / "rec.json").exists()
+
+
+def test_ddp_buckets_hold_a_second_copy_of_the_gradients() -> None:
+    p = make_profile([1e-3] * 4, params=[10**6] * 4)
+    data = Strategy(kind="data", replicas=2)
+    plain = predict(p, GPUS, data, 32)
+    ddp = predict(p, GPUS, data, 32, ddp_buckets=True)
+    assert ddp.peak_memory - plain.peak_memory == p.param_bytes
+    one = Strategy(kind="single")
+    assert predict(p, GPUS, one, 32, ddp_buckets=True).peak_memory == (
+        predict(p, GPUS, one, 32).peak_memory
+    )
+
+
+def test_more_busy_ranks_slow_a_host_bound_prediction() -> None:
+    """Host work measured alone runs slower with every rank of a node busy (the probe's
+    contention factor); a host-bound strategy's prediction follows, a device-bound one not."""
+    from dataclasses import replace
+
+    base = make_profile([1e-3] * 4, params=[10**6] * 4)
+    host_bound = replace(
+        base,
+        blocks=tuple(
+            replace(
+                b,
+                costs={
+                    mb: replace(c, host_forward=4e-3, host_backward=8e-3)
+                    for mb, c in b.costs.items()
+                },
+            )
+            for b in base.blocks
+        ),
+    )
+    busy = replace(GPUS, host_contention={4: 1.5})
+    strat = Strategy(kind="data", replicas=4)
+    assert predict(base, busy, strat, 32).step_time == pytest.approx(
+        predict(base, GPUS, strat, 32).step_time
+    )
+    calm = predict(host_bound, GPUS, strat, 32).step_time
+    assert predict(host_bound, busy, strat, 32).step_time == pytest.approx(1.5 * calm, rel=0.05)

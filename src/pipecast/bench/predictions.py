@@ -45,7 +45,14 @@ def predictions(
         if strategy is None or profile is None or cfg.accuracy_steps:
             continue
         try:
-            pred = predict(profile, cluster, strategy, cfg.batch, memory_margin=0.0)
+            pred = predict(
+                profile,
+                cluster,
+                strategy,
+                cfg.batch,
+                memory_margin=0.0,
+                ddp_buckets=cfg.system == "ddp",
+            )
         except PipecastError:
             continue
         out[cfg.key] = {

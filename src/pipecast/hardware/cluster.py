@@ -55,6 +55,15 @@ class Cluster:
     host_overhead: float = 0.0
     """Host seconds the pipeline runtime adds to each action beyond its ops (posting
     transfers, bookkeeping); it binds only where the host is the bottleneck."""
+    host_contention: dict[int, float] = field(default_factory=dict)
+    """n -> how much slower a host issues work while n ranks of this node are busy than
+    alone (profiles are taken alone); missing n: 1."""
+
+    def host_factor(self, busy: int) -> float:
+        """The slowdown of host work with `busy` ranks busy on a node (1 when unmeasured;
+        between measured counts, the nearest below)."""
+        known = [n for n in self.host_contention if n <= busy]
+        return self.host_contention[max(known)] if known else 1.0
 
     def __post_init__(self) -> None:
         if self.nodes < 1 or self.gpus_per_node < 1:
@@ -129,6 +138,7 @@ class Cluster:
                 "allreduce_inter_busbw": self.allreduce_inter_busbw,
                 "allreduce_latency": self.allreduce_latency,
                 "host_overhead": self.host_overhead,
+                "host_contention": {str(n): f for n, f in self.host_contention.items()},
                 "pairs": [[a, b, _link_json(link)] for (a, b), link in self.pairs.items()],
             },
         )
@@ -182,6 +192,7 @@ def cluster_from_dict(doc: dict[str, Any], source: str = "<dict>") -> Cluster:
             allreduce_inter_busbw=parse_rate(doc.get("allreduce_inter_busbw", 0.0)),
             allreduce_latency=parse_seconds(doc.get("allreduce_latency", 0.0)),
             host_overhead=parse_seconds(doc.get("host_overhead", 0.0)),
+            host_contention={int(n): float(f) for n, f in doc.get("host_contention", {}).items()},
             pairs={(int(a), int(b)): link(v, f"pair {a}-{b}") for a, b, v in doc.get("pairs", [])},
         )
     except KeyError as exc:

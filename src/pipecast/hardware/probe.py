@@ -127,6 +127,7 @@ def _probe_rank(ctx: Context, options: ProbeOptions) -> dict[str, Any]:
         "allreduce": allreduce,
         "matmul_flops": flops,
         "host_overhead": runtime_overhead(ctx) if options.runtime else 0.0,
+        "host_contention": host_contention(ctx) if options.runtime else {},
         "memory": devices.total_memory(ctx.device),
         "name": devices.name(ctx.device),
     }
@@ -174,6 +175,45 @@ def runtime_overhead(ctx: Context, microbatches: int = 32) -> float:
     return max(per_action - statistics.median(issue), 0.0)
 
 
+def _host_work(device: torch.device, repeats: int = 7) -> float:
+    """Median host seconds to issue a small model's forward and backward 50 times: Python,
+    autograd and kernel launches, as a training step's host spends them."""
+    layer = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64)).to(device)
+    x = torch.randn(8, 64, device=device)
+
+    def once() -> None:
+        for _ in range(50):
+            torch.autograd.backward(layer(x).sum())
+
+    once()
+    times = []
+    for _ in range(repeats):
+        began = time.perf_counter()
+        once()
+        times.append(time.perf_counter() - began)
+        devices.synchronize(device)
+    return statistics.median(times)
+
+
+def host_contention(ctx: Context) -> dict[str, float]:
+    """How much slower a host issues work while n ranks issue at once than alone (n -> factor):
+    cores share clocks, caches and memory bandwidth, and the profile was taken alone."""
+    alone = 0.0
+    for r in range(ctx.world):
+        _sync(ctx)
+        if ctx.rank == r:
+            alone = _host_work(ctx.device)
+    factors: dict[str, float] = {}
+    for n in range(2, ctx.world + 1):
+        _sync(ctx)
+        t = _host_work(ctx.device) / alone if ctx.rank < n else 0.0
+        values = torch.tensor([t], dtype=torch.float64, device=ctx.device)
+        gathered = [torch.zeros_like(values) for _ in range(ctx.world)]
+        dist.all_gather(gathered, values)
+        factors[str(n)] = statistics.median(float(g.item()) for g in gathered[:n])
+    return factors
+
+
 def summarize_probe(per_rank: list[dict[str, Any]], name: str = "probed") -> ProbeResult:
     """Fit the raw samples of every rank into a Cluster (pure: tests feed it synthetic data)."""
     p2p: dict[str, list[list[float]]] = {}
@@ -215,6 +255,9 @@ def summarize_probe(per_rank: list[dict[str, Any]], name: str = "probed") -> Pro
             allreduce_latency=latency,
             pairs=pairs,
             host_overhead=statistics.median(r.get("host_overhead", 0.0) for r in per_rank),
+            host_contention={
+                int(n): max(f, 1.0) for n, f in per_rank[0].get("host_contention", {}).items()
+            },
         ),
         p2p=p2p,
         allreduce=allreduce,

@@ -7,7 +7,7 @@ import contextlib
 import gc
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 
 import torch
@@ -205,6 +205,20 @@ def measure_block(run: BlockRun, grad_out: torch.Tensor) -> dict[str, float]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class Context:
+    """One whole-model pass, timed per block: what a stage of these blocks costs in place."""
+
+    forward: list[float]
+    """Device seconds of each block's forward."""
+    backward: float
+    """Device seconds of the whole backward, the loss's included."""
+    host_forward: list[float]
+    """Host seconds issuing each block's forward."""
+    host_backward: float
+    """Host seconds issuing the whole backward (one autograd call)."""
+
+
 def in_situ(
     blocks: list[nn.Module],
     x: torch.Tensor,
@@ -212,9 +226,9 @@ def in_situ(
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     device: torch.device,
     options: ProfileOptions,
-) -> tuple[list[float], float]:
-    """Per-block forward seconds inside one whole-model pass, and the seconds of the whole
-    backward (loss included)."""
+) -> Context:
+    """Device and host seconds of every block's forward inside one whole-model pass, and of
+    the whole backward."""
     cuda = device.type == "cuda"
 
     def mark() -> object:
@@ -232,30 +246,40 @@ def in_situ(
         return b - a
 
     forward: list[list[float]] = [[] for _ in blocks]
+    host_forward: list[list[float]] = [[] for _ in blocks]
     backward: list[float] = []
+    host_backward: list[float] = []
     params = [p for b in blocks for p in b.parameters() if p.requires_grad]
     # a whole-model pass is cheap next to the per-block runs: twice the samples, since
     # at small micro-batches these passes are host-bound and their samples noisier
     for rep in range(options.warmup + 1 + 2 * options.repeats):
-        marks = [mark()]
+        marks, clock = [mark()], [time.perf_counter()]
         h = x
         with precision(device, options):
             for block in blocks:
                 h = block(h)
                 marks.append(mark())
+                clock.append(time.perf_counter())
             loss = loss_fn(h, target)
-        began = mark()
+        began, host_began = mark(), time.perf_counter()
         torch.autograd.backward(loss)
-        ended = mark()
+        host_ended, ended = time.perf_counter(), mark()
         devices.synchronize(device)
         if rep > options.warmup:
             for i in range(len(blocks)):
                 forward[i].append(seconds(marks[i], marks[i + 1]))
+                host_forward[i].append(clock[i + 1] - clock[i])
             backward.append(seconds(began, ended))
+            host_backward.append(host_ended - host_began)
         for p in params:
             p.grad = None
         del h, loss
-    return [robust(f).median for f in forward], robust(backward).median
+    return Context(
+        forward=[robust(f).median for f in forward],
+        backward=robust(backward).median,
+        host_forward=[robust(f).median if cuda else 0.0 for f in host_forward],
+        host_backward=robust(host_backward).median if cuda else 0.0,
+    )
 
 
 def measure_optimizer(block: nn.Module, device: torch.device, options: ProfileOptions) -> float:
@@ -277,22 +301,35 @@ def measure_optimizer(block: nn.Module, device: torch.device, options: ProfileOp
 def rescale(
     costs: list[dict[int, BlockCost]],
     mb: int,
-    forward: list[float],
-    backward_total: float,
+    context: Context,
     *,
     loss_backward: float,
 ) -> None:
     """Forward times from context; the contextual backward shared out by each block's
-    isolated share, keeping each block's B : W ratio."""
+    isolated share, keeping each block's B : W ratio. Host times likewise: a stage issues
+    its blocks' backward in one autograd call, not one per block as they were timed alone,
+    so the split's host times shrink by the same factor as the whole backward's."""
     isolated = sum(c[mb].backward for c in costs)
-    scale = max(backward_total - loss_backward, 0.0) / isolated if isolated > 0 else 1.0
-    for c, f in zip(costs, forward, strict=True):
+    scale = max(context.backward - loss_backward, 0.0) / isolated if isolated > 0 else 1.0
+    host_isolated = sum(c[mb].host_backward for c in costs)
+    host_scale = context.host_backward / host_isolated if host_isolated > 0 else 1.0
+    for c, f, hf in zip(costs, context.forward, context.host_forward, strict=True):
         old = c[mb]
         bw = old.backward * scale
         split = old.backward_input + old.backward_weight
         # an empty W stays exactly empty (the first block does all its backward in B)
         b = bw * old.backward_input / split if split > 0 and old.backward_weight > 0 else bw
-        c[mb] = replace(old, forward=f, backward=bw, backward_input=b, backward_weight=bw - b)
+        c[mb] = replace(
+            old,
+            forward=f,
+            backward=bw,
+            backward_input=b,
+            backward_weight=bw - b,
+            host_forward=hf,
+            host_backward=old.host_backward * host_scale,
+            host_backward_input=old.host_backward_input * host_scale,
+            host_backward_weight=old.host_backward_weight * host_scale,
+        )
 
 
 def measure_loss(

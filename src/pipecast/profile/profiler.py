@@ -151,7 +151,7 @@ def profile_model(
             rescale(
                 costs,
                 mb,
-                *context,
+                context,
                 loss_backward=loss[mb][1],
             )
     return Profile(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pipecast.errors import ConfigError
 from pipecast.hardware.cluster import Cluster
@@ -145,8 +145,11 @@ def predict(
     optimizer: Optimizer = "sgd",
     memory_margin: float = 0.1,
     overlap_comm: bool = True,
+    ddp_buckets: bool = False,
 ) -> Prediction:
-    """Simulate `strategy` for a global batch of `batch` samples on `cluster`."""
+    """Simulate `strategy` for a global batch of `batch` samples on `cluster`. With
+    `ddp_buckets`, data parallelism runs as torch's DistributedDataParallel, whose
+    all-reduce buckets hold a second copy of the gradients."""
     if strategy.gpus > cluster.world:
         raise ConfigError(
             f"{strategy.label()} needs {strategy.gpus} GPUs, the cluster has {cluster.world}"
@@ -163,6 +166,8 @@ def predict(
         recompute=strategy.recompute,
         optimizer=optimizer,
     )
+    if ddp_buckets and strategy.kind == "data" and strategy.replicas > 1:
+        costs = replace(costs, grad_bytes_factor=2.0)
     timeline = simulate(plan, costs)
     return Prediction(
         strategy=strategy,

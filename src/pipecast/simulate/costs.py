@@ -100,6 +100,8 @@ def costs_from_profile(
     """Costs of `partition` at `micro_batch` on `cluster` (replica 0's devices carry the
     pipeline's transfers; each stage's replicas all-reduce its gradients)."""
     stages = []
+    busy = len({d for st in partition.stages for d in st.devices})
+    slow = cluster.host_factor(min(busy, cluster.gpus_per_node))
     for index, st in enumerate(partition.stages):
         c = profile.stage(st.start, st.stop, micro_batch)
         b, w = c.backward_input, c.backward_weight
@@ -118,10 +120,11 @@ def costs_from_profile(
                 param_bytes=c.param_bytes,
                 workspace_bytes=c.peak_bytes,
                 held_bytes=0 if index == 0 else c.held_bytes,
-                host_forward=c.host_forward,
-                host_backward_input=c.host_backward if index == 0 else c.host_backward_input,
-                host_backward_weight=0.0 if index == 0 else c.host_backward_weight,
-                host_backward=c.host_backward,
+                host_forward=c.host_forward * slow,
+                host_backward_input=slow
+                * (c.host_backward if index == 0 else c.host_backward_input),
+                host_backward_weight=0.0 if index == 0 else c.host_backward_weight * slow,
+                host_backward=c.host_backward * slow,
             )
         )
     fwd, bwd = [], []
