@@ -306,9 +306,10 @@ def rescale(
     loss_backward: float,
 ) -> None:
     """Forward times from context; the contextual backward shared out by each block's
-    isolated share, keeping each block's B : W ratio. Host times likewise: a stage issues
-    its blocks' backward in one autograd call, not one per block as they were timed alone,
-    so the split's host times shrink by the same factor as the whole backward's."""
+    isolated share, keeping each block's B : W ratio. Host times likewise for the forward
+    and the whole backward: a stage issues its blocks' backward in one autograd call, not
+    one per block as they were timed alone. The split backward's host times stay as timed
+    alone: its graph walk and per-weight calls cost per block wherever they run."""
     isolated = sum(c[mb].backward for c in costs)
     scale = max(context.backward - loss_backward, 0.0) / isolated if isolated > 0 else 1.0
     host_isolated = sum(c[mb].host_backward for c in costs)
@@ -327,8 +328,6 @@ def rescale(
             backward_weight=bw - b,
             host_forward=hf,
             host_backward=old.host_backward * host_scale,
-            host_backward_input=old.host_backward_input * host_scale,
-            host_backward_weight=old.host_backward_weight * host_scale,
         )
 
 
