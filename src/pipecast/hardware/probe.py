@@ -195,22 +195,29 @@ def _host_work(device: torch.device, repeats: int = 7) -> float:
     return statistics.median(times)
 
 
+def _gather_float(ctx: Context, value: float) -> list[float]:
+    mine = torch.tensor([value], dtype=torch.float64, device=ctx.device)
+    out = [torch.zeros_like(mine) for _ in range(ctx.world)]
+    dist.all_gather(out, mine)
+    return [float(t.item()) for t in out]
+
+
 def host_contention(ctx: Context) -> dict[str, float]:
-    """How much slower a host issues work while n ranks issue at once than alone (n -> factor):
-    cores share clocks, caches and memory bandwidth, and the profile was taken alone."""
+    """How much slower the slowest of n ranks issues work while n ranks issue at once than
+    a rank does alone (n -> factor): cores share clocks, caches and memory bandwidth, ranks
+    sit on different sockets, and the profile was taken alone. A pipeline or data-parallel
+    step waits for its slowest rank."""
     alone = 0.0
     for r in range(ctx.world):
         _sync(ctx)
         if ctx.rank == r:
             alone = _host_work(ctx.device)
+    reference = statistics.median(_gather_float(ctx, alone))
     factors: dict[str, float] = {}
     for n in range(2, ctx.world + 1):
         _sync(ctx)
-        t = _host_work(ctx.device) / alone if ctx.rank < n else 0.0
-        values = torch.tensor([t], dtype=torch.float64, device=ctx.device)
-        gathered = [torch.zeros_like(values) for _ in range(ctx.world)]
-        dist.all_gather(gathered, values)
-        factors[str(n)] = statistics.median(float(g.item()) for g in gathered[:n])
+        t = _host_work(ctx.device) if ctx.rank < n else 0.0
+        factors[str(n)] = max(_gather_float(ctx, t)[:n]) / reference
     return factors
 
 

@@ -143,7 +143,7 @@ class Profile:
             output_bytes=costs[stop - 1].output_bytes if stop < len(self.blocks) else 0,
             activation_bytes=int(t["saved"][stop] - t["saved"][start]) + held,
             param_bytes=int(t["param"][stop] - t["param"][start]),
-            peak_bytes=max(c.peak_bytes for c in costs[start:stop]),
+            peak_bytes=_backward_peak(costs, t["saved"], start, stop),
             optimizer_step=t["opt"][stop] - t["opt"][start],
             held_bytes=int(t["held"][stop] - t["held"][start]),
             host_forward=t["hf"][stop] - t["hf"][start],
@@ -299,6 +299,15 @@ class Profile:
 
     def save(self, path: str) -> None:
         jsonio.write_atomic(path, self.to_json())
+
+
+def _backward_peak(costs: list[BlockCost], saved: list[float], start: int, stop: int) -> int:
+    """Bytes a stage needs beyond holding all its saved activations. The backward runs from
+    the last block down and frees each block's activations as it passes, so when block i
+    needs its transient memory, the blocks after it have already given theirs back."""
+    return max(
+        max(int(costs[i].peak_bytes - (saved[stop] - saved[i + 1])), 0) for i in range(start, stop)
+    )
 
 
 def _interp(xs: list[int], ys: list[float], x: int) -> float:

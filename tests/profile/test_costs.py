@@ -1,0 +1,60 @@
+"""Profile arithmetic that needs no measurement: stage sums, monotone sizes, backward peaks."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from tests.partition.test_partition import make_profile
+
+from pipecast.profile.types import BlockCost, Profile, monotone
+
+
+def with_costs(profile: Profile, costs: list[dict[int, BlockCost]]) -> Profile:
+    return replace(
+        profile,
+        blocks=tuple(replace(b, costs=c) for b, c in zip(profile.blocks, costs, strict=True)),
+        micro_batches=tuple(sorted(costs[0])),
+    )
+
+
+def test_monotone_caps_each_size_by_every_larger_one() -> None:
+    assert monotone([7.0, 19.8, 11.5, 21.7]) == [7.0, 11.5, 11.5, 21.7]
+    assert monotone([1.0, 2.0, 3.0]) == [1.0, 2.0, 3.0]
+
+
+def test_a_small_micro_batch_never_costs_more_than_a_larger_one() -> None:
+    """A 32 measured slower than the 64 beside it (one-sided noise) is read as the 64's time;
+    sizes in between interpolate through the capped values."""
+    base = make_profile([1.0])
+    c = base.blocks[0].costs[8]
+    noisy = with_costs(
+        base,
+        [
+            {
+                16: replace(c, forward=7.0, host_forward=1.0),
+                32: replace(c, forward=19.8, host_forward=3.0),
+                64: replace(c, forward=11.5, host_forward=2.0),
+            }
+        ],
+    )
+    assert noisy.cost(0, 32).forward == pytest.approx(11.5)
+    assert noisy.cost(0, 32).host_forward == pytest.approx(2.0)
+    assert noisy.cost(0, 16).forward == pytest.approx(7.0)
+    assert noisy.cost(0, 24).forward == pytest.approx((7.0 + 11.5) / 2)
+    assert noisy.cost(0, 64).forward == pytest.approx(11.5)
+
+
+def test_backward_peak_counts_only_activations_not_yet_freed() -> None:
+    """Block 0 needs 500 transient bytes in its backward, but by then blocks 1 and 2 have
+    freed their 300 saved bytes: the stage needs 200 beyond all its activations. Alone, block
+    0 needs all 500."""
+    base = make_profile([1.0] * 3, saved=[100, 100, 200])
+    costs = [dict(b.costs) for b in base.blocks]
+    costs[0][8] = replace(costs[0][8], peak_bytes=500)
+    costs[2][8] = replace(costs[2][8], peak_bytes=50)
+    p = with_costs(base, costs)
+    assert p.stage(0, 3, 8).peak_bytes == 500 - 300
+    assert p.stage(0, 1, 8).peak_bytes == 500
+    assert p.stage(1, 3, 8).peak_bytes == 50
+    assert p.stage(0, 3, 8).activation_bytes == 400
