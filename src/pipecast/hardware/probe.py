@@ -175,14 +175,15 @@ def runtime_overhead(ctx: Context, microbatches: int = 32) -> float:
     return max(per_action - statistics.median(issue), 0.0)
 
 
-def _host_work(device: torch.device, repeats: int = 7) -> float:
-    """Median host seconds to issue a small model's forward and backward 50 times: Python,
-    autograd and kernel launches, as a training step's host spends them."""
+def _host_work(device: torch.device, repeats: int = 5, iterations: int = 400) -> float:
+    """Median host seconds to issue a small model's forward and backward 400 times: Python,
+    autograd and kernel launches, as a training step's host spends them, and long enough
+    (a tenth of a second or more) for clocks to settle to the load."""
     layer = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64)).to(device)
     x = torch.randn(8, 64, device=device)
 
     def once() -> None:
-        for _ in range(50):
+        for _ in range(iterations):
             torch.autograd.backward(layer(x).sum())
 
     once()

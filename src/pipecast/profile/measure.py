@@ -247,17 +247,28 @@ def in_situ(
 
     forward: list[list[float]] = [[] for _ in blocks]
     host_forward: list[list[float]] = [[] for _ in blocks]
+    whole: list[float] = []
+    host_whole: list[float] = []
     backward: list[float] = []
     host_backward: list[float] = []
     params = [p for b in blocks for p in b.parameters() if p.requires_grad]
-    # a whole-model pass is cheap next to the per-block runs: twice the samples, since
-    # at small micro-batches these passes are host-bound and their samples noisier
-    for rep in range(options.warmup + 1 + 2 * options.repeats):
+    # Passes alternate: one marks every block, the next only the forward's two ends. The
+    # marks cost the host time, and where the host binds they lengthen the forward; the
+    # per-block shares come from the marked passes, the total from the plain ones. Gradients
+    # accumulate from pass to pass, as they do over a step's micro-batches. A whole-model pass
+    # is cheap next to the per-block runs: four times the samples, since at small
+    # micro-batches these passes are host-bound and noisier.
+    for rep in range(2 * (options.warmup + 1 + 2 * options.repeats)):
+        marked = rep % 2 == 0
         marks, clock = [mark()], [time.perf_counter()]
         h = x
         with precision(device, options):
             for block in blocks:
                 h = block(h)
+                if marked:
+                    marks.append(mark())
+                    clock.append(time.perf_counter())
+            if not marked:
                 marks.append(mark())
                 clock.append(time.perf_counter())
             loss = loss_fn(h, target)
@@ -265,21 +276,33 @@ def in_situ(
         torch.autograd.backward(loss)
         host_ended, ended = time.perf_counter(), mark()
         devices.synchronize(device)
-        if rep > options.warmup:
-            for i in range(len(blocks)):
-                forward[i].append(seconds(marks[i], marks[i + 1]))
-                host_forward[i].append(clock[i + 1] - clock[i])
-            backward.append(seconds(began, ended))
-            host_backward.append(host_ended - host_began)
-        for p in params:
-            p.grad = None
+        if rep > 2 * options.warmup + 1:
+            if marked:
+                for i in range(len(blocks)):
+                    forward[i].append(seconds(marks[i], marks[i + 1]))
+                    host_forward[i].append(clock[i + 1] - clock[i])
+            else:
+                whole.append(seconds(marks[0], marks[1]))
+                host_whole.append(clock[1] - clock[0])
+                backward.append(seconds(began, ended))
+                host_backward.append(host_ended - host_began)
         del h, loss
+    for p in params:
+        p.grad = None
     return Context(
-        forward=[robust(f).median for f in forward],
+        forward=_shares([robust(f).median for f in forward], robust(whole).median),
         backward=robust(backward).median,
-        host_forward=[robust(f).median if cuda else 0.0 for f in host_forward],
+        host_forward=_shares([robust(f).median for f in host_forward], robust(host_whole).median)
+        if cuda
+        else [0.0] * len(blocks),
         host_backward=robust(host_backward).median if cuda else 0.0,
     )
+
+
+def _shares(parts: list[float], total: float) -> list[float]:
+    """`parts` scaled to add up to `total`."""
+    measured = sum(parts)
+    return [p * total / measured for p in parts] if measured > 0 else parts
 
 
 def measure_optimizer(block: nn.Module, device: torch.device, options: ProfileOptions) -> float:
