@@ -17,6 +17,7 @@ from dataclasses import replace
 import torch
 from common import OUT, dump, left, log
 
+from pipecast import devices
 from pipecast.bench.config import BenchConfig
 from pipecast.bench.predictions import predictions
 from pipecast.bench.runner import run_suite
@@ -101,7 +102,14 @@ def main() -> None:
     device, dtype = ("cpu", "fp32") if dry else ("cuda", "bf16")
     gpus = 2 if dry else torch.cuda.device_count()
     names = [torch.cuda.get_device_name(i) for i in range(gpus)] if not dry else ["cpu"]
-    dump("environment.json", {"torch": torch.__version__, "gpus": gpus, "names": names})
+    local = (
+        [len(devices.local_cpus(torch.device("cuda", i))) for i in range(gpus)] if not dry else []
+    )
+    dump(
+        "environment.json",
+        {"torch": torch.__version__, "gpus": gpus, "names": names, "numa_local_cpus": local},
+    )
+    log(f"CPUs on each GPU's NUMA node (ranks are pinned there): {local}")
     log(f"torch {torch.__version__}, {gpus} x {names[0]}")
 
     result = probe(

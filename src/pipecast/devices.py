@@ -6,8 +6,10 @@ perf_counter and report zero memory, so every caller runs unchanged under gloo o
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import torch
@@ -118,3 +120,55 @@ def free_memory(device: torch.device) -> int:
 
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def parse_cpulist(text: str) -> set[int]:
+    """'0-3,8,10-11' -> {0, 1, 2, 3, 8, 10, 11} (the kernel's cpulist format)."""
+    cpus: set[int] = set()
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        low, _, high = part.partition("-")
+        cpus.update(range(int(low), int(high or low) + 1))
+    return cpus
+
+
+def local_cpus(device: torch.device) -> set[int]:
+    """The CPUs on the GPU's own NUMA node that this process may use (empty: unknown). A
+    host issuing kernels from the far socket pays for every launch crossing it."""
+    if device.type != "cuda" or not hasattr(os, "sched_getaffinity"):
+        return set()
+    props = torch.cuda.get_device_properties(device)
+    bus, slot = getattr(props, "pci_bus_id", None), getattr(props, "pci_device_id", None)
+    if bus is None or slot is None:
+        return set()
+    domain = int(getattr(props, "pci_domain_id", 0) or 0)
+    path = f"/sys/bus/pci/devices/{domain:04x}:{bus:02x}:{slot:02x}.0/local_cpulist"
+    try:
+        with open(path) as f:
+            cpus = parse_cpulist(f.read())
+    except (OSError, ValueError):
+        return set()
+    return cpus & os.sched_getaffinity(0)
+
+
+def pin_host(device: torch.device) -> int:
+    """Keep this process (and the threads it starts from now on) on the GPU's NUMA node;
+    the number of CPUs it may use, 0 where nothing was changed."""
+    cpus = local_cpus(device)
+    if not cpus:
+        return 0
+    os.sched_setaffinity(0, cpus)
+    return len(cpus)
+
+
+@contextlib.contextmanager
+def pinned(device: torch.device) -> Iterator[int]:
+    """`pin_host` for the duration of the block, then the affinity from before."""
+    before = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+    count = pin_host(device)
+    try:
+        yield count
+    finally:
+        if count and before:
+            os.sched_setaffinity(0, before)

@@ -58,3 +58,15 @@ def test_backward_peak_counts_only_activations_not_yet_freed() -> None:
     assert p.stage(0, 1, 8).peak_bytes == 500
     assert p.stage(1, 3, 8).peak_bytes == 50
     assert p.stage(0, 3, 8).activation_bytes == 400
+
+
+def test_a_stage_pays_the_optimizers_fixed_cost_once() -> None:
+    base = make_profile([1.0] * 3)
+    p = replace(
+        base,
+        blocks=tuple(replace(b, optimizer_step=0.25) for b in base.blocks),
+        optimizer_fixed=1.0,
+    )
+    assert p.stage(0, 3, 8).optimizer_step == pytest.approx(1.0 + 3 * 0.25)
+    assert p.stage(1, 2, 8).optimizer_step == pytest.approx(1.0 + 0.25)
+    assert Profile.from_json(p.to_json()).optimizer_fixed == 1.0

@@ -306,19 +306,27 @@ def _shares(parts: list[float], total: float) -> list[float]:
 
 
 def measure_optimizer(block: nn.Module, device: torch.device, options: ProfileOptions) -> float:
+    """Seconds of one plain SGD step over `block`'s parameters (the runtime's default
+    optimizer: one step per stage, updating all its tensors in one multi-tensor call)."""
     params = [p for p in block.parameters() if p.requires_grad]
     if not params:
         return 0.0
     saved = [p.detach().clone() for p in params]
     for p in params:
         p.grad = torch.zeros_like(p)
-    opt = torch.optim.SGD(params, lr=0.0, momentum=0.9)
+    opt = torch.optim.SGD(params, lr=0.0)
     times = [devices.timed(device, opt.step)[1] for _ in range(options.warmup + options.repeats)]
     with torch.no_grad():
         for p, s in zip(params, saved, strict=True):
             p.copy_(s)
             p.grad = None
     return robust(times[options.warmup :]).median
+
+
+def optimizer_fixed(device: torch.device, dtype: torch.dtype, options: ProfileOptions) -> float:
+    """Seconds of an SGD step over one tiny tensor: what every step costs whatever it
+    updates (a stage pays it once, not once per block)."""
+    return measure_optimizer(nn.Linear(1, 1, bias=False).to(device, dtype), device, options)
 
 
 def rescale(

@@ -28,6 +28,7 @@ from pipecast.profile.measure import (
     measure_block,
     measure_loss,
     measure_optimizer,
+    optimizer_fixed,
     precision,
     quiet_gc,
     rescale,
@@ -61,7 +62,23 @@ def profile_model(
     workload: dict[str, object] | None = None,
     progress: Progress | None = None,
 ) -> Profile:
-    """Measure `model` block by block; `progress` is called once per (size, block)."""
+    """Measure `model` block by block; `progress` is called once per (size, block). On a GPU
+    the host stays on the GPU's NUMA node meanwhile, as the runtime's ranks do."""
+    with devices.pinned(devices.resolve(options.device)):
+        return _profile_model(
+            model, spec, options, model_name=model_name, workload=workload, progress=progress
+        )
+
+
+def _profile_model(
+    model: nn.Sequential,
+    spec: DatasetSpec,
+    options: ProfileOptions,
+    *,
+    model_name: str,
+    workload: dict[str, object] | None,
+    progress: Progress | None,
+) -> Profile:
     if not options.micro_batches or min(options.micro_batches) < 1:
         raise ConfigError(f"micro-batch sizes must be at least 1, got {options.micro_batches}")
     if options.repeats < 1:
@@ -82,6 +99,7 @@ def profile_model(
     loss: dict[int, tuple[float, float]] = {}
     sizes = sorted(set(options.micro_batches))
     floor = workspace_floor(device, dtype)
+    fixed_step = optimizer_fixed(device, dtype, options)
     for mb in sizes:
         gc.collect()
         x, target = synthetic_batch(spec, mb, seed=options.seed, dtype=dtype)
@@ -129,7 +147,8 @@ def profile_model(
                 )
                 input_counted[index] = saves_input and not shared
                 if mb == sizes[0]:
-                    optimizer_step[index] = measure_optimizer(block, device, options)
+                    step = measure_optimizer(block, device, options)
+                    optimizer_step[index] = max(step - fixed_step, 0.0) if step else 0.0
                 x = out.detach()
                 del out, run, grad_out
             except torch.OutOfMemoryError:
@@ -179,6 +198,7 @@ def profile_model(
         loss=loss,
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         floor_bytes=floor,
+        optimizer_fixed=fixed_step,
     )
 
 
@@ -199,6 +219,17 @@ def measure_step(
     """Median seconds of one whole-model forward + loss + backward at `micro_batch` (the
     reference the sum of per-block costs is checked against)."""
     device = devices.resolve(options.device)
+    with devices.pinned(device):
+        return _measure_step(model, spec, micro_batch, options, device)
+
+
+def _measure_step(
+    model: nn.Sequential,
+    spec: DatasetSpec,
+    micro_batch: int,
+    options: ProfileOptions,
+    device: torch.device,
+) -> float:
     dtype = devices.DTYPES[options.dtype]
     if not options.autocast:
         model = model.to(dtype)

@@ -107,6 +107,9 @@ class Profile:
     loss: dict[int, tuple[float, float]] = field(default_factory=dict)
     """Micro-batch size -> (forward, backward) seconds of the loss on the last output."""
     created: str = ""
+    optimizer_fixed: float = 0.0
+    """Seconds every stage's optimizer step costs beyond its blocks' shares (launching the
+    update); blocks' `optimizer_step` hold only what their bytes add."""
     floor_bytes: int = 0
     """Device bytes a training process holds whatever its model: the math libraries'
     workspaces (cuBLAS keeps one per thread and stream, and the backward runs on autograd's
@@ -144,7 +147,7 @@ class Profile:
             activation_bytes=int(t["saved"][stop] - t["saved"][start]) + held,
             param_bytes=int(t["param"][stop] - t["param"][start]),
             peak_bytes=_backward_peak(costs, t["saved"], start, stop),
-            optimizer_step=t["opt"][stop] - t["opt"][start],
+            optimizer_step=t["opt"][stop] - t["opt"][start] + self.optimizer_fixed,
             held_bytes=int(t["held"][stop] - t["held"][start]),
             host_forward=t["hf"][stop] - t["hf"][start],
             host_backward_input=t["hb"][stop] - t["hb"][start],
@@ -243,6 +246,7 @@ class Profile:
                 "input_bytes_per_sample": self.input_bytes_per_sample,
                 "created": self.created,
                 "floor_bytes": self.floor_bytes,
+                "optimizer_fixed": self.optimizer_fixed,
                 "loss": {str(k): list(v) for k, v in self.loss.items()},
                 "blocks": [
                     {
@@ -289,6 +293,7 @@ class Profile:
                 loss={int(k): (v[0], v[1]) for k, v in doc.get("loss", {}).items()},
                 created=doc.get("created", ""),
                 floor_bytes=int(doc.get("floor_bytes", 0)),
+                optimizer_fixed=float(doc.get("optimizer_fixed", 0.0)),
             )
         except (KeyError, TypeError) as exc:
             raise DataError(f"{source} is not a complete profile: missing {exc}") from None

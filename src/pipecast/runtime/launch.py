@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 from torch.multiprocessing.spawn import start_processes
 
+from pipecast import devices
 from pipecast.errors import ConfigError, DeviceError, PipecastError
 
 Backend = Literal["gloo", "nccl"]
@@ -75,7 +76,9 @@ def free_port() -> int:
 def _device_for(backend: Backend, local_rank: int) -> torch.device:
     if backend == "nccl":
         torch.cuda.set_device(local_rank)
-        return torch.device("cuda", local_rank)
+        device = torch.device("cuda", local_rank)
+        devices.pin_host(device)  # before NCCL starts its threads, so they inherit it
+        return device
     return torch.device("cpu")
 
 
