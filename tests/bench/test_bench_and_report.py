@@ -75,7 +75,7 @@ def test_accuracy_harness_arithmetic() -> None:
     comps = [
         Comparison("a", "g", 1.0, 1.1, 10.0, 10.0),
         Comparison("b", "g", 2.0, 1.0, None, None),
-        Comparison("c", "h", 1.0, 1.0, 9.0, 10.0),
+        Comparison("c", "h", 1.0, 1.0, 9.0, 10.0, host_share=0.95),
     ]
     d = {x.group: x for x in decisions(comps)}
     assert d["g"].picked == "a" and d["g"].fastest == "b"
@@ -83,6 +83,11 @@ def test_accuracy_harness_arithmetic() -> None:
     s = summary(comps)
     assert s["worst_abs_error"] == pytest.approx(1.0)
     assert s["median_abs_memory_error"] == pytest.approx(0.05)
+    assert s["within_7_percent"] == 1 and s["within_20_percent"] == 2
+    # c is host-bound and exact; a and b are device-bound with errors 1/11 and 1
+    assert s["host_bound_configurations"] == 1 and s["host_bound_worst_abs_error"] == 0.0
+    assert s["device_bound_configurations"] == 2
+    assert s["device_bound_median_abs_error"] == pytest.approx((1 / 11 + 1.0) / 2)
     assert LENET.model == "lenet5"
 
 

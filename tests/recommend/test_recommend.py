@@ -11,7 +11,7 @@ from pipecast.hardware.presets import describe
 from pipecast.models import Workload
 from pipecast.profile.profiler import ProfileOptions, profile_model
 from pipecast.recommend.predict import predict
-from pipecast.recommend.rank import recommend
+from pipecast.recommend.rank import explain, recommend
 from pipecast.recommend.strategy import Strategy
 from pipecast.recommend.validate import measure
 from pipecast.runtime.config import RunConfig
@@ -131,4 +131,7 @@ def test_more_busy_ranks_slow_a_host_bound_prediction() -> None:
         predict(base, GPUS, strat, 32).step_time
     )
     calm = predict(host_bound, GPUS, strat, 32).step_time
-    assert predict(host_bound, busy, strat, 32).step_time == pytest.approx(1.5 * calm, rel=0.05)
+    slowed = predict(host_bound, busy, strat, 32)
+    assert slowed.step_time == pytest.approx(1.5 * calm, rel=0.05)
+    assert slowed.host_bound and not predict(base, busy, strat, 32).host_bound
+    assert "host-bound" in explain(slowed, (slowed,))

@@ -162,7 +162,10 @@ def test_a_host_bound_rank_takes_the_hosts_time() -> None:
     plan = make_plan("zb-h1", 1, 4)
     assert simulate(plan, Costs(stages=(device_bound,))).step_time == pytest.approx(4 * 3)
     # one rank: the host issues F, B, W of every micro-batch one after another
-    assert simulate(plan, Costs(stages=(host_bound,))).step_time == pytest.approx(4 * (9 + 2 + 3))
+    one = simulate(plan, Costs(stages=(host_bound,)))
+    assert one.step_time == pytest.approx(4 * (9 + 2 + 3))
+    assert one.host_share == pytest.approx(1.0)
+    assert simulate(plan, Costs(stages=(device_bound,))).host_share == 0.0
     two = make_plan("zb-h1", 2, 4)
     fast = simulate(two, Costs(stages=(device_bound, device_bound))).step_time
     slow = simulate(two, Costs(stages=(device_bound, host_bound))).step_time

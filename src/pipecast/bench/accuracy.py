@@ -20,6 +20,8 @@ class Comparison:
     measured: float
     predicted_memory: float | None
     measured_memory: float | None
+    host_share: float = 0.0
+    """The prediction's busiest host over its step (see HOST_BOUND)."""
 
     @property
     def error(self) -> float:
@@ -59,6 +61,7 @@ def comparisons(rows: Iterable[Row]) -> list[Comparison]:
                 r.measured["step_time"],
                 max(r.predicted["peak_memory"]) if r.predicted.get("peak_memory") else None,
                 max(mem) if mem else None,
+                float(r.predicted.get("host_share", 0.0)),
             )
         )
     return out
@@ -81,16 +84,34 @@ def decisions(comps: list[Comparison]) -> list[Decision]:
 
 
 def summary(comps: list[Comparison]) -> dict[str, float | int]:
+    """Error statistics over all comparisons, and apart for host-bound predictions."""
+    from pipecast.recommend.predict import HOST_BOUND
+
+    out = _errors(comps)
+    picks = decisions(comps)
+    out |= {
+        "decisions": len(picks),
+        "right": sum(d.slowdown == 0 for d in picks),
+        "within_5_percent": sum(d.slowdown <= 0.05 for d in picks),
+    }
+    for name, part in (
+        ("device_bound", [c for c in comps if c.host_share < HOST_BOUND]),
+        ("host_bound", [c for c in comps if c.host_share >= HOST_BOUND]),
+    ):
+        for key, value in _errors(part).items():
+            out[f"{name}_{key}"] = value
+    return out
+
+
+def _errors(comps: list[Comparison]) -> dict[str, float | int]:
     errors = [abs(c.error) for c in comps]
     mems = [abs(e) for c in comps if (e := c.memory_error) is not None]
-    picks = decisions(comps)
     return {
         "configurations": len(comps),
         "median_abs_error": statistics.median(errors) if errors else float("nan"),
         "worst_abs_error": max(errors) if errors else float("nan"),
         "median_abs_memory_error": statistics.median(mems) if mems else float("nan"),
         "worst_abs_memory_error": max(mems) if mems else float("nan"),
-        "decisions": len(picks),
-        "right": sum(d.slowdown == 0 for d in picks),
-        "within_5_percent": sum(d.slowdown <= 0.05 for d in picks),
+        "within_7_percent": sum(e <= 0.07 for e in errors),
+        "within_20_percent": sum(e <= 0.2 for e in errors),
     }

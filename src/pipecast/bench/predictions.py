@@ -61,5 +61,6 @@ def predictions(
             "peak_memory": list(pred.timeline.peak_memory),
             "bubble": pred.timeline.bubble_fraction,
             "exposed_comm": pred.timeline.exposed_comm,
+            "host_share": pred.timeline.host_share,
         }
     return out

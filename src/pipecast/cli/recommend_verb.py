@@ -147,7 +147,17 @@ def print_recommendation(rec: Recommendation, top: int) -> None:
         title=f"strategies for batch {rec.batch}, fastest first "
         f"({len(rec.ranked)} fit, {len(rec.rejected)} do not)"
     )
-    for col in ("#", "strategy", "step", "samples/s", "epoch", "peak memory/GPU", "bubble", "comm"):
+    for col in (
+        "#",
+        "strategy",
+        "step",
+        "samples/s",
+        "epoch",
+        "peak memory/GPU",
+        "bubble",
+        "comm",
+        "host",
+    ):
         table.add_column(col, justify="left" if col == "strategy" else "right")
     for i, pred in enumerate(rec.ranked[:top], 1):
         t = pred.timeline
@@ -160,6 +170,7 @@ def print_recommendation(rec: Recommendation, top: int) -> None:
             human_bytes(pred.peak_memory),
             f"{t.bubble_fraction:.0%}",
             f"{pred.comm_fraction:.0%}",
+            f"{t.host_share:.0%}" + (" (bound)" if pred.host_bound else ""),
         )
     console.print(table)
     for r in rec.rejected[:3]:
@@ -198,6 +209,8 @@ def _write(path: str, rec: Recommendation, measured: list[Measured]) -> None:
                 "samples_per_second": p.samples_per_second,
                 "peak_memory": p.peak_memory,
                 "bubble": p.timeline.bubble_fraction,
+                "host_share": p.timeline.host_share,
+                "host_bound": p.host_bound,
                 "partition": p.partition.boundaries,
             }
             for p in rec.ranked

@@ -19,6 +19,11 @@ from pipecast.training import Optimizer
 
 PLACEMENT: dict[str, Placement] = {"interleaved": "loop", "zb-v": "v"}
 
+HOST_BOUND = 0.8
+"""A strategy whose busiest host spends this share of the step issuing work is host-bound.
+There the step is set by how fast Python and the launch path run, which varies between
+machines and runs by tens of per cent; device-bound predictions hold to a few per cent."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class Prediction:
@@ -46,6 +51,10 @@ class Prediction:
     @property
     def fits(self) -> bool:
         return self.peak_memory <= self.memory_limit
+
+    @property
+    def host_bound(self) -> bool:
+        return self.timeline.host_share >= HOST_BOUND
 
     @property
     def comm_fraction(self) -> float:

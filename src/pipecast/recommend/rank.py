@@ -118,5 +118,10 @@ def explain(best: Prediction, ranked: tuple[Prediction, ...]) -> str:
         detail.append(f"bubble {t.bubble_fraction:.0%}")
     if t.exposed_comm > 0:
         detail.append(f"exposed communication {best.comm_fraction:.0%}")
+    if best.host_bound:
+        detail.append(
+            f"host-bound: the host issues work {t.host_share:.0%} of the step, so expect a "
+            "larger error; --validate measures it"
+        )
     text = "; ".join(parts)
     return text + (f" ({', '.join(detail)})" if detail else "")

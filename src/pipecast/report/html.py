@@ -94,8 +94,18 @@ def build(
             f"worst {s['worst_abs_error']:.1%}; memory median |error| "
             f"{s['median_abs_memory_error']:.1%}, worst {s['worst_abs_memory_error']:.1%}; the "
             f"predicted-fastest was the measured fastest in {s['right']} of {s['decisions']} "
-            f"decisions and within 5% in {s['within_5_percent']}."
+            f"decisions and within 5% in {s['within_5_percent']}; "
+            f"{s['within_7_percent']} within 7% and {s['within_20_percent']} within 20%."
         )
+        for name, what in (("device_bound", "device-bound"), ("host_bound", "host-bound")):
+            n = s.get(f"{name}_configurations", 0)
+            if n:
+                acc.paragraphs.append(
+                    f"{what} predictions ({n}): median |error| "
+                    f"{s[f'{name}_median_abs_error']:.1%}, worst "
+                    f"{s[f'{name}_worst_abs_error']:.1%}, {s[f'{name}_within_7_percent']} "
+                    f"within 7%, {s[f'{name}_within_20_percent']} within 20%."
+                )
         acc.table = [["group", "pipecast would pick", "measured fastest", "cost of the pick"]]
         acc.table += [
             [d.group, d.picked, d.fastest, f"{d.slowdown:+.1%}"] for d in decisions(comps)

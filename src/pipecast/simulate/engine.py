@@ -30,6 +30,7 @@ class _Rank:
     free: float = 0.0
     host: float = 0.0
     """When the host has issued everything so far."""
+    host_busy: float = 0.0
     head: int = 0
     busy: float = 0.0
     memory: int = 0
@@ -115,6 +116,7 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
                 st = costs.stages[a.stage]
                 issue = state.host
                 state.host = issue + _host(a, st, costs, plan)
+                state.host_busy += state.host - issue
                 start = max(state.free, ready, issue)
                 finish = max(start + _duration(a, st, costs, plan), state.host)
                 events.append(Event(r, str(a), a.kind, start, finish, a.stage, a.mb))
@@ -164,6 +166,7 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
         compute_span=compute_end - first,
         peak_memory=tuple(static[i] + r.peak for i, r in enumerate(ranks)),
         exposed_comm=exposed_comm,
+        host_busy=tuple(r.host_busy for r in ranks),
     )
 
 

@@ -36,6 +36,8 @@ class Timeline:
     flight, stashed weights and workspace."""
     exposed_comm: float = 0.0
     """Step time that would disappear if transfers and all-reduces were free."""
+    host_busy: tuple[float, ...] = ()
+    """Seconds each rank's host spent issuing work."""
 
     @property
     def num_ranks(self) -> int:
@@ -51,6 +53,14 @@ class Timeline:
         if self.compute_span <= 0:
             return 0.0
         return 1.0 - sum(self.busy) / (self.num_ranks * self.compute_span)
+
+    @property
+    def host_share(self) -> float:
+        """The busiest host's issuing time over the step: near 1, the step is host-bound
+        (eager PyTorch at small micro-batches), where timings vary most between machines."""
+        if self.step_time <= 0 or not self.host_busy:
+            return 0.0
+        return max(self.host_busy) / self.step_time
 
     def events_of(self, rank: int) -> list[Event]:
         return [e for e in self.events if e.rank == rank]
