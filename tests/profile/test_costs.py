@@ -39,7 +39,10 @@ def test_a_small_micro_batch_never_costs_more_than_a_larger_one() -> None:
         ],
     )
     assert noisy.cost(0, 32).forward == pytest.approx(11.5)
-    assert noisy.cost(0, 32).host_forward == pytest.approx(2.0)
+    # the host issues the same ops at any size: its least time is its own (a larger size
+    # looks dearer only when the device's backlog held the host back)
+    assert noisy.cost(0, 32).host_forward == pytest.approx(1.0)
+    assert noisy.cost(0, 128).host_forward == pytest.approx(1.0)
     assert noisy.cost(0, 16).forward == pytest.approx(7.0)
     assert noisy.cost(0, 24).forward == pytest.approx((7.0 + 11.5) / 2)
     assert noisy.cost(0, 64).forward == pytest.approx(11.5)

@@ -101,19 +101,34 @@ def speedups(rows: Sequence[Row], path: str) -> str | None:
 
 
 def accuracy(comps: Sequence[Comparison], path: str) -> str | None:
+    """Predicted against measured on log axes (steps span milliseconds to seconds), host-bound
+    predictions marked apart: their error is the host's, which varies between machines."""
+    from pipecast.recommend.predict import HOST_BOUND
+
     if not comps:
         return None
     fig, ax = plt.subplots(figsize=(5.5, 5))
-    measured = np.array([c.measured for c in comps]) * 1e3
-    predicted = np.array([c.predicted for c in comps]) * 1e3
-    ax.scatter(measured, predicted, s=18)
-    top = max(measured.max(), predicted.max()) * 1.1
-    ax.plot([0, top], [0, top], color="black", linewidth=0.8)
+    for bound, label, marker in ((False, "device-bound", "o"), (True, "host-bound", "x")):
+        part = [c for c in comps if (c.host_share >= HOST_BOUND) == bound]
+        if part:
+            ax.scatter(
+                [c.measured * 1e3 for c in part],
+                [c.predicted * 1e3 for c in part],
+                s=22,
+                marker=marker,
+                label=f"{label} ({len(part)})",
+            )
+    values = [v * 1e3 for c in comps for v in (c.measured, c.predicted) if v > 0]
+    low, top = min(values) / 1.3, max(values) * 1.3
+    ax.plot([low, top], [low, top], color="black", linewidth=0.8)
     for band in (0.9, 1.1):
-        ax.plot([0, top], [0, top * band], color="grey", linewidth=0.5, linestyle="--")
+        ax.plot([low, top], [low * band, top * band], color="grey", linewidth=0.5, ls="--")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
     ax.set_xlabel("measured step time (ms)")
     ax.set_ylabel("predicted step time (ms)")
     ax.set_title("predicted against measured (dashed: ±10%)", fontsize=9)
+    ax.legend(fontsize=8)
     return _save(fig, path)
 
 

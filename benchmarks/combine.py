@@ -1,0 +1,111 @@
+"""Build the committed store and report from GPU run directories, with every prediction
+recomputed by this checkout's code from the profiles and probe measured in the same run.
+
+    cd benchmarks && python3 combine.py --comparison results/h200x4-run3/anchors.sqlite \
+        --comparison-suite anchors-final --run results/h200x4-run7 --run results/h200x4-run8 \
+        --run results/h200x4-run9 --out results/h200x4.sqlite --report results/report
+
+Rows of the comparison store (pipecast against torch.distributed.pipelining) are copied as
+they are; rows of the run get fresh predictions. Runs may be repeated: the accuracy summary of
+each is printed, predicted by the same code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+from pathlib import Path
+
+import common  # noqa: F401  (puts src/ on the path)
+
+from pipecast.bench.accuracy import comparisons, summary
+from pipecast.bench.config import BenchConfig
+from pipecast.bench.predictions import predictions
+from pipecast.bench.store import Store
+from pipecast.hardware.cluster import Cluster
+from pipecast.models.workload import Workload
+from pipecast.profile.types import Profile
+from pipecast.report.html import build
+
+
+def run_profiles(run: Path) -> dict[str, Profile]:
+    out = {}
+    for path in sorted(glob.glob(str(run / "profile_*.json"))):
+        if path.endswith("profile_bars.json"):
+            continue
+        profile = Profile.load(path)
+        if profile.workload:
+            out[Workload.from_dict(profile.workload).key] = profile
+    return out
+
+
+def repredict(run: Path, into: Store | None) -> dict[str, float | int]:
+    """Predict every configuration of `run` afresh; copy the rows into `into`."""
+    source = Store(run / "bench.sqlite")
+    rows = list(source.rows())
+    configs = [BenchConfig.from_dict(r.config) for r in rows]
+    predicted = predictions(configs, run_profiles(run), Cluster.load(str(run / "cluster.json")))
+    fresh = []
+    for r, cfg in zip(rows, configs, strict=True):
+        row = r.__class__(**{**r.__dict__, "predicted": predicted.get(cfg.key, r.predicted)})
+        fresh.append(row)
+        if into is not None:
+            into.put(
+                row.key,
+                row.suite,
+                row.status,
+                row.config,
+                row.environment,
+                row.measured,
+                row.predicted,
+                row.error,
+            )
+    return summary(comparisons(fresh))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--comparison", help="store whose rows are copied unchanged")
+    ap.add_argument("--comparison-suite", help="copy only this suite of it")
+    ap.add_argument("--run", action="append", default=[], help="GPU run directory")
+    ap.add_argument("--out", help="combined store (the last --run's rows)")
+    ap.add_argument("--report", help="render the combined store's report here")
+    args = ap.parse_args()
+    out = None
+    if args.out:
+        Path(args.out).unlink(missing_ok=True)
+        out = Store(args.out)
+        if args.comparison:
+            for r in Store(args.comparison).rows(suite=args.comparison_suite):
+                out.put(r.key, r.suite, r.status, r.config, r.environment, r.measured, None)
+    for i, run in enumerate(args.run):
+        last = i == len(args.run) - 1
+        s = repredict(Path(run), out if last else None)
+        print(
+            f"{run}: {s['configurations']} configurations, median |error| "
+            f"{s['median_abs_error']:.1%}, worst {s['worst_abs_error']:.1%}, "
+            f"{s['within_7_percent']} within 7%, {s['within_20_percent']} within 20%; "
+            f"device-bound {s.get('device_bound_configurations', 0)}: median "
+            f"{s.get('device_bound_median_abs_error', float('nan')):.1%}, worst "
+            f"{s.get('device_bound_worst_abs_error', float('nan')):.1%}; host-bound "
+            f"{s.get('host_bound_configurations', 0)}: median "
+            f"{s.get('host_bound_median_abs_error', float('nan')):.1%}, worst "
+            f"{s.get('host_bound_worst_abs_error', float('nan')):.1%}; memory median "
+            f"{s['median_abs_memory_error']:.1%}, worst {s['worst_abs_memory_error']:.1%}; "
+            f"decisions {s['right']}/{s['decisions']} right, "
+            f"{s['within_5_percent']} within 5%"
+        )
+    if args.report and args.out and args.run:
+        run = Path(args.run[-1])
+        profiles = [str(run / f"profile_{n}.json") for n in ("vgg16", "gpt", "resnet50")]
+        build(
+            args.out,
+            args.report,
+            profiles=[p for p in profiles if Path(p).exists()],
+            probe=str(run / "probe_raw.json"),
+            cluster=Cluster.load(str(run / "cluster.json")),
+        )
+
+
+if __name__ == "__main__":
+    main()
