@@ -7,7 +7,9 @@ import sys
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-console = Console()
+# Piped into a file or a CI log there is no terminal to size to; rich would assume 80 columns
+# and wrap every strategy name, so such output gets room for a full table row.
+console = Console(width=None if sys.stdout.isatty() else 140)
 err_console = Console(stderr=True)
 
 

@@ -147,21 +147,14 @@ def print_recommendation(rec: Recommendation, top: int) -> None:
         title=f"strategies for batch {rec.batch}, fastest first "
         f"({len(rec.ranked)} fit, {len(rec.rejected)} do not)"
     )
-    for col in (
-        "#",
-        "strategy",
-        "step",
-        "samples/s",
-        "epoch",
-        "peak memory/GPU",
-        "bubble",
-        "comm",
-        "host",
-    ):
+    # the host's share only means something where a host issues work to a device
+    host = any(p.timeline.host_share > 0 for p in rec.ranked[:top])
+    columns = ["#", "strategy", "step", "samples/s", "epoch", "peak memory/GPU", "bubble", "comm"]
+    for col in columns + (["host"] if host else []):
         table.add_column(col, justify="left" if col == "strategy" else "right")
     for i, pred in enumerate(rec.ranked[:top], 1):
         t = pred.timeline
-        table.add_row(
+        cells = [
             str(i),
             pred.strategy.label(),
             human_seconds(pred.step_time),
@@ -170,8 +163,10 @@ def print_recommendation(rec: Recommendation, top: int) -> None:
             human_bytes(pred.peak_memory),
             f"{t.bubble_fraction:.0%}",
             f"{pred.comm_fraction:.0%}",
-            f"{t.host_share:.0%}" + (" (bound)" if pred.host_bound else ""),
-        )
+        ]
+        if host:
+            cells.append(f"{t.host_share:.0%}" + (" bound" if pred.host_bound else ""))
+        table.add_row(*cells)
     console.print(table)
     for r in rec.rejected[:3]:
         console.print(f"[dim]does not fit: {r.strategy.label()}: {r.reason}[/]")
