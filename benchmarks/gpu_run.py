@@ -97,10 +97,16 @@ def main() -> None:
     ap.add_argument(
         "--accuracy-only", action="store_true", help="skip the ResNet-152 profiling-time bar"
     )
+    ap.add_argument(
+        "--gpus",
+        type=int,
+        default=0,
+        help="use this many devices (default: all; configurations needing more are skipped)",
+    )
     args = ap.parse_args()
     dry = args.dry_run
     device, dtype = ("cpu", "fp32") if dry else ("cuda", "bf16")
-    gpus = 2 if dry else torch.cuda.device_count()
+    gpus = args.gpus or (2 if dry else torch.cuda.device_count())
     names = [torch.cuda.get_device_name(i) for i in range(gpus)] if not dry else ["cpu"]
     local = (
         [len(devices.local_cpus(torch.device("cuda", i))) for i in range(gpus)] if not dry else []
@@ -123,6 +129,8 @@ def main() -> None:
     )
     cluster = result.cluster
     cluster.save(str(OUT / "cluster.json"))
+    # partitions for configurations wider than this machine are still planned (then skipped)
+    plan_cluster = replace(cluster, gpus_per_node=max(cluster.gpus_per_node, 4))
     dump("probe_raw.json", result.to_dict())
     busbw = {n: round(b / 1e9, 1) for n, b in cluster.allreduce_busbw.items()}
     log(
@@ -191,13 +199,13 @@ def main() -> None:
             vgg_batch=vb,
         )
     else:
-        anchor = anchors(vgg_pipecast=balanced(vgg_p, cluster, 4, 16, 8))
+        anchor = anchors(vgg_pipecast=balanced(vgg_p, plan_cluster, 4, 16, 8))
     extra: list[BenchConfig] = []
     base = BenchConfig(suite="accuracy", system="single", workload=r50, gpus=1, batch=rb)
     for k in (2, wide):
         extra.append(replace(base, system="ddp", gpus=k))
         for m in (k, 2 * k):
-            split = balanced(r50_p, cluster, k, rb // m, m)
+            split = balanced(r50_p, plan_cluster, k, rb // m, m)
             extra.append(
                 replace(
                     base,
@@ -216,11 +224,11 @@ def main() -> None:
                 gpus=k,
                 schedule="zb-h1",
                 microbatches=2 * k,
-                boundaries=balanced(r50_p, cluster, k, rb // (2 * k), 2 * k),
+                boundaries=balanced(r50_p, plan_cluster, k, rb // (2 * k), 2 * k),
                 tags={"split": "pipecast"},
             )
         )
-    half = balanced(r50_p, cluster, wide // 2, rb // 4, 2)
+    half = balanced(r50_p, plan_cluster, wide // 2, rb // 4, 2)
     extra.append(
         replace(
             base,
@@ -248,7 +256,7 @@ def main() -> None:
             system="pipecast",
             schedule="1f1b",
             microbatches=8,
-            boundaries=balanced(vgg_p, cluster, 2, vb // 8, 8),
+            boundaries=balanced(vgg_p, plan_cluster, 2, vb // 8, 8),
         ),
     ]
     extra.append(base)
@@ -256,8 +264,8 @@ def main() -> None:
         vggc,
         {
             1: (0, vggc_p.num_blocks),
-            2: balanced(vggc_p, cluster, 2, 16, 8),
-            wide: balanced(vggc_p, cluster, wide, 16, 8),
+            2: balanced(vggc_p, plan_cluster, 2, 16, 8),
+            wide: balanced(vggc_p, plan_cluster, wide, 16, 8),
         },
         128 if not dry else 16,
         microbatches=(1, 4, 16, 32) if not dry else (1, 4),
@@ -272,7 +280,7 @@ def main() -> None:
             batch=128 if not dry else 16,
             tags={"study": "thesis"},
         )
-        split = balanced(profiles[w.key], cluster, wide, 32 if not dry else 4, 4)
+        split = balanced(profiles[w.key], plan_cluster, wide, 32 if not dry else 4, 4)
         thesis_cfgs += [
             replace(t, system="ddp", gpus=wide),
             replace(
@@ -286,6 +294,7 @@ def main() -> None:
     configs += [c for c in anchor + extra + seeds + thesis_cfgs if c.gpus == 1]
     if args.no_torch:
         configs = [c for c in configs if c.system != "torch"]
+    configs = [c for c in configs if c.gpus <= gpus]
     if dry:
         configs = [replace(c, device="cpu", dtype="fp32", steps=2, warmup=1) for c in configs]
     else:  # the median of 10 steps after 3 warm-ups: small-micro-batch steps vary
