@@ -207,3 +207,19 @@ def test_runtime_host_overhead_binds_only_small_actions() -> None:
         simulate(plan, big).step_time
     )
     assert simulate(plan, replace(small, host_overhead=0.05)).step_time >= 16 * 0.05
+
+
+def test_backward_holds_the_gradients_it_receives_and_sends() -> None:
+    """During a backward a stage holds the gradient received for its output and the one it
+    computes for its input (until that one's send completes), beside its activations."""
+    first = StageTimes(
+        forward=1,
+        backward_input=1,
+        backward_weight=1,
+        backward=2,
+        activation_bytes=100,
+        output_bytes=500,
+    )
+    last = replace(first, output_bytes=0, input_bytes=500)
+    t = simulate(make_plan("1f1b", 2, 1), Costs(stages=(first, last)))
+    assert t.peak_memory == (100 + 500, 100 + 500)

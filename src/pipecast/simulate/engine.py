@@ -128,6 +128,10 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
                 if a.kind == "F":
                     state.memory += held
                 transient = st.workspace_bytes
+                if a.kind in ("B", "BW"):
+                    # the gradient received for the stage's output and the one it computes
+                    # for its input, held until its send completes
+                    transient += st.output_bytes + st.input_bytes
                 if a.kind in ("B", "BW") and costs.recompute != "none":
                     transient += st.activation_bytes
                 state.peak = max(state.peak, state.memory + transient)
