@@ -54,6 +54,10 @@ def print_cluster(cluster: Cluster) -> None:
         table.add_row(f"all-reduce x{n}", "", f"{bw / 1e9:.1f} GB/s bus")
     if cluster.matmul_flops:
         table.add_row("matmul", "", f"{cluster.matmul_flops / 1e12:.1f} TFLOP/s")
+    if cluster.host_overhead:
+        table.add_row("runtime host work per action", human_seconds(cluster.host_overhead), "")
+    for n, factor in sorted(cluster.host_contention.items()):
+        table.add_row(f"host with {n} ranks busy", f"{factor:.2f}x slower", "")
     console.print(table)
 
 
