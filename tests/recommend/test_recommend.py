@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ from pipecast.errors import ConfigError
 from pipecast.hardware.presets import describe
 from pipecast.models import Workload
 from pipecast.profile.profiler import ProfileOptions, profile_model
-from pipecast.recommend.predict import predict
+from pipecast.recommend.predict import ERROR_BAND, predict
 from pipecast.recommend.rank import explain, recommend
 from pipecast.recommend.strategy import Strategy
 from pipecast.recommend.validate import measure
@@ -92,6 +93,23 @@ def test_recommend_cli_calibrates_once_then_uses_the_cache(
     second = capsys.readouterr().out
     assert "profile: cached" in second and "cluster: cached" in second
     assert (tmp_path / "rec.json").exists()
+    # --validate auto measures the best and whatever is within error of it, and no more
+    assert main([*argv, "--validate", "auto"]) == 0
+    doc = json.loads((tmp_path / "rec.json").read_text())
+    ranked = doc["ranked"]
+    best = ranked[0]
+    assert 1 <= len(doc["validation"]) <= 4
+    assert doc["validation"][0]["label"] == best["label"]
+    validated = [v["label"] for v in doc["validation"]]
+
+    def band(r: dict[str, object]) -> float:
+        return ERROR_BAND["host" if r["host_bound"] else "device"]
+
+    ceiling = best["step_time"] * (1 + band(best))
+    close = [r["label"] for r in ranked if r["step_time"] * (1 - band(r)) <= ceiling]
+    assert validated == close[:4]
+    with pytest.raises(SystemExit):
+        main([*argv, "--validate", "some"])
 
 
 def test_ddp_buckets_hold_a_second_copy_of_the_gradients() -> None:
@@ -135,3 +153,16 @@ def test_more_busy_ranks_slow_a_host_bound_prediction() -> None:
     assert slowed.step_time == pytest.approx(1.5 * calm, rel=0.05)
     assert slowed.host_bound and not predict(base, busy, strat, 32).host_bound
     assert "host-bound" in explain(slowed, (slowed,))
+
+
+def test_close_calls_are_the_strategies_within_error_of_the_best() -> None:
+    rec = recommend(make_profile([1e-3] * 12, params=[10**6] * 12), GPUS, 64)
+    best = rec.best
+    close = rec.close_calls(limit=100)
+    assert close[0] is best
+    ceiling = best.step_time * (1 + best.error_band)
+    for p in rec.ranked:
+        assert (p in close) == (p.step_time * (1 - p.error_band) <= ceiling)
+    assert len(rec.close_calls(limit=2)) <= 2
+    if len(close) > 1:
+        assert "--validate auto" in rec.reason()

@@ -63,13 +63,28 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--top", type=int, default=12, help="rows to show")
     p.add_argument(
         "--validate",
-        type=int,
+        type=_validate_arg,
         default=0,
-        metavar="K",
-        help="run the top K for a few steps and decide by measurement",
+        metavar="K|auto",
+        help="run the top K for a few steps and decide by measurement; 'auto': the best and "
+        "every strategy whose prediction is within error of it (at most 4)",
     )
     p.add_argument("-o", "--output", default="pipecast-out/recommendation.json")
     p.set_defaults(func=run)
+
+
+def _validate_arg(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--validate takes a count or 'auto', got {text!r}"
+        ) from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"--validate takes a count of at least 0, got {value}")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
@@ -133,7 +148,9 @@ def run(args: argparse.Namespace) -> int:
     if args.validate:
         config = RunConfig(dtype=args.dtype, autocast=args.autocast, optimizer=args.optimizer)
         local = torch.cuda.device_count() if device == "cuda" else 8
-        runnable = [p for p in rec.ranked if p.strategy.gpus <= local][: args.validate]
+        pool = rec.close_calls() if args.validate == "auto" else rec.ranked
+        limit = len(pool) if args.validate == "auto" else int(args.validate)
+        runnable = [p for p in pool if p.strategy.gpus <= local][:limit]
         for pred in runnable:
             with console.status(f"validating {pred.strategy.label()}"):
                 measured.append(measure(pred, workload, device=device, config=config))

@@ -19,6 +19,10 @@ from pipecast.training import Optimizer
 
 PLACEMENT: dict[str, Placement] = {"interleaved": "loop", "zb-v": "v"}
 
+ERROR_BAND = {"device": 0.09, "host": 0.25}
+"""The 80th percentile of |predicted - measured| / measured step time over 58 configurations
+on 4 x H200 (run 9): 26 device-bound (median 2.6%), 32 host-bound (median 16.5%)."""
+
 HOST_BOUND = 0.8
 """A strategy whose busiest host spends this share of the step issuing work is host-bound.
 There the step is set by how fast Python and the launch path run, which varies between
@@ -55,6 +59,12 @@ class Prediction:
     @property
     def host_bound(self) -> bool:
         return self.timeline.host_share >= HOST_BOUND
+
+    @property
+    def error_band(self) -> float:
+        """How far off this prediction may well be (relative): the 80th percentile of
+        |error| measured on 4 x H200 (benchmarks/results/h200x4-run9), by regime."""
+        return ERROR_BAND["host" if self.host_bound else "device"]
 
     @property
     def comm_fraction(self) -> float:

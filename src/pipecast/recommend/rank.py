@@ -35,7 +35,20 @@ class Recommendation:
         return self.epoch_samples / pred.samples_per_second if pred.samples_per_second else 0.0
 
     def reason(self) -> str:
-        return explain(self.best, self.ranked)
+        text = explain(self.best, self.ranked)
+        rivals = self.close_calls()[1:]
+        if rivals:
+            names = ", ".join(p.strategy.label() for p in rivals)
+            text += f". Within error of it: {names}; --validate auto decides by measurement"
+        return text
+
+    def close_calls(self, limit: int = 4) -> tuple[Prediction, ...]:
+        """The best and every strategy that may really be faster than it: their predictions,
+        widened by each one's error band, overlap. Only measurement can order these."""
+        best = self.best
+        ceiling = best.step_time * (1 + best.error_band)
+        close = [p for p in self.ranked if p.step_time * (1 - p.error_band) <= ceiling]
+        return tuple(close[:limit])
 
 
 def recommend(
