@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from pipecast.bench.store import Row
+from pipecast.simulate.timeline import HOST_BOUND
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,10 @@ class Comparison:
     measured_memory: float | None
     host_share: float = 0.0
     """The prediction's busiest host over its step (see HOST_BOUND)."""
+
+    @property
+    def host_bound(self) -> bool:
+        return self.host_share >= HOST_BOUND
 
     @property
     def error(self) -> float:
@@ -85,8 +90,6 @@ def decisions(comps: list[Comparison]) -> list[Decision]:
 
 def summary(comps: list[Comparison]) -> dict[str, float | int]:
     """Error statistics over all comparisons, and apart for host-bound predictions."""
-    from pipecast.recommend.predict import HOST_BOUND
-
     out = _errors(comps)
     picks = decisions(comps)
     out |= {
@@ -95,8 +98,8 @@ def summary(comps: list[Comparison]) -> dict[str, float | int]:
         "within_5_percent": sum(d.slowdown <= 0.05 for d in picks),
     }
     for name, part in (
-        ("device_bound", [c for c in comps if c.host_share < HOST_BOUND]),
-        ("host_bound", [c for c in comps if c.host_share >= HOST_BOUND]),
+        ("device_bound", [c for c in comps if not c.host_bound]),
+        ("host_bound", [c for c in comps if c.host_bound]),
     ):
         for key, value in _errors(part).items():
             out[f"{name}_{key}"] = value

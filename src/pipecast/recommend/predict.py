@@ -23,11 +23,6 @@ ERROR_BAND = {"device": 0.09, "host": 0.25}
 """The 80th percentile of |predicted - measured| / measured step time over 58 configurations
 on 4 x H200 (run 9): 26 device-bound (median 2.6%), 32 host-bound (median 16.5%)."""
 
-HOST_BOUND = 0.8
-"""A strategy whose busiest host spends this share of the step issuing work is host-bound.
-There the step is set by how fast Python and the launch path run, which varies between
-machines and runs by tens of per cent; device-bound predictions hold to a few per cent."""
-
 
 @dataclass(frozen=True, kw_only=True)
 class Prediction:
@@ -58,7 +53,7 @@ class Prediction:
 
     @property
     def host_bound(self) -> bool:
-        return self.timeline.host_share >= HOST_BOUND
+        return self.timeline.host_bound
 
     @property
     def error_band(self) -> float:

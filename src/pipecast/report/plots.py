@@ -103,13 +103,11 @@ def speedups(rows: Sequence[Row], path: str) -> str | None:
 def accuracy(comps: Sequence[Comparison], path: str) -> str | None:
     """Predicted against measured on log axes (steps span milliseconds to seconds), host-bound
     predictions marked apart: their error is the host's, which varies between machines."""
-    from pipecast.recommend.predict import HOST_BOUND
-
     if not comps:
         return None
     fig, ax = plt.subplots(figsize=(5.5, 5))
     for bound, label, marker in ((False, "device-bound", "o"), (True, "host-bound", "x")):
-        part = [c for c in comps if (c.host_share >= HOST_BOUND) == bound]
+        part = [c for c in comps if c.host_bound == bound]
         if part:
             ax.scatter(
                 [c.measured * 1e3 for c in part],

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+HOST_BOUND = 0.8
+"""A step whose busiest host spends this share of it issuing work is host-bound. There the
+step is set by how fast Python and the launch path run, which varies between machines and
+runs by tens of per cent; device-bound predictions hold to a few per cent."""
+
 
 @dataclass(frozen=True, slots=True)
 class Event:
@@ -61,6 +66,10 @@ class Timeline:
         if self.step_time <= 0 or not self.host_busy:
             return 0.0
         return max(self.host_busy) / self.step_time
+
+    @property
+    def host_bound(self) -> bool:
+        return self.host_share >= HOST_BOUND
 
     def events_of(self, rank: int) -> list[Event]:
         return [e for e in self.events if e.rank == rank]
