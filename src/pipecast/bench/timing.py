@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 
 from pipecast import devices
+from pipecast.runtime.launch import all_gather_floats
 from pipecast.runtime.worker import StepRecord
 from pipecast.simulate.timeline import Event
 
@@ -70,7 +71,7 @@ HOST_KINDS = ("F", "B", "W", "BW")
 def action_stats(steps: Sequence[StepRecord], events: Sequence[Event]) -> dict[str, float]:
     """This rank's median host seconds per step in its action loop ('loop') and issuing each
     kind of action ('host_F', ...), and the device seconds of each kind in the last step
-    ('device_F', ...; from the action clock, absent when it was off). Where 'loop' nears the
+    ('device_F', ...; from the action clock, zero when it was off). Where 'loop' nears the
     step time the rank was host-bound: on GPU the host issues work and never waits."""
     out = {"loop": statistics.median([s.host_loop for s in steps]) if steps else 0.0}
     for k in HOST_KINDS:
@@ -83,10 +84,5 @@ def action_stats(steps: Sequence[StepRecord], events: Sequence[Event]) -> dict[s
 def gather_floats(values: dict[str, float], device: torch.device) -> dict[str, list[float]]:
     """Every rank's `values` (the same keys on every rank), key -> one value per rank."""
     keys = sorted(values)
-    rows = [[values[k] for k in keys]]
-    if dist.is_initialized() and dist.get_world_size() > 1:
-        mine = torch.tensor(rows[0], dtype=torch.float64, device=device)
-        out = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
-        dist.all_gather(out, mine)
-        rows = [[float(v) for v in t.tolist()] for t in out]
+    rows = all_gather_floats([values[k] for k in keys], device)
     return {k: [row[i] for row in rows] for i, k in enumerate(keys)}

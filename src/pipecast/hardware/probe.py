@@ -21,7 +21,7 @@ from torch import nn
 from pipecast import devices
 from pipecast.hardware.cluster import Cluster, Link
 from pipecast.hardware.fit import fit_link
-from pipecast.runtime.launch import Backend, Context, spawn
+from pipecast.runtime.launch import Backend, Context, all_gather_floats, spawn
 
 KIB, MIB = 1024, 1024 * 1024
 
@@ -196,13 +196,6 @@ def _host_work(device: torch.device, repeats: int = 5, iterations: int = 400) ->
     return statistics.median(times)
 
 
-def _gather_float(ctx: Context, value: float) -> list[float]:
-    mine = torch.tensor([value], dtype=torch.float64, device=ctx.device)
-    out = [torch.zeros_like(mine) for _ in range(ctx.world)]
-    dist.all_gather(out, mine)
-    return [float(t.item()) for t in out]
-
-
 def host_contention(ctx: Context) -> dict[str, float]:
     """How much slower the slowest of n ranks issues work while n ranks issue at once than
     a rank does alone (n -> factor): cores share clocks, caches and memory bandwidth, ranks
@@ -213,12 +206,12 @@ def host_contention(ctx: Context) -> dict[str, float]:
         _sync(ctx)
         if ctx.rank == r:
             alone = _host_work(ctx.device)
-    reference = statistics.median(_gather_float(ctx, alone))
+    reference = statistics.median([row[0] for row in all_gather_floats([alone], ctx.device)])
     factors: dict[str, float] = {}
     for n in range(2, ctx.world + 1):
         _sync(ctx)
         t = _host_work(ctx.device) if ctx.rank < n else 0.0
-        factors[str(n)] = max(_gather_float(ctx, t)[:n]) / reference
+        factors[str(n)] = max(row[0] for row in all_gather_floats([t], ctx.device)[:n]) / reference
     return factors
 
 

@@ -52,6 +52,17 @@ class Context:
 REPORT_ENV = "PIPECAST_RANK_REPORT"
 
 
+def all_gather_floats(values: list[float], device: torch.device) -> list[list[float]]:
+    """Every rank's `values` (the same length on every rank), one row per rank; just this
+    rank's outside a process group of several."""
+    if not (dist.is_initialized() and dist.get_world_size() > 1):
+        return [list(values)]
+    mine = torch.tensor(values, dtype=torch.float64, device=device)
+    out = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(out, mine)
+    return [[float(v) for v in t.tolist()] for t in out]
+
+
 def write_report(status: str, value: Any, path: str | None = None) -> None:
     """Leave this rank's result where the launcher collects it (atomically)."""
     target = path or os.environ.get(REPORT_ENV)
