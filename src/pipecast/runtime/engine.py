@@ -21,7 +21,7 @@ import torch.distributed as dist
 
 from pipecast import devices
 from pipecast.errors import ConfigError, PipecastError
-from pipecast.runtime import microbatch
+from pipecast.runtime import allreduce, microbatch
 from pipecast.runtime.backward import WeightWork, backward_full, backward_input, backward_weight
 from pipecast.runtime.channels import Channels, cached_group
 from pipecast.runtime.config import RunConfig
@@ -151,7 +151,7 @@ class PipelineEngine:
         local: dict[tuple[str, int, int], torch.Tensor] = {}
         loss_sum: torch.Tensor | None = None
         outputs: list[torch.Tensor] = []
-        pending_reduce: list[tuple[list[torch.Tensor], torch.Tensor, dist.Work]] = []
+        pending_reduce: list[allreduce.Bucket] = []
         self._deferred.clear()
         host: dict[str, float] = {}
         loop_began = tick = time.perf_counter()
@@ -197,7 +197,8 @@ class PipelineEngine:
                     if a.stage > 0 and grad_in is not None:
                         self._deliver(a, grad_in, local, "grad", a.stage - 1)
             if self._last_backward.get(a.stage) == position and self.dp_group is not None:
-                pending_reduce += self._reduce_launch(st)
+                grads = [p.grad for p in st.params if p.grad is not None]
+                pending_reduce += allreduce.launch(grads, self.dp_group, self.config.bucket_bytes)
             now = time.perf_counter()
             host[a.kind] = host.get(a.kind, 0.0) + now - tick
             tick = now
@@ -206,7 +207,7 @@ class PipelineEngine:
         self.watchdog.at(None, "waiting for sends to complete")
         self.channels.finish_sends()
         self.watchdog.at(None, "all-reducing gradients across replicas")
-        self._reduce_finish(pending_reduce)
+        allreduce.finish(pending_reduce)
         if not plan.forward_only and not plan.async_updates:
             self.watchdog.at(None, "optimizer step")
             for st in self.stages.values():
@@ -366,36 +367,3 @@ class PipelineEngine:
             st.optimizer.zero_grad(set_to_none=True)
         st.version += 1
         micro.weights = None
-
-    def _reduce_launch(
-        self, st: StageModule
-    ) -> list[tuple[list[torch.Tensor], torch.Tensor, dist.Work]]:
-        grads = [p.grad for p in st.params if p.grad is not None]
-        buckets: list[list[torch.Tensor]] = [[]]
-        size = 0
-        for g in grads:
-            if size and size + g.numel() * g.element_size() > self.config.bucket_bytes:
-                buckets.append([])
-                size = 0
-            buckets[-1].append(g)
-            size += g.numel() * g.element_size()
-        launched = []
-        for bucket in buckets:
-            if not bucket:
-                continue
-            flat = torch.cat([g.reshape(-1) for g in bucket])
-            work = dist.all_reduce(flat, group=self.dp_group, async_op=True)
-            assert work is not None
-            launched.append((bucket, flat, work))
-        return launched
-
-    def _reduce_finish(
-        self, pending: list[tuple[list[torch.Tensor], torch.Tensor, dist.Work]]
-    ) -> None:
-        for bucket, flat, work in pending:
-            work.wait()
-            offset = 0
-            for g in bucket:
-                n = g.numel()
-                g.copy_(flat[offset : offset + n].view_as(g))
-                offset += n
