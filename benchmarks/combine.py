@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+from dataclasses import replace
 from pathlib import Path
 
 import common  # noqa: F401  (puts src/ on the path)
@@ -47,7 +48,7 @@ def repredict(run: Path, into: Store | None) -> dict[str, float | int]:
     predicted = predictions(configs, run_profiles(run), Cluster.load(str(run / "cluster.json")))
     fresh = []
     for r, cfg in zip(rows, configs, strict=True):
-        row = r.__class__(**{**r.__dict__, "predicted": predicted.get(cfg.key, r.predicted)})
+        row = replace(r, predicted=predicted.get(cfg.key, r.predicted))
         fresh.append(row)
         if into is not None:
             into.put(
