@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 import glob
+import statistics
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
@@ -37,7 +39,25 @@ def run_profiles(run: Path) -> dict[str, Profile]:
         profile = Profile.load(path)
         if profile.workload:
             out[Workload.from_dict(profile.workload).key] = profile
-    return out
+    call = split_call_estimate(out.values())
+    return {
+        k: replace(p, host_split_call=call) if p.host_split_call == 0.0 else p
+        for k, p in out.items()
+    }
+
+
+def split_call_estimate(profiles: Iterable[Profile]) -> float:
+    """A B call's own host cost, for runs profiled before the profiler measured it: a
+    weightless block's lone B less its forward (each issues one kernel for one autograd
+    node): the median over such blocks of all the run's profiles, the least over sizes
+    (zero without such blocks)."""
+    gaps: dict[int, list[float]] = {}
+    for profile in profiles:
+        for b in profile.blocks[1:]:
+            for mb, c in b.costs.items() if b.params == 0 else ():
+                gaps.setdefault(mb, []).append(c.host_backward_input - c.host_forward)
+    medians = [statistics.median(g) for g in gaps.values()]
+    return max(min(medians), 0.0) if medians else 0.0
 
 
 def repredict(run: Path, into: Store | None) -> dict[str, float | int]:

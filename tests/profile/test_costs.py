@@ -73,3 +73,24 @@ def test_a_stage_pays_the_optimizers_fixed_cost_once() -> None:
     assert p.stage(0, 3, 8).optimizer_step == pytest.approx(1.0 + 3 * 0.25)
     assert p.stage(1, 2, 8).optimizer_step == pytest.approx(1.0 + 0.25)
     assert Profile.from_json(p.to_json()).optimizer_fixed == 1.0
+
+
+def test_a_stage_pays_one_split_backward_call_not_one_per_block() -> None:
+    """Each block's B host time was timed in a call of its own (call + its own work); a
+    stage's B is one call over all its blocks: four blocks of 0.25 with a 0.2 call cost
+    0.2 + 4 x 0.05. The call is the least a B can cost; W and BW are untouched."""
+    base = make_profile([1.0] * 4)
+    costs = [
+        {mb: replace(c, host_backward_input=0.25, host_backward_weight=0.5, host_backward=0.3)}
+        for b in base.blocks
+        for mb, c in b.costs.items()
+    ]
+    alone = with_costs(base, costs)
+    p = replace(alone, host_split_call=0.2)
+    assert alone.stage(0, 4, 8).host_backward_input == pytest.approx(1.0)
+    assert p.stage(0, 4, 8).host_backward_input == pytest.approx(0.2 + 4 * 0.05)
+    assert p.stage(1, 2, 8).host_backward_input == pytest.approx(0.25)
+    assert p.stage(0, 4, 8).host_backward_weight == pytest.approx(2.0)
+    assert p.stage(0, 4, 8).host_backward == pytest.approx(1.2)
+    assert replace(p, host_split_call=0.4).stage(0, 4, 8).host_backward_input == 0.4
+    assert Profile.from_json(p.to_json()).host_split_call == 0.2

@@ -11,6 +11,7 @@ from pipecast.data import get_spec
 from pipecast.errors import DataError, DeviceError, ShapeError
 from pipecast.models import Workload
 from pipecast.profile import Profile, robust
+from pipecast.profile.measure import split_call
 from pipecast.profile.profiler import ProfileOptions, profile_model
 
 FAST = ProfileOptions(micro_batches=(2, 4), warmup=1, repeats=3)
@@ -115,3 +116,9 @@ def test_profiler_measures_what_b_keeps_for_w() -> None:
     p = profile_model(model, spec, ProfileOptions(micro_batches=(10,), warmup=0, repeats=1))
     assert p.blocks[0].costs[10].held_bytes == 0  # the first block does all its work in B
     assert p.blocks[1].costs[10].held_bytes == 10 * 8 * 4  # the gradient of its (10, 8) output
+
+
+def test_split_call_is_only_measured_where_the_host_is_modelled() -> None:
+    """On a CPU the host does the work itself: no B-call cost to share out."""
+    options = ProfileOptions(device="cpu", micro_batches=(2,), warmup=0, repeats=1)
+    assert split_call(torch.device("cpu"), torch.float32, options) == 0.0

@@ -323,6 +323,26 @@ def measure_optimizer(block: nn.Module, device: torch.device, options: ProfileOp
     return robust(times[options.warmup :]).median
 
 
+CHAIN = 8
+"""Blocks in the chain whose B is timed against one block's to find a B call's own cost."""
+
+
+def split_call(device: torch.device, dtype: torch.dtype, options: ProfileOptions) -> float:
+    """Host seconds a split-backward B call costs beyond the work of what it covers. B is
+    timed over one tiny ReLU (b1 = C + v) and over a chain of CHAIN of them (bK = C + K v):
+    C = (K b1 - bK) / (K - 1). Zero on a CPU, where no host time is modelled."""
+    if device.type != "cuda":
+        return 0.0
+    x = torch.randn(2, 8, device=device, dtype=dtype)
+    host = []
+    for k in (1, CHAIN):
+        run = BlockRun(nn.Sequential(*[nn.ReLU() for _ in range(k)]), x, 1, device, options)
+        out = run.forward()[1]
+        with quiet_gc():
+            host.append(measure_block(run, torch.ones_like(out))["host_b"])
+    return max((CHAIN * host[0] - host[1]) / (CHAIN - 1), 0.0)
+
+
 def optimizer_fixed(device: torch.device, dtype: torch.dtype, options: ProfileOptions) -> float:
     """Seconds of an SGD step over one tiny tensor: what every step costs whatever it
     updates (a stage pays it once, not once per block)."""
@@ -340,7 +360,8 @@ def rescale(
     isolated share, keeping each block's B : W ratio. Host times likewise for the forward
     and the whole backward: a stage issues its blocks' backward in one autograd call, not
     one per block as they were timed alone. The split backward's host times stay as timed
-    alone: its graph walk and per-weight calls cost per block wherever they run."""
+    alone: its graph walk and per-weight calls cost per block wherever they run, and a
+    stage's B call pays its own fixed cost once (Profile.host_split_call)."""
     isolated = sum(c[mb].backward for c in costs)
     scale = max(context.backward - loss_backward, 0.0) / isolated if isolated > 0 else 1.0
     host_isolated = sum(c[mb].host_backward for c in costs)

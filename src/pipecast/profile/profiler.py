@@ -33,6 +33,7 @@ from pipecast.profile.measure import (
     quiet_gc,
     rescale,
     saved_storages,
+    split_call,
     storage,
     workspace_floor,
 )
@@ -100,6 +101,7 @@ def _profile_model(
     sizes = sorted(set(options.micro_batches))
     floor = workspace_floor(device, dtype)
     fixed_step = optimizer_fixed(device, dtype, options)
+    b_call = split_call(device, dtype, options)
     for mb in sizes:
         gc.collect()
         x, target = synthetic_batch(spec, mb, seed=options.seed, dtype=dtype)
@@ -199,6 +201,7 @@ def _profile_model(
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         floor_bytes=floor,
         optimizer_fixed=fixed_step,
+        host_split_call=b_call,
     )
 
 

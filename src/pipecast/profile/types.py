@@ -114,6 +114,10 @@ class Profile:
     """Device bytes a training process holds whatever its model: the math libraries'
     workspaces (cuBLAS keeps one per thread and stream, and the backward runs on autograd's
     own thread). Every GPU's peak includes them."""
+    host_split_call: float = 0.0
+    """Host seconds one split-backward B call costs whatever it covers (walking the graph,
+    hooking it, entering autograd). Each block's `host_backward_input` was timed in a call of
+    its own; a stage makes one call for all its blocks, so its B pays this once."""
 
     # ---- costs at any micro-batch size -------------------------------------------------
 
@@ -150,10 +154,15 @@ class Profile:
             optimizer_step=t["opt"][stop] - t["opt"][start] + self.optimizer_fixed,
             held_bytes=int(t["held"][stop] - t["held"][start]),
             host_forward=t["hf"][stop] - t["hf"][start],
-            host_backward_input=t["hb"][stop] - t["hb"][start],
+            host_backward_input=self._host_split(t["hb"][stop] - t["hb"][start], stop - start),
             host_backward_weight=t["hw"][stop] - t["hw"][start],
             host_backward=t["hbw"][stop] - t["hbw"][start],
         )
+
+    def _host_split(self, isolated: float, blocks: int) -> float:
+        """Host seconds of one B call over `blocks` blocks whose lone calls add up to
+        `isolated`: the call's own cost once, not once per block."""
+        return max(isolated - (blocks - 1) * self.host_split_call, self.host_split_call)
 
     def loss_cost(self, micro_batch: int) -> tuple[float, float]:
         if not self.loss:
@@ -247,6 +256,7 @@ class Profile:
                 "created": self.created,
                 "floor_bytes": self.floor_bytes,
                 "optimizer_fixed": self.optimizer_fixed,
+                "host_split_call": self.host_split_call,
                 "loss": {str(k): list(v) for k, v in self.loss.items()},
                 "blocks": [
                     {
@@ -294,6 +304,7 @@ class Profile:
                 created=doc.get("created", ""),
                 floor_bytes=int(doc.get("floor_bytes", 0)),
                 optimizer_fixed=float(doc.get("optimizer_fixed", 0.0)),
+                host_split_call=float(doc.get("host_split_call", 0.0)),
             )
         except (KeyError, TypeError) as exc:
             raise DataError(f"{source} is not a complete profile: missing {exc}") from None
