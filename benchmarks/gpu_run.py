@@ -155,7 +155,8 @@ def main() -> None:
             Workload(model=m, dataset="imagenet") for m in ("resnet18", "resnet152", "mobilenetv2")
         ]
         gpt_sizes, vgg_sizes, r50_sizes = (1, 2, 4, 8), (4, 8, 16, 32, 64, 128), (16, 32, 64, 128)
-        gb, vb, rb, wide = 32, 128, 128, 4
+        # the widest data-parallel and pipeline configurations use every GPU, up to 4
+        gb, vb, rb, wide = 32, 128, 128, min(4, gpus)
 
     profiles: dict[str, Profile] = {}
     bars: dict[str, object] = {}
@@ -294,7 +295,7 @@ def main() -> None:
     configs += [c for c in anchor + extra + seeds + thesis_cfgs if c.gpus == 1]
     if args.no_torch:
         configs = [c for c in configs if c.system != "torch"]
-    configs = [c for c in configs if c.gpus <= gpus]
+    configs = list({c.key: c for c in configs if c.gpus <= gpus}.values())
     if dry:
         configs = [replace(c, device="cpu", dtype="fp32", steps=2, warmup=1) for c in configs]
     else:  # the median of 10 steps after 3 warm-ups: small-micro-batch steps vary
