@@ -116,6 +116,12 @@ def main() -> None:
             f"decisions {s['right']}/{s['decisions']} right, "
             f"{s['within_5_percent']} within 5%"
         )
+        if "host_drift_median" in s:
+            print(
+                f"  host-bound at the host speed each ran at (median slowdown "
+                f"{s['host_drift_median']:.2f}x vs profiling): median "
+                f"{s['host_bound_median_abs_error_at_run_host_speed']:.1%}"
+            )
     if args.report and args.out and args.run:
         run = Path(args.run[-1])
         profiles = [str(run / f"profile_{n}.json") for n in ("vgg16", "gpt", "resnet50")]

@@ -31,6 +31,12 @@ def test_quick_suite_writes_every_configuration(quick_store: Path) -> None:
     systems = {r.config["system"] for r in rows}
     assert systems == {"pipecast", "torch", "ddp", "single"}
     assert all(r.environment["torch"] for r in rows)
+    # every rank's host speed around its measurement, one reading per GPU the row used
+    assert all(
+        len(r.measured["host_reference"]) == r.config["gpus"]
+        and all(v > 0 for v in r.measured["host_reference"])
+        for r in rows
+    )
     predicted = [r for r in rows if r.predicted]
     assert len(predicted) >= 8  # every pipecast, DDP and single-device row has a prediction
     errors = {
@@ -89,6 +95,14 @@ def test_accuracy_harness_arithmetic() -> None:
     assert s["device_bound_configurations"] == 2
     assert s["device_bound_median_abs_error"] == pytest.approx((1 / 11 + 1.0) / 2)
     assert LENET.model == "lenet5"
+    assert "host_drift_median" not in s  # no host-speed readings, no rescaled errors
+    # a host-bound step predicted 1.0, measured 1.3 while the host ran 1.3x slower than when
+    # profiled: 23% off as predicted, exact at the host speed it ran at
+    slow = Comparison("d", "k", 1.0, 1.3, None, None, host_share=0.9, host_drift=1.3)
+    s = summary([slow])
+    assert s["host_bound_median_abs_error"] == pytest.approx(0.3 / 1.3)
+    assert s["host_bound_median_abs_error_at_run_host_speed"] == pytest.approx(0.0)
+    assert s["host_drift_median"] == pytest.approx(1.3)
 
 
 def test_report_without_store_is_a_clean_error(

@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch import nn
 
+from pipecast import hostspeed
 from pipecast.cli.main import main
 from pipecast.data import get_spec
 from pipecast.errors import DataError, DeviceError, ShapeError
@@ -39,6 +40,8 @@ def test_profile_measures_every_block_and_size() -> None:
     assert p.blocks[0].costs[4].saved_bytes == 4 * 28 * 28 * 4
     assert p.param_bytes == 61_706 * 4
     assert p.loss[4][0] > 0
+    assert p.host_reference > 0  # how fast the host ran while profiling
+    assert Profile.from_json(p.to_json()).host_reference == p.host_reference
 
 
 def test_saved_bytes_count_a_shared_tensor_once() -> None:
@@ -122,3 +125,14 @@ def test_split_call_is_only_measured_where_the_host_is_modelled() -> None:
     """On a CPU the host does the work itself: no B-call cost to share out."""
     options = ProfileOptions(device="cpu", micro_batches=(2,), warmup=0, repeats=1)
     assert split_call(torch.device("cpu"), torch.float32, options) == 0.0
+
+
+def test_hostspeed_reference_times_the_fixed_loop() -> None:
+    """The reading is the loop's time: four times the loop reads well over twice as long."""
+    saved = hostspeed.ITERATIONS
+    try:
+        once = hostspeed.reference(repeats=3)
+        hostspeed.ITERATIONS = 4 * saved
+        assert hostspeed.reference(repeats=3) > 2 * once > 0
+    finally:
+        hostspeed.ITERATIONS = saved

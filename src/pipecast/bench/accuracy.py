@@ -23,6 +23,9 @@ class Comparison:
     measured_memory: float | None
     host_share: float = 0.0
     """The prediction's busiest host over its step (see HOST_BOUND)."""
+    host_drift: float | None = None
+    """How much slower the host ran while this was measured than while the model was
+    profiled (hostspeed readings; None: not recorded)."""
 
     @property
     def host_bound(self) -> bool:
@@ -67,9 +70,16 @@ def comparisons(rows: Iterable[Row]) -> list[Comparison]:
                 max(r.predicted["peak_memory"]) if r.predicted.get("peak_memory") else None,
                 max(mem) if mem else None,
                 float(r.predicted.get("host_share", 0.0)),
+                _drift(r.measured.get("host_reference"), r.predicted.get("host_reference")),
             )
         )
     return out
+
+
+def _drift(measured: list[float] | None, profiled: float | None) -> float | None:
+    if not measured or not profiled:
+        return None
+    return statistics.median(measured) / profiled
 
 
 def decisions(comps: list[Comparison]) -> list[Decision]:
@@ -103,6 +113,14 @@ def summary(comps: list[Comparison]) -> dict[str, float | int]:
     ):
         for key, value in _errors(part).items():
             out[f"{name}_{key}"] = value
+    # where the host binds, the step follows the host's speed: the predictions scaled to the
+    # host speed read while each configuration ran (a diagnosis, not a prediction)
+    drifted = [c for c in comps if c.host_bound and c.host_drift]
+    if drifted:
+        out["host_bound_median_abs_error_at_run_host_speed"] = statistics.median(
+            abs(c.predicted * (c.host_drift or 1.0) / c.measured - 1.0) for c in drifted
+        )
+        out["host_drift_median"] = statistics.median(c.host_drift or 1.0 for c in drifted)
     return out
 
 

@@ -62,5 +62,6 @@ def predictions(
             "bubble": pred.timeline.bubble_fraction,
             "exposed_comm": pred.timeline.exposed_comm,
             "host_share": pred.timeline.host_share,
+            "host_reference": profile.host_reference,
         }
     return out

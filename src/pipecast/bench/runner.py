@@ -9,6 +9,7 @@ rest. Finished configurations are skipped on a rerun, so a suite resumes where i
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from pipecast import hostspeed
 from pipecast.bench import baselines
 from pipecast.bench.config import BenchConfig
 from pipecast.bench.store import Store, environment
@@ -26,7 +28,7 @@ from pipecast.partition.types import from_boundaries
 from pipecast.recommend.predict import PLACEMENT
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.job import TrainJob
-from pipecast.runtime.launch import Backend, Context, RankFailed, spawn
+from pipecast.runtime.launch import Backend, Context, RankFailed, all_gather_floats, spawn
 from pipecast.runtime.watchdog import Watchdog
 from pipecast.runtime.worker import run_rank
 from pipecast.schedule.generators import make_plan
@@ -163,8 +165,11 @@ def _bench_rank(
             watchdog.at(None, f"running {cfg.label()}")
             error = None
             measured: dict[str, Any] = {}
+            speed = 0.0
             try:
+                before = hostspeed.reference(repeats=3)
                 measured = run_config(ctx, cfg)
+                speed = statistics.median([before, hostspeed.reference(repeats=3)])
             except (PipecastError, torch.OutOfMemoryError, RuntimeError) as exc:
                 error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
             if ctx.device.type == "cuda":
@@ -176,6 +181,9 @@ def _bench_rank(
             ok = torch.tensor([0 if error else 1], device=ctx.device)
             if ctx.world > 1:
                 dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+            if ok.item():  # how fast each rank's host ran around its measurement
+                speeds = all_gather_floats([speed], ctx.device)
+                measured["host_reference"] = [r[0] for r in speeds]
             watchdog.idle()
         if store is not None:
             if ok.item() and not error:

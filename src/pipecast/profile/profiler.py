@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import datetime
 import gc
+import statistics
 from collections.abc import Callable
 
 import torch
 from torch import nn
 
-from pipecast import devices
+from pipecast import devices, hostspeed
 from pipecast.data.loss import loss_for
 from pipecast.data.spec import DatasetSpec
 from pipecast.data.synthetic import synthetic_batch
@@ -102,6 +103,7 @@ def _profile_model(
     floor = workspace_floor(device, dtype)
     fixed_step = optimizer_fixed(device, dtype, options)
     b_call = split_call(device, dtype, options)
+    host_speed = [hostspeed.reference()]
     for mb in sizes:
         gc.collect()
         x, target = synthetic_batch(spec, mb, seed=options.seed, dtype=dtype)
@@ -165,6 +167,7 @@ def _profile_model(
             if progress is not None:
                 progress(f"micro-batch {mb}")
         loss[mb] = measure_loss(loss_fn, x, target, device, options)
+        host_speed.append(hostspeed.reference())
         if options.in_situ and not offload:
             first, _ = synthetic_batch(spec, mb, seed=options.seed, dtype=dtype)
             with quiet_gc():
@@ -202,6 +205,7 @@ def _profile_model(
         floor_bytes=floor,
         optimizer_fixed=fixed_step,
         host_split_call=b_call,
+        host_reference=statistics.median(host_speed),
     )
 
 

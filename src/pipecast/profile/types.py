@@ -118,6 +118,9 @@ class Profile:
     """Host seconds one split-backward B call costs whatever it covers (walking the graph,
     hooking it, entering autograd). Each block's `host_backward_input` was timed in a call of
     its own; a stage makes one call for all its blocks, so its B pays this once."""
+    host_reference: float = 0.0
+    """hostspeed.reference() while profiling (the median of readings before and after each
+    size): how fast the host ran when its times were taken (0: not recorded)."""
 
     # ---- costs at any micro-batch size -------------------------------------------------
 
@@ -257,6 +260,7 @@ class Profile:
                 "floor_bytes": self.floor_bytes,
                 "optimizer_fixed": self.optimizer_fixed,
                 "host_split_call": self.host_split_call,
+                "host_reference": self.host_reference,
                 "loss": {str(k): list(v) for k, v in self.loss.items()},
                 "blocks": [
                     {
@@ -305,6 +309,7 @@ class Profile:
                 floor_bytes=int(doc.get("floor_bytes", 0)),
                 optimizer_fixed=float(doc.get("optimizer_fixed", 0.0)),
                 host_split_call=float(doc.get("host_split_call", 0.0)),
+                host_reference=float(doc.get("host_reference", 0.0)),
             )
         except (KeyError, TypeError) as exc:
             raise DataError(f"{source} is not a complete profile: missing {exc}") from None
