@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,8 +13,9 @@ from pipecast.data import get_spec
 from pipecast.errors import DataError, DeviceError, ShapeError
 from pipecast.models import Workload
 from pipecast.profile import Profile, robust
-from pipecast.profile.measure import split_call
+from pipecast.profile.measure import Context, in_situ, rescale, split_call
 from pipecast.profile.profiler import ProfileOptions, profile_model
+from pipecast.profile.types import BlockCost
 
 FAST = ProfileOptions(micro_batches=(2, 4), warmup=1, repeats=3)
 
@@ -136,3 +138,51 @@ def test_hostspeed_reference_times_the_fixed_loop() -> None:
         assert hostspeed.reference(repeats=3) > 2 * once > 0
     finally:
         hostspeed.ITERATIONS = saved
+
+
+def test_in_context_backward_is_marked_block_by_block() -> None:
+    """Gradient hooks mark each block's backward inside one whole backward, in-place ReLUs
+    included: every block gets a time, and the wide Linear takes the largest."""
+    torch.manual_seed(0)
+    blocks = [
+        nn.Linear(64, 64),
+        nn.ReLU(inplace=True),
+        nn.Linear(64, 1024),
+        nn.ReLU(inplace=True),
+        nn.Linear(1024, 10),
+    ]
+    x, target = torch.randn(256, 64), torch.randint(0, 10, (256,))
+    options = ProfileOptions(device="cpu", micro_batches=(256,), warmup=1, repeats=5)
+    ctx = in_situ(blocks, x, target, nn.functional.cross_entropy, torch.device("cpu"), options)
+    assert ctx.backward_blocks is not None and len(ctx.backward_blocks) == 5
+    assert all(t > 0 for t in ctx.backward_blocks)
+    assert max(range(5), key=lambda i: ctx.backward_blocks[i]) in (2, 4)
+    assert sum(ctx.backward_blocks) <= 1.5 * ctx.backward
+
+
+def test_rescale_shares_the_backward_as_marked_in_context() -> None:
+    """Alone the two blocks' backwards cost the same; in context the first took 3x the
+    second: the context's total is shared 3 : 1, each block keeping its own B : W ratio."""
+    alone = BlockCost(
+        forward=1.0,
+        backward_input=0.5,
+        backward_weight=1.5,
+        backward=2.0,
+        output_bytes=1,
+        saved_bytes=1,
+    )
+    costs = [{8: alone}, {8: alone}]
+    ctx = Context(
+        forward=[1.0, 1.0],
+        backward=9.0,
+        host_forward=[0.0, 0.0],
+        host_backward=0.0,
+        backward_blocks=[3.0, 1.0],
+    )
+    rescale(costs, 8, ctx, loss_backward=1.0)
+    assert costs[0][8].backward == pytest.approx(6.0)
+    assert costs[1][8].backward == pytest.approx(2.0)
+    assert costs[0][8].backward_input == pytest.approx(1.5)  # 1 : 3 as alone
+    unmarked = [{8: alone}, {8: alone}]
+    rescale(unmarked, 8, replace(ctx, backward_blocks=None), loss_backward=1.0)
+    assert unmarked[0][8].backward == unmarked[1][8].backward == pytest.approx(4.0)

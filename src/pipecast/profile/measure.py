@@ -217,6 +217,9 @@ class Context:
     """Host seconds issuing each block's forward."""
     host_backward: float
     """Host seconds issuing the whole backward (one autograd call)."""
+    backward_blocks: list[float] | None = None
+    """Device seconds of each block's backward inside the whole backward (None: a block's
+    output took no gradient hook, so its boundary could not be marked)."""
 
 
 def in_situ(
@@ -228,7 +231,8 @@ def in_situ(
     options: ProfileOptions,
 ) -> Context:
     """Device and host seconds of every block's forward inside one whole-model pass, and of
-    the whole backward."""
+    the whole backward and each block's share of it (marked where the gradient of each
+    block's output is ready: autograd hooks record an event on the backward's stream)."""
     cuda = device.type == "cuda"
 
     def mark() -> object:
@@ -251,6 +255,7 @@ def in_situ(
     host_whole: list[float] = []
     backward: list[float] = []
     host_backward: list[float] = []
+    backward_blocks: list[list[float]] = [[] for _ in blocks]
     params = [p for b in blocks for p in b.parameters() if p.requires_grad]
     # Passes alternate: one marks every block, the next only the forward's two ends. The
     # marks cost the host time, and where the host binds they lengthen the forward; the
@@ -261,13 +266,16 @@ def in_situ(
     for rep in range(2 * (options.warmup + 1 + 2 * options.repeats)):
         marked = rep % 2 == 0
         marks, clock = [mark()], [time.perf_counter()]
+        ready: dict[int, object] = {}  # block -> when its output's gradient was ready
         h = x
         with precision(device, options):
-            for block in blocks:
+            for i, block in enumerate(blocks):
                 h = block(h)
                 if marked:
                     marks.append(mark())
                     clock.append(time.perf_counter())
+                    if h.requires_grad:
+                        h.register_hook(partial(_ready, ready, i, mark))
             if not marked:
                 marks.append(mark())
                 clock.append(time.perf_counter())
@@ -281,6 +289,11 @@ def in_situ(
                 for i in range(len(blocks)):
                     forward[i].append(seconds(marks[i], marks[i + 1]))
                     host_forward[i].append(clock[i + 1] - clock[i])
+                if len(ready) == len(blocks):  # block i's backward: from its output's
+                    # gradient to its input's (the previous block's output's; the end for 0)
+                    bounds = [ended, *(ready[i] for i in range(len(blocks)))]
+                    for i in range(len(blocks)):
+                        backward_blocks[i].append(seconds(bounds[i + 1], bounds[i]))
             else:
                 whole.append(seconds(marks[0], marks[1]))
                 host_whole.append(clock[1] - clock[0])
@@ -296,7 +309,18 @@ def in_situ(
         if cuda
         else [0.0] * len(blocks),
         host_backward=robust(host_backward).median if cuda else 0.0,
+        backward_blocks=[robust(b).median for b in backward_blocks]
+        if all(backward_blocks)
+        else None,
     )
+
+
+def _ready(
+    ready: dict[int, object], index: int, mark: Callable[[], object], grad: torch.Tensor
+) -> None:
+    """Gradient hook: the gradient of block `index`'s output is ready now (the first time;
+    an in-place op after the block hooks the same tensor twice)."""
+    ready.setdefault(index, mark())
 
 
 def _shares(parts: list[float], total: float) -> list[float]:
@@ -356,19 +380,22 @@ def rescale(
     *,
     loss_backward: float,
 ) -> None:
-    """Forward times from context; the contextual backward shared out by each block's
-    isolated share, keeping each block's B : W ratio. Host times likewise for the forward
+    """Forward times from context; the contextual backward shared out by each block's share
+    of it as marked in context (by its isolated share where it could not be marked),
+    keeping each block's B : W ratio from isolation. Host times likewise for the forward
     and the whole backward: a stage issues its blocks' backward in one autograd call, not
     one per block as they were timed alone. The split backward's host times stay as timed
     alone: its graph walk and per-weight calls cost per block wherever they run, and a
     stage's B call pays its own fixed cost once (Profile.host_split_call)."""
-    isolated = sum(c[mb].backward for c in costs)
-    scale = max(context.backward - loss_backward, 0.0) / isolated if isolated > 0 else 1.0
+    total = max(context.backward - loss_backward, 0.0)
+    shares = _shares(
+        context.backward_blocks or [c[mb].backward for c in costs],
+        total,
+    )
     host_isolated = sum(c[mb].host_backward for c in costs)
     host_scale = context.host_backward / host_isolated if host_isolated > 0 else 1.0
-    for c, f, hf in zip(costs, context.forward, context.host_forward, strict=True):
+    for c, f, hf, bw in zip(costs, context.forward, context.host_forward, shares, strict=True):
         old = c[mb]
-        bw = old.backward * scale
         split = old.backward_input + old.backward_weight
         # an empty W stays exactly empty (the first block does all its backward in B)
         b = bw * old.backward_input / split if split > 0 and old.backward_weight > 0 else bw
