@@ -1,7 +1,10 @@
 from __future__ import annotations
 
 import json
+import os
+import time
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -12,6 +15,7 @@ from pipecast.hardware.load import load_cluster
 from pipecast.hardware.presets import describe
 from pipecast.hardware.probe import ProbeOptions, probe, summarize_probe
 from pipecast.hardware.units import parse_bytes, parse_rate, parse_seconds
+from pipecast.runtime.launch import Context, spawn
 
 
 def test_fit_recovers_latency_and_bandwidth() -> None:
@@ -127,3 +131,34 @@ def test_cluster_round_trips_host_terms() -> None:
     assert back == c
     assert back.host_overhead == pytest.approx(2e-4)
     assert back.host_factor(4) == pytest.approx(1.3) and back.host_factor(3) == pytest.approx(1.1)
+
+
+def _crowded_reading(directory: str, repeats: int = 5) -> float:
+    """A stand-in for hostspeed.reference: 1.0 when no other rank reads meanwhile, 2.0
+    when another does (each reading leaves a marker file while it runs)."""
+    mine = Path(directory) / f"reading-{os.getpid()}"
+    mine.touch()
+    crowded = False
+    try:  # 0.3 s: long enough to overlap a peer that starts late on a busy CPU
+        for _ in range(30):
+            crowded = crowded or len(list(Path(directory).iterdir())) > 1
+            time.sleep(0.01)
+        return 2.0 if crowded else 1.0
+    finally:
+        mine.unlink()
+
+
+def _contention_on_rank(ctx: Context, directory: str) -> dict[str, float]:
+    from pipecast import hostspeed
+    from pipecast.hardware import probe as probe_module
+
+    hostspeed.reference = partial(_crowded_reading, directory)  # type: ignore[assignment]
+    return probe_module.host_contention(ctx)
+
+
+@pytest.mark.slow
+def test_contention_reads_alone_alone_and_together_together(tmp_path: Path) -> None:
+    """A reading that doubles whenever another rank reads at the same moment: alone turns
+    must not overlap (factor 2, not 1) and together readings must (factor exactly 2)."""
+    factors = spawn(_contention_on_rank, 2, (str(tmp_path),), timeout_s=120)
+    assert factors[0] == factors[1] == {"2": 2.0}

@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from pipecast import devices
+from pipecast import devices, hostspeed
 from pipecast.hardware.cluster import Cluster, Link
 from pipecast.hardware.fit import fit_link
 from pipecast.runtime.launch import Backend, Context, all_gather_floats, spawn
@@ -175,44 +175,45 @@ def runtime_overhead(ctx: Context, microbatches: int = 32) -> float:
     return max(per_action - statistics.median(issue), 0.0)
 
 
-def _host_work(device: torch.device, repeats: int = 5, iterations: int = 400) -> float:
-    """Median host seconds to issue a small model's forward and backward 400 times: Python,
-    autograd and kernel launches, as a training step's host spends them, and long enough
-    (a tenth of a second or more) for clocks to settle to the load."""
-    layer = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64)).to(device)
-    x = torch.randn(8, 64, device=device)
+ROUNDS = 4
+"""Rounds of readings alone and together, interleaved: a host's speed moves in spells of
+seconds (hostspeed.py), so one reading of each would compare two spells, not two loads."""
+IDLE_S = 0.2
+"""How long ranks that do not read sleep through a reading (about 3 x 10 ms)."""
 
-    def once() -> None:
-        for _ in range(iterations):
-            torch.autograd.backward(layer(x).sum())
 
-    once()
-    times = []
-    for _ in range(repeats):
-        began = time.perf_counter()
-        once()
-        times.append(time.perf_counter() - began)
-        devices.synchronize(device)
-    return statistics.median(times)
+def _reading(ctx: Context, reads: bool) -> list[float]:
+    """A hostspeed reading taken at once by the ranks that `reads`; the others sleep through
+    it rather than wait in a collective, which can spin a core. Every rank's value (0: did
+    not read)."""
+    all_gather_floats([0.0], ctx.device)  # start together
+    if reads:
+        value = hostspeed.reference(repeats=3)
+    else:
+        time.sleep(IDLE_S)
+        value = 0.0
+    return [row[0] for row in all_gather_floats([value], ctx.device)]
 
 
 def host_contention(ctx: Context) -> dict[str, float]:
-    """How much slower the slowest of n ranks issues work while n ranks issue at once than
-    a rank does alone (n -> factor): cores share clocks, caches and memory bandwidth, ranks
-    sit on different sockets, and the profile was taken alone. A pipeline or data-parallel
-    step waits for its slowest rank."""
-    alone = 0.0
-    for r in range(ctx.world):
-        _sync(ctx)
-        if ctx.rank == r:
-            alone = _host_work(ctx.device)
-    reference = statistics.median([row[0] for row in all_gather_floats([alone], ctx.device)])
-    factors: dict[str, float] = {}
-    for n in range(2, ctx.world + 1):
-        _sync(ctx)
-        t = _host_work(ctx.device) if ctx.rank < n else 0.0
-        factors[str(n)] = max(row[0] for row in all_gather_floats([t], ctx.device)[:n]) / reference
-    return factors
+    """How much slower a rank's host runs while n ranks run at once than alone (n ->
+    factor): cores share clocks, caches and memory bandwidth, and SMT siblings a core; the
+    profile was taken alone. The speed is hostspeed's reading, the one the bench takes
+    around every measurement: over two 2 x H200 runs its 2-rank readings were 1.19x and
+    1.28x its 1-rank ones (median). Each round reads every rank alone in turn, then the
+    first n together for every n; the factor is the median over rounds of the together
+    readings' median, over the median of all alone readings."""
+    if ctx.world < 2:
+        return {}
+    alone: list[float] = []
+    together: dict[int, list[float]] = {n: [] for n in range(2, ctx.world + 1)}
+    for _ in range(ROUNDS):
+        for r in range(ctx.world):
+            alone.append(_reading(ctx, ctx.rank == r)[r])
+        for n in together:
+            together[n].append(statistics.median(_reading(ctx, ctx.rank < n)[:n]))
+    base = statistics.median(alone)
+    return {str(n): statistics.median(together[n]) / base for n in together}
 
 
 def summarize_probe(per_rank: list[dict[str, Any]], name: str = "probed") -> ProbeResult:
