@@ -3,7 +3,9 @@ recomputed by this checkout's code from the profiles and probe measured in the s
 
     cd benchmarks && python3 combine.py --comparison results/h200x4-run3/anchors.sqlite \
         --comparison-suite anchors-final --run results/h200x4-run7 --run results/h200x4-run8 \
-        --run results/h200x4-run9 --out results/h200x4.sqlite --report results/report
+        --run results/h200x4-run10 --run results/h200x2-run1 --run results/h200x2-run2 \
+        --run results/h200x2-run3 --run results/h200x4-run9 --out results/h200x4.sqlite \
+        --report results/report --summaries results/summaries.json
 
 Rows of the comparison store (pipecast against torch.distributed.pipelining) are copied as
 they are; rows of the run get fresh predictions. Runs may be repeated: the accuracy summary of
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import json
 import statistics
 from collections.abc import Iterable
 from dataclasses import replace
@@ -91,6 +94,7 @@ def main() -> None:
     ap.add_argument("--run", action="append", default=[], help="GPU run directory")
     ap.add_argument("--out", help="combined store (the last --run's rows)")
     ap.add_argument("--report", help="render the combined store's report here")
+    ap.add_argument("--summaries", help="write every run's accuracy summary here (JSON)")
     args = ap.parse_args()
     out = None
     if args.out:
@@ -99,9 +103,10 @@ def main() -> None:
         if args.comparison:
             for r in Store(args.comparison).rows(suite=args.comparison_suite):
                 out.put(r.key, r.suite, r.status, r.config, r.environment, r.measured, None)
+    summaries = {}
     for i, run in enumerate(args.run):
         last = i == len(args.run) - 1
-        s = repredict(Path(run), out if last else None)
+        s = summaries[Path(run).name] = repredict(Path(run), out if last else None)
         print(
             f"{run}: {s['configurations']} configurations, median |error| "
             f"{s['median_abs_error']:.1%}, worst {s['worst_abs_error']:.1%}, "
@@ -122,6 +127,8 @@ def main() -> None:
                 f"{s['host_drift_median']:.2f}x vs profiling): median "
                 f"{s['host_bound_median_abs_error_at_run_host_speed']:.1%}"
             )
+    if args.summaries:
+        Path(args.summaries).write_text(json.dumps(summaries, indent=1, sort_keys=True) + "\n")
     if args.report and args.out and args.run:
         run = Path(args.run[-1])
         profiles = [str(run / f"profile_{n}.json") for n in ("vgg16", "gpt", "resnet50")]
