@@ -39,10 +39,13 @@ def test_a_small_micro_batch_never_costs_more_than_a_larger_one() -> None:
         ],
     )
     assert noisy.cost(0, 32).forward == pytest.approx(11.5)
-    # the host issues the same ops at any size: its least time is its own (a larger size
-    # looks dearer only when the device's backlog held the host back)
+    # the host issues the same ops at any size: the smallest size's reading is its own (a
+    # larger size reads dearer when the device's backlog held the host back)
     assert noisy.cost(0, 32).host_forward == pytest.approx(1.0)
     assert noisy.cost(0, 128).host_forward == pytest.approx(1.0)
+    # and cheaper when the host ran a fast spell: still the smallest size's
+    fast = with_costs(base, [{16: replace(c, host_forward=2.0), 64: replace(c, host_forward=1.0)}])
+    assert fast.cost(0, 64).host_forward == pytest.approx(2.0)
     assert noisy.cost(0, 16).forward == pytest.approx(7.0)
     assert noisy.cost(0, 24).forward == pytest.approx((7.0 + 11.5) / 2)
     assert noisy.cost(0, 64).forward == pytest.approx(11.5)
