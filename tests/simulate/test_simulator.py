@@ -223,3 +223,28 @@ def test_backward_holds_the_gradients_it_receives_and_sends() -> None:
     last = replace(first, output_bytes=0, input_bytes=500)
     t = simulate(make_plan("1f1b", 2, 1), Costs(stages=(first, last)))
     assert t.peak_memory == (100 + 500, 100 + 500)
+
+
+def test_a_host_running_ahead_holds_the_transfers_still_in_flight() -> None:
+    """NCCL keeps a transfer's buffer until the transfer is done on the device. A host that
+    issues everything at once (no host cost) reaches the last stage's fourth backward while
+    the three gradients sent before it still cross a slow link: 100 of activations, 500
+    computed now, 3 x 500 in flight. A host slower than device and link together finds each
+    send done before it issues the next action: 100 + 500, as with one micro-batch."""
+    first = StageTimes(
+        forward=1,
+        backward_input=1,
+        backward_weight=1,
+        backward=2,
+        activation_bytes=100,
+        output_bytes=500,
+    )
+    last = replace(first, output_bytes=0, input_bytes=500)
+    plan = make_plan("1f1b", 2, 4)
+    ahead = Costs(stages=(first, last), forward_transfer=(1.0,), backward_transfer=(3.0,))
+    assert simulate(plan, ahead).peak_memory[1] == 100 + 500 + 3 * 500
+    slow = [replace(s, host_forward=20.0, host_backward=20.0) for s in (first, last)]
+    behind = replace(ahead, stages=tuple(slow))
+    assert simulate(plan, behind).peak_memory == (100 * 2 + 500, 100 + 500)
+    # the first stage's received gradients wait likewise for their data to land
+    assert simulate(plan, ahead).peak_memory[0] > simulate(plan, behind).peak_memory[0]

@@ -15,7 +15,7 @@ Memory is tallied per rank as actions start and end.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pipecast.errors import ConfigError
 from pipecast.schedule.action import Action, Plan
@@ -36,6 +36,9 @@ class _Rank:
     memory: int = 0
     peak: int = 0
     first_start: float = -1.0
+    in_flight: list[tuple[int, float]] = field(default_factory=list)
+    """Transfer buffers the host has let go of and NCCL still holds: (bytes, when the
+    transfer completes on the device)."""
 
 
 def _recomputes(action: Action, costs: Costs, plan: Plan) -> bool:
@@ -123,11 +126,16 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
                 if state.first_start < 0:
                     state.first_start = start
                 state.busy += finish - start
-                # memory: a micro-batch's activations live from its F to its last backward
+                # memory: a micro-batch's activations live from its F to its last backward.
+                # The caching allocator counts a tensor from when the host allocates it to
+                # when the host drops it (the host's program order), except transfer buffers:
+                # NCCL keeps those until the transfer is done on the device, and a host that
+                # runs ahead of its device meanwhile allocates the next actions' tensors.
+                state.in_flight = [(b, t) for b, t in state.in_flight if t > issue]
                 held = _held(a, st, costs, plan)
                 if a.kind == "F":
                     state.memory += held
-                transient = st.workspace_bytes
+                transient = st.workspace_bytes + sum(b for b, _ in state.in_flight)
                 if a.kind in ("B", "BW"):
                     # the gradient received for the stage's output and the one it computes
                     # for its input, held until its send completes
@@ -149,6 +157,8 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
                 end[a] = finish
                 available[a] = finish
                 _send(plan, costs, a, r, finish, available, link_free, events, state, last_stage)
+                if a.kind in ("B", "BW"):
+                    _hold_transfers(plan, a, st, r, ready, available, state)
                 state.head += 1
                 remaining -= 1
                 progressed = True
@@ -202,6 +212,24 @@ def _send(
     events.append(Event(rank, f"send {a}", "send", begin, arrive, a.stage, a.mb))
     if not costs.overlap_comm:
         state.free = max(state.free, arrive)
+
+
+def _hold_transfers(
+    plan: Plan,
+    a: Action,
+    st: StageTimes,
+    rank: int,
+    ready: float,
+    available: dict[Action, float],
+    state: _Rank,
+) -> None:
+    """After a backward: the output gradient it received stays until the receive is done on
+    the device (`ready`) and the input gradient it sent until the send is (`available`)."""
+    last = plan.num_stages - 1
+    if a.stage < last and plan.stage_to_rank[a.stage + 1] != rank:
+        state.in_flight.append((st.output_bytes, max(ready, state.host)))
+    if a.stage > 0 and plan.stage_to_rank[a.stage - 1] != rank:
+        state.in_flight.append((st.input_bytes, available[a]))
 
 
 def _at(values: tuple[float, ...], index: int) -> float:
