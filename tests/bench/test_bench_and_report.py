@@ -110,3 +110,29 @@ def test_report_without_store_is_a_clean_error(
 ) -> None:
     assert main(["report", "--store", str(tmp_path / "none.sqlite")]) == 2
     assert "run `pipecast bench` first" in capsys.readouterr().err
+
+
+def test_report_tells_a_slow_host_from_a_miss(tmp_path: Path) -> None:
+    """Two host-bound rows measured 1.3x their predictions while the host read 1.3x slower
+    than when profiled: the report says so, and that at that speed they were exact."""
+    from pipecast.bench.config import BenchConfig
+    from pipecast.report.html import build
+
+    store = Store(str(tmp_path / "s.sqlite"))
+    for m in (4, 8):
+        cfg = BenchConfig(
+            suite="s", system="single", workload=LENET, gpus=1, batch=32, microbatches=m
+        )
+        store.put(
+            cfg.key,
+            "s",
+            "ok",
+            cfg.to_dict(),
+            {"torch": "x"},
+            {"step_time": 1.3 * m, "peak_allocated": [1], "host_reference": [0.013]},
+            {"step_time": 1.0 * m, "peak_memory": [1], "host_share": 0.95, "host_reference": 0.01},
+        )
+    _, md = build(str(tmp_path / "s.sqlite"), str(tmp_path / "r"))
+    text = Path(md).read_text()
+    assert "a median 1.30x as slow as when profiled" in text
+    assert "their median |error| would be 0.0%" in text

@@ -106,6 +106,14 @@ def build(
                     f"{s[f'{name}_worst_abs_error']:.1%}, {s[f'{name}_within_7_percent']} "
                     f"within 7%, {s[f'{name}_within_20_percent']} within 20%."
                 )
+        if "host_drift_median" in s:
+            acc.paragraphs.append(
+                "The host's speed was read while profiling and around every measurement "
+                "(pipecast.hostspeed): host-bound configurations ran with the host a median "
+                f"{s['host_drift_median']:.2f}x as slow as when profiled; scaled to the host "
+                "speed each ran at, their median |error| would be "
+                f"{s['host_bound_median_abs_error_at_run_host_speed']:.1%}."
+            )
         acc.table = [["group", "pipecast would pick", "measured fastest", "cost of the pick"]]
         acc.table += [
             [d.group, d.picked, d.fastest, f"{d.slowdown:+.1%}"] for d in decisions(comps)
