@@ -10,7 +10,10 @@ the host spends ahead of its device are not lost.
 
 Because a rank's sends leave in its own program order, replaying each rank as far as it can
 go, then the next, yields exact times, link queueing included, in O(actions).
-Memory is tallied per rank as actions start and end.
+Memory is tallied per rank in the host's program order, as the caching allocator counts it:
+a tensor from when the host allocates it to when the host lets go of it. Transfer buffers
+are the exception: NCCL keeps a received or sent gradient until the transfer is done on the
+device, so a host running ahead of its device holds several at once.
 """
 
 from __future__ import annotations
