@@ -13,7 +13,8 @@ from pipecast.data import get_spec
 from pipecast.errors import DataError, DeviceError, ShapeError
 from pipecast.models import Workload
 from pipecast.profile import Profile, robust
-from pipecast.profile.measure import Context, in_situ, rescale, split_call
+from pipecast.profile.context import Context, in_situ, rescale
+from pipecast.profile.measure import split_call
 from pipecast.profile.profiler import ProfileOptions, profile_model
 from pipecast.profile.types import BlockCost
 

@@ -1,13 +1,12 @@
 """How the profiler measures: one block at a time in isolation (forward, B, W, whole backward,
-saved and held bytes), the whole model in context, the loss and the optimizer step."""
+saved and held bytes), the loss, the optimizer step and a split backward call's own cost.
+The whole model in context is measured in `context`."""
 
 from __future__ import annotations
 
 import contextlib
 import gc
-import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
 from functools import partial
 
 import torch
@@ -18,7 +17,6 @@ from pipecast.errors import ShapeError
 from pipecast.models.summary import block_name
 from pipecast.profile.options import ProfileOptions
 from pipecast.profile.stats import robust
-from pipecast.profile.types import BlockCost
 from pipecast.runtime.backward import (
     WeightWork,
     backward_full,
@@ -205,130 +203,6 @@ def measure_block(run: BlockRun, grad_out: torch.Tensor) -> dict[str, float]:
     return out
 
 
-@dataclass(frozen=True, slots=True)
-class Context:
-    """One whole-model pass, timed per block: what a stage of these blocks costs in place."""
-
-    forward: list[float]
-    """Device seconds of each block's forward."""
-    backward: float
-    """Device seconds of the whole backward, the loss's included."""
-    host_forward: list[float]
-    """Host seconds issuing each block's forward."""
-    host_backward: float
-    """Host seconds issuing the whole backward (one autograd call)."""
-    backward_blocks: list[float] | None = None
-    """Device seconds of each block's backward inside the whole backward (None: a block's
-    output took no gradient hook, so its boundary could not be marked)."""
-
-
-def in_situ(
-    blocks: list[nn.Module],
-    x: torch.Tensor,
-    target: torch.Tensor,
-    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-    device: torch.device,
-    options: ProfileOptions,
-) -> Context:
-    """Device and host seconds of every block's forward inside one whole-model pass, and of
-    the whole backward and each block's share of it (marked where the gradient of each
-    block's output is ready: autograd hooks record an event on the backward's stream)."""
-    cuda = device.type == "cuda"
-
-    def mark() -> object:
-        if cuda:
-            event = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-            event.record()
-            return event
-        return time.perf_counter()
-
-    def seconds(a: object, b: object) -> float:
-        if cuda:
-            assert isinstance(a, torch.cuda.Event) and isinstance(b, torch.cuda.Event)
-            return float(a.elapsed_time(b)) / 1e3
-        assert isinstance(a, float) and isinstance(b, float)
-        return b - a
-
-    forward: list[list[float]] = [[] for _ in blocks]
-    host_forward: list[list[float]] = [[] for _ in blocks]
-    whole: list[float] = []
-    host_whole: list[float] = []
-    backward: list[float] = []
-    host_backward: list[float] = []
-    backward_blocks: list[list[float]] = [[] for _ in blocks]
-    params = [p for b in blocks for p in b.parameters() if p.requires_grad]
-    # Passes alternate: one marks every block, the next only the forward's two ends. The
-    # marks cost the host time, and where the host binds they lengthen the forward; the
-    # per-block shares come from the marked passes, the total from the plain ones. Gradients
-    # accumulate from pass to pass, as they do over a step's micro-batches. A whole-model pass
-    # is cheap next to the per-block runs: four times the samples, since at small
-    # micro-batches these passes are host-bound and noisier.
-    for rep in range(2 * (options.warmup + 1 + 2 * options.repeats)):
-        marked = rep % 2 == 0
-        marks, clock = [mark()], [time.perf_counter()]
-        ready: dict[int, object] = {}  # block -> when its output's gradient was ready
-        h = x
-        with precision(device, options):
-            for i, block in enumerate(blocks):
-                h = block(h)
-                if marked:
-                    marks.append(mark())
-                    clock.append(time.perf_counter())
-                    if h.requires_grad:
-                        h.register_hook(partial(_ready, ready, i, mark))
-            if not marked:
-                marks.append(mark())
-                clock.append(time.perf_counter())
-            loss = loss_fn(h, target)
-        began, host_began = mark(), time.perf_counter()
-        torch.autograd.backward(loss)
-        host_ended, ended = time.perf_counter(), mark()
-        devices.synchronize(device)
-        if rep > 2 * options.warmup + 1:
-            if marked:
-                for i in range(len(blocks)):
-                    forward[i].append(seconds(marks[i], marks[i + 1]))
-                    host_forward[i].append(clock[i + 1] - clock[i])
-                if len(ready) == len(blocks):  # block i's backward: from its output's
-                    # gradient to its input's (the previous block's output's; the end for 0)
-                    bounds = [ended, *(ready[i] for i in range(len(blocks)))]
-                    for i in range(len(blocks)):
-                        backward_blocks[i].append(seconds(bounds[i + 1], bounds[i]))
-            else:
-                whole.append(seconds(marks[0], marks[1]))
-                host_whole.append(clock[1] - clock[0])
-                backward.append(seconds(began, ended))
-                host_backward.append(host_ended - host_began)
-        del h, loss
-    for p in params:
-        p.grad = None
-    return Context(
-        forward=_shares([robust(f).median for f in forward], robust(whole).median),
-        backward=robust(backward).median,
-        host_forward=_shares([robust(f).median for f in host_forward], robust(host_whole).median)
-        if cuda
-        else [0.0] * len(blocks),
-        host_backward=robust(host_backward).median if cuda else 0.0,
-        backward_blocks=[robust(b).median for b in backward_blocks]
-        if all(backward_blocks)
-        else None,
-    )
-
-
-def _ready(
-    ready: dict[int, object], index: int, mark: Callable[[], object], grad: torch.Tensor
-) -> None:
-    """Gradient hook: the gradient of block `index`'s output is ready now (the first time;
-    an in-place op after the block hooks the same tensor twice)."""
-    ready.setdefault(index, mark())
-
-
-def _shares(parts: list[float], total: float) -> list[float]:
-    """`parts` scaled to add up to `total`."""
-    measured = sum(parts)
-    return [p * total / measured for p in parts] if measured > 0 else parts
-
-
 def measure_optimizer(block: nn.Module, device: torch.device, options: ProfileOptions) -> float:
     """Seconds of one plain SGD step over `block`'s parameters (the runtime's default
     optimizer: one step per stage, updating all its tensors in one multi-tensor call)."""
@@ -371,43 +245,6 @@ def optimizer_fixed(device: torch.device, dtype: torch.dtype, options: ProfileOp
     """Seconds of an SGD step over one tiny tensor: what every step costs whatever it
     updates (a stage pays it once, not once per block)."""
     return measure_optimizer(nn.Linear(1, 1, bias=False).to(device, dtype), device, options)
-
-
-def rescale(
-    costs: list[dict[int, BlockCost]],
-    mb: int,
-    context: Context,
-    *,
-    loss_backward: float,
-) -> None:
-    """Forward times from context; the contextual backward shared out by each block's share
-    of it as marked in context (by its isolated share where it could not be marked),
-    keeping each block's B : W ratio from isolation. Host times likewise for the forward
-    and the whole backward: a stage issues its blocks' backward in one autograd call, not
-    one per block as they were timed alone. The split backward's host times stay as timed
-    alone: its graph walk and per-weight calls cost per block wherever they run, and a
-    stage's B call pays its own fixed cost once (Profile.host_split_call)."""
-    total = max(context.backward - loss_backward, 0.0)
-    shares = _shares(
-        context.backward_blocks or [c[mb].backward for c in costs],
-        total,
-    )
-    host_isolated = sum(c[mb].host_backward for c in costs)
-    host_scale = context.host_backward / host_isolated if host_isolated > 0 else 1.0
-    for c, f, hf, bw in zip(costs, context.forward, context.host_forward, shares, strict=True):
-        old = c[mb]
-        split = old.backward_input + old.backward_weight
-        # an empty W stays exactly empty (the first block does all its backward in B)
-        b = bw * old.backward_input / split if split > 0 and old.backward_weight > 0 else bw
-        c[mb] = replace(
-            old,
-            forward=f,
-            backward=bw,
-            backward_input=b,
-            backward_weight=bw - b,
-            host_forward=hf,
-            host_backward=old.host_backward * host_scale,
-        )
 
 
 def measure_loss(

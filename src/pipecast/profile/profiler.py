@@ -23,16 +23,15 @@ from pipecast.data.spec import DatasetSpec
 from pipecast.data.synthetic import synthetic_batch
 from pipecast.errors import ConfigError, DeviceError
 from pipecast.models.summary import block_name
+from pipecast.profile.context import in_situ, rescale
 from pipecast.profile.measure import (
     BlockRun,
-    in_situ,
     measure_block,
     measure_loss,
     measure_optimizer,
     optimizer_fixed,
     precision,
     quiet_gc,
-    rescale,
     saved_storages,
     split_call,
     storage,
