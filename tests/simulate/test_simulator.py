@@ -209,9 +209,9 @@ def test_runtime_host_overhead_binds_only_small_actions() -> None:
     assert simulate(plan, replace(small, host_overhead=0.05)).step_time >= 16 * 0.05
 
 
-def test_backward_holds_the_gradients_it_receives_and_sends() -> None:
-    """During a backward a stage holds the gradient received for its output and the one it
-    computes for its input (until that one's send completes), beside its activations."""
+def _gradient_stages() -> tuple[StageTimes, StageTimes]:
+    """Two stages holding 100 bytes of activations per micro-batch, exchanging 500-byte
+    activations forward and gradients back."""
     first = StageTimes(
         forward=1,
         backward_input=1,
@@ -220,7 +220,13 @@ def test_backward_holds_the_gradients_it_receives_and_sends() -> None:
         activation_bytes=100,
         output_bytes=500,
     )
-    last = replace(first, output_bytes=0, input_bytes=500)
+    return first, replace(first, output_bytes=0, input_bytes=500)
+
+
+def test_backward_holds_the_gradients_it_receives_and_sends() -> None:
+    """During a backward a stage holds the gradient received for its output and the one it
+    computes for its input (until that one's send completes), beside its activations."""
+    first, last = _gradient_stages()
     t = simulate(make_plan("1f1b", 2, 1), Costs(stages=(first, last)))
     assert t.peak_memory == (100 + 500, 100 + 500)
 
@@ -231,15 +237,7 @@ def test_a_host_running_ahead_holds_the_transfers_still_in_flight() -> None:
     the three gradients sent before it still cross a slow link: 100 of activations, 500
     computed now, 3 x 500 in flight. A host slower than device and link together finds each
     send done before it issues the next action: 100 + 500, as with one micro-batch."""
-    first = StageTimes(
-        forward=1,
-        backward_input=1,
-        backward_weight=1,
-        backward=2,
-        activation_bytes=100,
-        output_bytes=500,
-    )
-    last = replace(first, output_bytes=0, input_bytes=500)
+    first, last = _gradient_stages()
     plan = make_plan("1f1b", 2, 4)
     ahead = Costs(stages=(first, last), forward_transfer=(1.0,), backward_transfer=(3.0,))
     assert simulate(plan, ahead).peak_memory[1] == 100 + 500 + 3 * 500
