@@ -33,6 +33,10 @@ from pipecast.profile.types import Profile
 def profile(
     name: str, workload: Workload, sizes: tuple[int, ...], *, device: str, dtype: str
 ) -> Profile:
+    path = OUT / f"profile_{name}.json"
+    if RESUME and path.exists():  # a run continued on the same machine keeps its profiles
+        log(f"profile {name}: reused {path.name}")
+        return Profile.load(str(path))
     began = time.time()
     prof = profile_model(
         workload.build(),
@@ -41,7 +45,7 @@ def profile(
         model_name=workload.model,
         workload=workload.to_dict(),
     )
-    prof.save(str(OUT / f"profile_{name}.json"))
+    prof.save(str(path))
     log(f"profile {name} at {sizes}: {time.time() - began:.1f} s")
     if device == "cuda":
         torch.cuda.empty_cache()
@@ -89,13 +93,19 @@ def balanced(prof: Profile, cluster: Cluster, stages: int, mb: int, m: int) -> t
     return tuple(partition(prof, cluster, stages, setting, "balanced").boundaries)
 
 
+RESUME = False
+
+
 def main() -> None:
+    global RESUME
     ap = argparse.ArgumentParser()
     ap.add_argument("--budget", type=float, default=500.0)
     ap.add_argument("--dry-run", action="store_true")
     ap.add_argument("--no-torch", action="store_true", help="skip torch.distributed.pipelining")
     ap.add_argument(
-        "--accuracy-only", action="store_true", help="skip the ResNet-152 profiling-time bar"
+        "--accuracy-only",
+        action="store_true",
+        help="skip issue 3's profiling bars (sum of blocks against a step, ResNet-152 time)",
     )
     ap.add_argument(
         "--gpus",
@@ -103,7 +113,14 @@ def main() -> None:
         default=0,
         help="use this many devices (default: all; configurations needing more are skipped)",
     )
+    ap.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue a run in the same OUT on the same machine: reuse its probe and "
+        "profiles, skip the configurations already measured",
+    )
     args = ap.parse_args()
+    RESUME = args.resume
     dry = args.dry_run
     device, dtype = ("cpu", "fp32") if dry else ("cuda", "bf16")
     gpus = args.gpus or (2 if dry else torch.cuda.device_count())
@@ -118,20 +135,24 @@ def main() -> None:
     log(f"CPUs on each GPU's NUMA node (ranks are pinned there): {local}")
     log(f"torch {torch.__version__}, {gpus} x {names[0]}")
 
-    result = probe(
-        ProbeOptions(
-            devices=gpus,
-            device=device,
-            repeats=5,
-            max_bytes=2**20 if dry else 256 * 2**20,
-            matmul_size=256 if dry else 0,
+    if RESUME and (OUT / "cluster.json").exists():
+        cluster = Cluster.load(str(OUT / "cluster.json"))
+        log("probe: reused cluster.json")
+    else:
+        result = probe(
+            ProbeOptions(
+                devices=gpus,
+                device=device,
+                repeats=5,
+                max_bytes=2**20 if dry else 256 * 2**20,
+                matmul_size=256 if dry else 0,
+            )
         )
-    )
-    cluster = result.cluster
-    cluster.save(str(OUT / "cluster.json"))
+        cluster = result.cluster
+        cluster.save(str(OUT / "cluster.json"))
+        dump("probe_raw.json", result.to_dict())
     # partitions for configurations wider than this machine are still planned (then skipped)
     plan_cluster = replace(cluster, gpus_per_node=max(cluster.gpus_per_node, 4))
-    dump("probe_raw.json", result.to_dict())
     busbw = {n: round(b / 1e9, 1) for n, b in cluster.allreduce_busbw.items()}
     log(
         f"probe: p2p {cluster.intra.bandwidth / 1e9:.1f} GB/s {cluster.intra.latency * 1e6:.1f} "
@@ -161,11 +182,12 @@ def main() -> None:
     profiles: dict[str, Profile] = {}
     bars: dict[str, object] = {}
     vgg_p = profiles[vgg.key] = profile("vgg16", vgg, vgg_sizes, device=device, dtype=dtype)
-    bars["vgg16"] = profile_bar(
-        "vgg16", vgg, vgg_p, vgg_sizes[-1] if dry else 32, device=device, dtype=dtype
-    )
     gpt_p = profiles[gpt.key] = profile("gpt", gpt, gpt_sizes, device=device, dtype=dtype)
-    bars["gpt"] = profile_bar("gpt", gpt, gpt_p, gpt_sizes[-2], device=device, dtype=dtype)
+    if not args.accuracy_only:  # issue 3's profiling bars
+        bars["vgg16"] = profile_bar(
+            "vgg16", vgg, vgg_p, vgg_sizes[-1] if dry else 32, device=device, dtype=dtype
+        )
+        bars["gpt"] = profile_bar("gpt", gpt, gpt_p, gpt_sizes[-2], device=device, dtype=dtype)
     if not dry and not args.accuracy_only:
         began = time.time()
         profile(
@@ -176,7 +198,8 @@ def main() -> None:
             dtype=dtype,
         )
         bars["resnet152_profile_seconds"] = time.time() - began
-    dump("profile_bars.json", bars)
+    if bars:
+        dump("profile_bars.json", bars)
     r50_p = profiles[r50.key] = profile("resnet50", r50, r50_sizes, device=device, dtype=dtype)
     vggc_p = profiles[vggc.key] = profile(
         "vgg16_cifar", vggc, (4, 8, 32, 128) if not dry else (2, 8), device=device, dtype=dtype
