@@ -5,12 +5,20 @@ virtual machines the host's speed moves: the same loop timed seconds apart on on
 machine took 7.5 ms and 16.4 ms (benchmarks/results/h200x2-host). The profiler records it
 beside its host times and the bench beside every measured step, so a host-bound miss can be
 told apart from a host that ran slower than when it was profiled.
+
+The loop measures the interpreter. `issue` measures what a host-bound step spends its host
+time on: torch's dispatcher, autograd and kernel launches, timed on a fixed tiny model. The
+profiler reads it beside its host costs and the probe in the ranks, alone and n at a time,
+so the simulator scales profiled host costs to the speed of a busy rank.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+
+import torch
+from torch import nn
 
 ITERATIONS = 200_000
 
@@ -26,3 +34,41 @@ def reference(repeats: int = 5) -> float:
             total += i % 7
         times.append(time.perf_counter() - began)
     return statistics.median(times)
+
+
+LAYERS, WIDTH = 16, 32
+_models: dict[str, tuple[nn.Module, torch.Tensor]] = {}
+
+
+def _model(device: torch.device) -> tuple[nn.Module, torch.Tensor]:
+    key = str(device)
+    if key not in _models:
+        generator = torch.Generator().manual_seed(0)
+        layers: list[nn.Module] = []
+        for _ in range(LAYERS):
+            linear = nn.Linear(WIDTH, WIDTH)
+            with torch.no_grad():
+                linear.weight.copy_(torch.randn(WIDTH, WIDTH, generator=generator) / WIDTH)
+            layers += [linear, nn.ReLU()]
+        x = torch.randn(2, WIDTH, generator=generator)
+        _models[key] = (nn.Sequential(*layers).to(device), x.to(device))
+    return _models[key]
+
+
+def issue(device: torch.device | str = "cpu", repeats: int = 5) -> float:
+    """Median host seconds to issue the forward and backward of a fixed tiny model (16
+    Linear+ReLU layers, width 32, batch 2) on `device`, the device idle at the start of each
+    (a few ms on a 2026 server core; on CPU the tiny compute is included)."""
+    device = torch.device(device)
+    model, x = _model(device)
+    times = []
+    for _ in range(repeats + 1):  # the first warms up
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        began = time.perf_counter()
+        model(x).sum().backward()
+        times.append(time.perf_counter() - began)
+        model.zero_grad(set_to_none=True)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return statistics.median(times[1:])

@@ -35,6 +35,8 @@ def test_quick_suite_writes_every_configuration(quick_store: Path) -> None:
     assert all(
         len(r.measured["host_reference"]) == r.config["gpus"]
         and all(v > 0 for v in r.measured["host_reference"])
+        and len(r.measured["host_issue"]) == r.config["gpus"]
+        and all(v > 0 for v in r.measured["host_issue"])
         for r in rows
     )
     predicted = [r for r in rows if r.predicted]

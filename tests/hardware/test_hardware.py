@@ -11,6 +11,7 @@ import pytest
 
 from pipecast.errors import ConfigError, DataError
 from pipecast.hardware import Cluster, fit_link
+from pipecast.hardware.cluster import cluster_from_dict
 from pipecast.hardware.load import load_cluster
 from pipecast.hardware.presets import describe
 from pipecast.hardware.probe import ProbeOptions, probe, summarize_probe
@@ -118,6 +119,11 @@ def test_probe_two_cpu_processes() -> None:
     # host work measured alone and with both ranks busy (two processes on two cores)
     assert 2 in c.host_contention and c.host_contention[2] >= 1.0
     assert c.host_factor(2) == c.host_contention[2] and c.host_factor(1) == 1.0
+    # torch's host work read in the ranks, alone and both at once: absolute seconds
+    assert set(c.host_issue) == {1, 2} and all(0 < s < 1 for s in c.host_issue.values())
+    assert c.host_factor(2, profiled_issue=c.host_issue[1]) == pytest.approx(
+        c.host_issue[2] / c.host_issue[1]
+    )
     assert c.host_overhead == 0.0  # CPU ranks: the host's work is the profile's
 
 
@@ -126,11 +132,26 @@ def test_cluster_round_trips_host_terms() -> None:
         describe(nodes=1, gpus_per_node=4, memory="80GiB", intra_bandwidth="100GB/s"),
         host_overhead=2e-4,
         host_contention={2: 1.1, 4: 1.3},
+        host_issue={1: 2e-3, 2: 2.4e-3, 4: 3e-3},
     )
     back = Cluster.from_json(c.to_json())
     assert back == c
     assert back.host_overhead == pytest.approx(2e-4)
+    # without the profile's own reading: the contention factor
     assert back.host_factor(4) == pytest.approx(1.3) and back.host_factor(3) == pytest.approx(1.1)
+    # with it: a busy rank's reading over the profiler's, the nearest count below
+    assert back.host_factor(4, profiled_issue=1.5e-3) == pytest.approx(2.0)
+    assert back.host_factor(3, profiled_issue=2e-3) == pytest.approx(1.2)
+    assert back.host_factor(1, profiled_issue=4e-3) == pytest.approx(0.5)
+    described = cluster_from_dict(
+        {
+            "gpus_per_node": 2,
+            "memory": "80GiB",
+            "intra": {"bandwidth": "100GB/s"},
+            "host_issue": {"1": "2ms", "2": "3ms"},
+        }
+    )
+    assert described.host_issue == {1: pytest.approx(2e-3), 2: pytest.approx(3e-3)}
 
 
 def _crowded_reading(directory: str, repeats: int = 5) -> float:
@@ -153,12 +174,14 @@ def _contention_on_rank(ctx: Context, directory: str) -> dict[str, float]:
     from pipecast.hardware import probe as probe_module
 
     hostspeed.reference = partial(_crowded_reading, directory)  # type: ignore[assignment]
-    return probe_module.host_contention(ctx)
+    hostspeed.issue = lambda device: _crowded_reading(directory)  # type: ignore[assignment]
+    return probe_module.host_readings(ctx)
 
 
 @pytest.mark.slow
 def test_contention_reads_alone_alone_and_together_together(tmp_path: Path) -> None:
     """A reading that doubles whenever another rank reads at the same moment: alone turns
-    must not overlap (factor 2, not 1) and together readings must (factor exactly 2)."""
-    factors = spawn(_contention_on_rank, 2, (str(tmp_path),), timeout_s=120)
-    assert factors[0] == factors[1] == {"2": 2.0}
+    must not overlap (factor 2, not 1) and together readings must (factor exactly 2); the
+    issue readings come back as they were read, alone 1 and together 2."""
+    readings = spawn(_contention_on_rank, 2, (str(tmp_path),), timeout_s=120)
+    assert readings[0] == readings[1] == ({"2": 2.0}, {"1": 1.0, "2": 2.0})

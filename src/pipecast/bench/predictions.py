@@ -63,5 +63,9 @@ def predictions(
             "exposed_comm": pred.timeline.exposed_comm,
             "host_share": pred.timeline.host_share,
             "host_reference": profile.host_reference,
+            "host_issue": profile.host_issue,
+            "host_factor": cluster.host_factor(
+                min(strategy.gpus, cluster.gpus_per_node), profile.host_issue
+            ),
         }
     return out

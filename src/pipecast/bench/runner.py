@@ -165,11 +165,12 @@ def _bench_rank(
             watchdog.at(None, f"running {cfg.label()}")
             error = None
             measured: dict[str, Any] = {}
-            speed = 0.0
+            speed = issued = 0.0
             try:
-                before = hostspeed.reference(repeats=3)
+                before = hostspeed.reference(repeats=3), hostspeed.issue(ctx.device)
                 measured = run_config(ctx, cfg)
-                speed = statistics.median([before, hostspeed.reference(repeats=3)])
+                speed = statistics.median([before[0], hostspeed.reference(repeats=3)])
+                issued = statistics.median([before[1], hostspeed.issue(ctx.device)])
             except (PipecastError, torch.OutOfMemoryError, RuntimeError) as exc:
                 error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
             if ctx.device.type == "cuda":
@@ -182,8 +183,9 @@ def _bench_rank(
             if ctx.world > 1:
                 dist.all_reduce(ok, op=dist.ReduceOp.MIN)
             if ok.item():  # how fast each rank's host ran around its measurement
-                speeds = all_gather_floats([speed], ctx.device)
+                speeds = all_gather_floats([speed, issued], ctx.device)
                 measured["host_reference"] = [r[0] for r in speeds]
+                measured["host_issue"] = [r[1] for r in speeds]
             watchdog.idle()
         if store is not None:
             if ok.item() and not error:

@@ -58,6 +58,8 @@ def print_cluster(cluster: Cluster) -> None:
         table.add_row("runtime host work per action", human_seconds(cluster.host_overhead), "")
     for n, factor in sorted(cluster.host_contention.items()):
         table.add_row(f"host with {n} ranks busy", f"{factor:.2f}x slower", "")
+    for n, seconds in sorted(cluster.host_issue.items()):
+        table.add_row(f"tiny model issued, {n} rank(s) busy", human_seconds(seconds), "")
     console.print(table)
 
 

@@ -58,10 +58,19 @@ class Cluster:
     host_contention: dict[int, float] = field(default_factory=dict)
     """n -> how much slower a host issues work while n ranks of this node are busy than
     alone (profiles are taken alone); missing n: 1."""
+    host_issue: dict[int, float] = field(default_factory=dict)
+    """n -> hostspeed.issue() seconds in a rank while n ranks of this node issue at once (1:
+    a rank alone). With a profile's own reading it turns the profile's host costs into a
+    busy rank's; missing: host_contention alone is used."""
 
-    def host_factor(self, busy: int) -> float:
-        """The slowdown of host work with `busy` ranks busy on a node (1 when unmeasured;
-        between measured counts, the nearest below)."""
+    def host_factor(self, busy: int, profiled_issue: float = 0.0) -> float:
+        """How much slower a rank issues work with `busy` ranks busy on a node than the
+        profiler did: a rank's hostspeed.issue() reading over the profile's (`profiled_issue`)
+        where both were read, else the contention factor (1 when unmeasured). Between
+        measured counts, the nearest below."""
+        if profiled_issue > 0 and self.host_issue:
+            known = [n for n in self.host_issue if n <= busy] or [min(self.host_issue)]
+            return self.host_issue[max(known)] / profiled_issue
         known = [n for n in self.host_contention if n <= busy]
         return self.host_contention[max(known)] if known else 1.0
 
@@ -139,6 +148,7 @@ class Cluster:
                 "allreduce_latency": self.allreduce_latency,
                 "host_overhead": self.host_overhead,
                 "host_contention": {str(n): f for n, f in self.host_contention.items()},
+                "host_issue": {str(n): s for n, s in self.host_issue.items()},
                 "pairs": [[a, b, _link_json(link)] for (a, b), link in self.pairs.items()],
             },
         )
@@ -193,6 +203,7 @@ def cluster_from_dict(doc: dict[str, Any], source: str = "<dict>") -> Cluster:
             allreduce_latency=parse_seconds(doc.get("allreduce_latency", 0.0)),
             host_overhead=parse_seconds(doc.get("host_overhead", 0.0)),
             host_contention={int(n): float(f) for n, f in doc.get("host_contention", {}).items()},
+            host_issue={int(n): parse_seconds(v) for n, v in doc.get("host_issue", {}).items()},
             pairs={(int(a), int(b)): link(v, f"pair {a}-{b}") for a, b, v in doc.get("pairs", [])},
         )
     except KeyError as exc:

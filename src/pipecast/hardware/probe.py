@@ -127,7 +127,7 @@ def _probe_rank(ctx: Context, options: ProbeOptions) -> dict[str, Any]:
         "allreduce": allreduce,
         "matmul_flops": flops,
         "host_overhead": runtime_overhead(ctx) if options.runtime else 0.0,
-        "host_contention": host_contention(ctx) if options.runtime else {},
+        "host_readings": host_readings(ctx) if options.runtime else ({}, {}),
         "memory": devices.total_memory(ctx.device),
         "name": devices.name(ctx.device),
     }
@@ -182,38 +182,48 @@ IDLE_S = 0.2
 """How long ranks that do not read sleep through a reading (about 3 x 10 ms)."""
 
 
-def _reading(ctx: Context, reads: bool) -> list[float]:
-    """A hostspeed reading taken at once by the ranks that `reads`; the others sleep through
-    it rather than wait in a collective, which can spin a core. Every rank's value (0: did
-    not read)."""
+def _reading(ctx: Context, reads: bool) -> list[tuple[float, float]]:
+    """hostspeed readings (the loop's, then issue's) taken at once by the ranks that
+    `reads`; the others sleep through them rather than wait in a collective, which can spin
+    a core. Every rank's pair ((0, 0): did not read)."""
     all_gather_floats([0.0], ctx.device)  # start together
     if reads:
-        value = hostspeed.reference(repeats=3)
+        values = [hostspeed.reference(repeats=3), hostspeed.issue(ctx.device)]
     else:
         time.sleep(IDLE_S)
-        value = 0.0
-    return [row[0] for row in all_gather_floats([value], ctx.device)]
+        values = [0.0, 0.0]
+    return [(row[0], row[1]) for row in all_gather_floats(values, ctx.device)]
 
 
-def host_contention(ctx: Context) -> dict[str, float]:
-    """How much slower a rank's host runs while n ranks run at once than alone (n ->
-    factor): cores share clocks, caches and memory bandwidth, and SMT siblings a core; the
-    profile was taken alone. The speed is hostspeed's reading, the one the bench takes
-    around every measurement: over two 2 x H200 runs its 2-rank readings were 1.19x and
-    1.28x its 1-rank ones (median). Each round reads every rank alone in turn, then the
-    first n together for every n; the factor is the median over rounds of the together
-    readings' median, over the median of all alone readings."""
-    if ctx.world < 2:
-        return {}
-    alone: list[float] = []
-    together: dict[int, list[float]] = {n: [] for n in range(2, ctx.world + 1)}
+def host_readings(ctx: Context) -> tuple[dict[str, float], dict[str, float]]:
+    """How fast a rank's host runs alone and while n ranks run at once: cores share clocks,
+    caches and memory bandwidth, and SMT siblings a core; the profile was taken alone, in
+    another process. Each round reads every rank alone in turn, then the first n together
+    for every n. Returns (n -> contention, the loop's together/alone ratio, as the bench's
+    readings compare: over two 2 x H200 runs its 2-rank readings were 1.19x and 1.28x its
+    1-rank ones), and (n -> hostspeed.issue() seconds, 1: alone), medians over rounds."""
+    alone: list[tuple[float, float]] = []
+    together: dict[int, list[tuple[float, float]]] = {n: [] for n in range(2, ctx.world + 1)}
     for _ in range(ROUNDS):
         for r in range(ctx.world):
             alone.append(_reading(ctx, ctx.rank == r)[r])
         for n in together:
-            together[n].append(statistics.median(_reading(ctx, ctx.rank < n)[:n]))
-    base = statistics.median(alone)
-    return {str(n): statistics.median(together[n]) / base for n in together}
+            rows = _reading(ctx, ctx.rank < n)[:n]
+            together[n].append(
+                (
+                    statistics.median(loop for loop, _ in rows),
+                    statistics.median(issued for _, issued in rows),
+                )
+            )
+    base = statistics.median(loop for loop, _ in alone)
+    contention = {
+        str(n): statistics.median(loop for loop, _ in rows) / base for n, rows in together.items()
+    }
+    issue = {"1": statistics.median(issued for _, issued in alone)}
+    issue |= {
+        str(n): statistics.median(issued for _, issued in rows) for n, rows in together.items()
+    }
+    return contention, issue
 
 
 def summarize_probe(per_rank: list[dict[str, Any]], name: str = "probed") -> ProbeResult:
@@ -243,6 +253,7 @@ def summarize_probe(per_rank: list[dict[str, Any]], name: str = "probed") -> Pro
     else:
         intra = Link(latency=5e-6, bandwidth=1e10)
     world = len(per_rank)
+    contention, issue = per_rank[0].get("host_readings", ({}, {}))
     return ProbeResult(
         cluster=Cluster(
             name=name,
@@ -257,9 +268,8 @@ def summarize_probe(per_rank: list[dict[str, Any]], name: str = "probed") -> Pro
             allreduce_latency=latency,
             pairs=pairs,
             host_overhead=statistics.median(r.get("host_overhead", 0.0) for r in per_rank),
-            host_contention={
-                int(n): max(f, 1.0) for n, f in per_rank[0].get("host_contention", {}).items()
-            },
+            host_contention={int(n): max(f, 1.0) for n, f in contention.items()},
+            host_issue={int(n): seconds for n, seconds in issue.items()},
         ),
         p2p=p2p,
         allreduce=allreduce,

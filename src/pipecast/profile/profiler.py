@@ -102,7 +102,7 @@ def _profile_model(
     floor = workspace_floor(device, dtype)
     fixed_step = optimizer_fixed(device, dtype, options)
     b_call = split_call(device, dtype, options)
-    host_speed = [hostspeed.reference()]
+    host_speed, host_issue = [hostspeed.reference()], [hostspeed.issue(device)]
     for mb in sizes:
         gc.collect()
         x, target = synthetic_batch(spec, mb, seed=options.seed, dtype=dtype)
@@ -167,6 +167,7 @@ def _profile_model(
                 progress(f"micro-batch {mb}")
         loss[mb] = measure_loss(loss_fn, x, target, device, options)
         host_speed.append(hostspeed.reference())
+        host_issue.append(hostspeed.issue(device))
         if options.in_situ and not offload:
             first, _ = synthetic_batch(spec, mb, seed=options.seed, dtype=dtype)
             with quiet_gc():
@@ -205,6 +206,7 @@ def _profile_model(
         optimizer_fixed=fixed_step,
         host_split_call=b_call,
         host_reference=statistics.median(host_speed),
+        host_issue=statistics.median(host_issue),
     )
 
 

@@ -121,6 +121,9 @@ class Profile:
     host_reference: float = 0.0
     """hostspeed.reference() while profiling (the median of readings before and after each
     size): how fast the host ran when its times were taken (0: not recorded)."""
+    host_issue: float = 0.0
+    """hostspeed.issue() at the same points: the torch host work of a fixed tiny model, as
+    fast as this process issued it while profiling (0: not recorded)."""
 
     # ---- costs at any micro-batch size -------------------------------------------------
 
@@ -261,6 +264,7 @@ class Profile:
                 "optimizer_fixed": self.optimizer_fixed,
                 "host_split_call": self.host_split_call,
                 "host_reference": self.host_reference,
+                "host_issue": self.host_issue,
                 "loss": {str(k): list(v) for k, v in self.loss.items()},
                 "blocks": [
                     {
@@ -310,6 +314,7 @@ class Profile:
                 optimizer_fixed=float(doc.get("optimizer_fixed", 0.0)),
                 host_split_call=float(doc.get("host_split_call", 0.0)),
                 host_reference=float(doc.get("host_reference", 0.0)),
+                host_issue=float(doc.get("host_issue", 0.0)),
             )
         except (KeyError, TypeError) as exc:
             raise DataError(f"{source} is not a complete profile: missing {exc}") from None

@@ -101,7 +101,7 @@ def costs_from_profile(
     pipeline's transfers; each stage's replicas all-reduce its gradients)."""
     stages = []
     busy = len({d for st in partition.stages for d in st.devices})
-    slow = cluster.host_factor(min(busy, cluster.gpus_per_node))
+    slow = cluster.host_factor(min(busy, cluster.gpus_per_node), profile.host_issue)
     for index, st in enumerate(partition.stages):
         c = profile.stage(st.start, st.stop, micro_batch)
         b, w = c.backward_input, c.backward_weight
