@@ -4,8 +4,9 @@ recomputed by this checkout's code from the profiles and probe measured in the s
     cd benchmarks && python3 combine.py --comparison results/h200x4-run3/anchors.sqlite \
         --comparison-suite anchors-final --run results/h200x4-run7 --run results/h200x4-run8 \
         --run results/h200x4-run10 --run results/h200x2-run1 --run results/h200x2-run2 \
-        --run results/h200x2-run3 --run results/h200x4-run9 --out results/h200x4.sqlite \
-        --report results/report --summaries results/summaries.json
+        --run results/h200x2-run3 --run results/h200x4-run9 --run results/h100x4-run1 \
+        --run results/h100x4-run2 --run results/h100x4-run3 --run results/h100x4-run4 \
+        --out results/combined.sqlite --report results/report --summaries results/summaries.json
 
 Rows of the comparison store (pipecast against torch.distributed.pipelining) are copied as
 they are; rows of the run get fresh predictions. Runs may be repeated: the accuracy summary of

@@ -19,11 +19,11 @@ from pipecast.training import Optimizer
 
 PLACEMENT: dict[str, Placement] = {"interleaved": "loop", "zb-v": "v"}
 
-ERROR_BAND = {"device": 0.09, "host": 0.24}
-"""The 80th percentile of |predicted - measured| / measured step time over 169 configurations
-on five H200 machines (benchmarks/results: h200x4-run9 and -run10, h200x2-run1 to -run3):
-76 device-bound (median 2.9%), 93 host-bound (median 12.4%; the host's own speed moves by
-up to 2x)."""
+ERROR_BAND = {"device": 0.11, "host": 0.28}
+"""The 80th percentile of |predicted - measured| / measured step time over 401 configurations
+on nine machines (benchmarks/results: h200x4-run9 and -run10, h200x2-run1 to -run3 on H200,
+h100x4-run1 to -run4 on H100): 227 device-bound (median 4.4%), 174 host-bound (median
+14.9%; the host's own speed moves by up to 2x within minutes)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,7 +60,7 @@ class Prediction:
     @property
     def error_band(self) -> float:
         """How far off this prediction may well be (relative): the 80th percentile of
-        |error| measured on H200 machines (ERROR_BAND), by regime."""
+        |error| measured on H100 and H200 machines (ERROR_BAND), by regime."""
         return ERROR_BAND["host" if self.host_bound else "device"]
 
     @property
