@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -101,6 +102,9 @@ def test_recommend_cli_calibrates_once_then_uses_the_cache(
     assert 1 <= len(doc["validation"]) <= 4
     assert doc["validation"][0]["label"] == best["label"]
     validated = [v["label"] for v in doc["validation"]]
+    # two rounds by default, each candidate's step time the median of its rounds
+    assert all(len(v["rounds"]) == 2 for v in doc["validation"])
+    assert all(v["measured"] == pytest.approx(sum(v["rounds"]) / 2) for v in doc["validation"])
 
     def band(r: dict[str, object]) -> float:
         return ERROR_BAND["host" if r["host_bound"] else "device"]
@@ -110,6 +114,62 @@ def test_recommend_cli_calibrates_once_then_uses_the_cache(
     assert validated == close[:4]
     with pytest.raises(SystemExit):
         main([*argv, "--validate", "some"])
+    with pytest.raises(SystemExit):
+        main([*argv, "--validate", "auto", "--rounds", "0"])
+
+
+def test_validation_measures_round_robin_and_keeps_the_median(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A host that slows down over time: measured one after the other, A's runs would all
+    be early and B's late; round-robin puts both in every spell, and each keeps its median."""
+    from pipecast.recommend import validate
+
+    p = make_profile([1e-3] * 4, params=[10**6] * 4)
+    a = predict(p, GPUS, Strategy(kind="single"), 32)
+    b = predict(p, GPUS, Strategy(kind="single", microbatches=2), 32)
+    calls: list[str] = []
+    slow = iter([1.0, 1.1, 1.5, 1.6, 2.0, 2.1])  # every run slower than the last
+
+    def fake(pred: object, *args: object, **kwargs: object) -> validate.Measured:
+        assert isinstance(pred, validate.Prediction)
+        calls.append(pred.strategy.label())
+        t = next(slow) * (1.0 if pred is a else 1.05)
+        return validate.Measured(
+            prediction=pred, step_time=t, samples_per_second=32 / t, peak_allocated=(len(calls),)
+        )
+
+    monkeypatch.setattr(validate, "measure", fake)
+    seen: list[int] = []
+    out = validate.measure_rounds(
+        [a, b],
+        Workload(model="lenet5", dataset="mnist"),
+        device="cpu",
+        config=RunConfig(),
+        rounds=3,
+        progress=lambda r, pred: seen.append(r),
+    )
+    la, lb = a.strategy.label(), b.strategy.label()
+    assert calls == [la, lb, la, lb, la, lb] and seen == [0, 0, 1, 1, 2, 2]
+    assert out[0].rounds == (1.0, 1.5, 2.0) and out[0].step_time == 1.5
+    assert out[1].rounds == pytest.approx((1.155, 1.68, 2.205))
+    assert out[1].step_time == pytest.approx(1.68)
+    assert out[0].samples_per_second == pytest.approx(32 / 1.5)
+    assert out[0].peak_allocated == (5,) and out[1].peak_allocated == (6,)
+    assert out[0].spread == pytest.approx(1.0 / 1.5)
+    assert validate.decide(out) is out[0]
+    # B is 12% slower, but each spread over a whole 2x slowdown: measurement can't tell
+    assert validate.too_close(out) == pytest.approx(max(out[0].spread, out[1].spread))
+    steady = [replace(m, rounds=(m.step_time, m.step_time)) for m in out]
+    assert validate.too_close(steady) is None  # no spread: the gap stands
+    with pytest.raises(ValueError):
+        validate.measure_rounds(
+            [a],
+            Workload(model="lenet5", dataset="mnist"),
+            device="cpu",
+            config=RunConfig(),
+            rounds=0,
+        )
 
 
 def test_ddp_buckets_hold_a_second_copy_of_the_gradients() -> None:

@@ -16,8 +16,9 @@ from pipecast.errors import ConfigError
 from pipecast.hardware.load import load_cluster
 from pipecast.profile.types import Profile
 from pipecast.recommend.calibrate import calibrated_cluster, calibrated_profile, profile_sizes
+from pipecast.recommend.predict import Prediction
 from pipecast.recommend.rank import Recommendation, recommend
-from pipecast.recommend.validate import Measured, decide, measure
+from pipecast.recommend.validate import Measured, decide, measure_rounds, too_close
 from pipecast.runtime.config import RunConfig
 
 
@@ -69,8 +70,25 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="run the top K for a few steps and decide by measurement; 'auto': the best and "
         "every strategy whose prediction is within error of it (at most 4)",
     )
+    p.add_argument(
+        "--rounds",
+        type=_rounds_arg,
+        default=2,
+        help="with --validate: measure every candidate this many times, round-robin, and "
+        "keep each one's median (the host's speed moves between runs; default 2)",
+    )
     p.add_argument("-o", "--output", default="pipecast-out/recommendation.json")
     p.set_defaults(func=run)
+
+
+def _rounds_arg(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--rounds takes a count, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--rounds takes a count of at least 1, got {value}")
+    return value
 
 
 def _validate_arg(text: str) -> int | str:
@@ -151,9 +169,19 @@ def run(args: argparse.Namespace) -> int:
         pool = rec.close_calls() if args.validate == "auto" else rec.ranked
         limit = len(pool) if args.validate == "auto" else int(args.validate)
         runnable = [p for p in pool if p.strategy.gpus <= local][:limit]
-        for pred in runnable:
-            with console.status(f"validating {pred.strategy.label()}"):
-                measured.append(measure(pred, workload, device=device, config=config))
+        with console.status("validating") as status:
+
+            def announce(r: int, pred: Prediction) -> None:
+                status.update(f"validating {pred.strategy.label()} (round {r + 1}/{args.rounds})")
+
+            measured = measure_rounds(
+                runnable,
+                workload,
+                device=device,
+                config=config,
+                rounds=args.rounds,
+                progress=announce,
+            )
         print_validation(measured)
     _write(args.output, rec, measured)
     return 0
@@ -192,7 +220,7 @@ def print_recommendation(rec: Recommendation, top: int) -> None:
 
 def print_validation(measured: list[Measured]) -> None:
     table = Table(title="validation: predicted against measured")
-    for col in ("strategy", "predicted", "measured", "error"):
+    for col in ("strategy", "predicted", "measured", "error", "run to run"):
         table.add_column(col, justify="left" if col == "strategy" else "right")
     for m in measured:
         table.add_row(
@@ -200,12 +228,19 @@ def print_validation(measured: list[Measured]) -> None:
             human_seconds(m.prediction.step_time),
             human_seconds(m.step_time),
             f"{m.error:+.1%}",
+            f"{m.spread:.0%}" if len(m.rounds) > 1 else "",
         )
     console.print(table)
     if measured:
         console.print(
             f"[bold green]measured fastest:[/] {decide(measured).prediction.strategy.label()}"
         )
+        spread = too_close(measured)
+        if spread is not None:
+            console.print(
+                f"[yellow]the two fastest differ by less than their run-to-run spread "
+                f"({spread:.0%}): on this machine either will do[/]"
+            )
 
 
 def _write(path: str, rec: Recommendation, measured: list[Measured]) -> None:
@@ -234,6 +269,8 @@ def _write(path: str, rec: Recommendation, measured: list[Measured]) -> None:
                 "predicted": m.prediction.step_time,
                 "measured": m.step_time,
                 "error": m.error,
+                "rounds": list(m.rounds),
+                "spread": m.spread,
             }
             for m in measured
         ],
