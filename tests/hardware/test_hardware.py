@@ -125,6 +125,22 @@ def test_probe_two_cpu_processes() -> None:
         c.host_issue[2] / c.host_issue[1]
     )
     assert c.host_overhead == 0.0  # CPU ranks: the host's work is the profile's
+    assert c.ddp_param_host == 0.0  # and gloo's all-reduce holds the host: not read
+
+
+def _ddp_on_rank(ctx: Context) -> dict[str, float]:
+    from pipecast.hardware.probe import ddp_overhead
+
+    return ddp_overhead(ctx, repeats=5)
+
+
+@pytest.mark.slow
+def test_ddp_overhead_is_read_on_every_rank() -> None:
+    """On CPU ranks (where the probe itself skips it) the measurement still runs: DDP's
+    fixed cost per step, per parameter tensor and per buffer, the ranks' median."""
+    rows = spawn(_ddp_on_rank, 2, timeout_s=180)
+    assert rows[0] == rows[1] and set(rows[0]) == {"step", "param", "buffer"}
+    assert rows[0]["step"] > 0 and all(v >= 0 for v in rows[0].values())
 
 
 def test_cluster_round_trips_host_terms() -> None:
@@ -133,6 +149,9 @@ def test_cluster_round_trips_host_terms() -> None:
         host_overhead=2e-4,
         host_contention={2: 1.1, 4: 1.3},
         host_issue={1: 2e-3, 2: 2.4e-3, 4: 3e-3},
+        ddp_step_host=1e-4,
+        ddp_param_host=8e-6,
+        ddp_buffer_host=3e-6,
     )
     back = Cluster.from_json(c.to_json())
     assert back == c

@@ -47,6 +47,18 @@ def test_profile_measures_every_block_and_size() -> None:
     assert Profile.from_json(p.to_json()).host_reference == p.host_reference
     assert 0 < p.host_issue < p.host_reference  # torch's host work on a tiny model, timed
     assert Profile.from_json(p.to_json()).host_issue == p.host_issue
+    # tensors torch's DDP handles one by one: LeNet-5's 5 layers x (weight, bias), no buffers
+    assert [b.param_tensors for b in p.blocks if b.param_tensors] == [2] * 5
+    assert sum(b.buffer_tensors for b in p.blocks) == 0
+    assert Profile.from_json(p.to_json()).blocks[0].param_tensors == 2
+
+
+def test_profile_counts_buffers() -> None:
+    model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.Flatten(), nn.LazyLinear(10))
+    model(torch.zeros(1, 1, 28, 28))
+    p = profile_model(model, get_spec("mnist"), ProfileOptions(micro_batches=(2,), repeats=1))
+    assert [b.buffer_tensors for b in p.blocks] == [0, 3, 0, 0]  # mean, var, batches seen
+    assert [b.param_tensors for b in p.blocks] == [2, 2, 0, 2]
 
 
 def test_saved_bytes_count_a_shared_tensor_once() -> None:

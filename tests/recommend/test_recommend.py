@@ -184,6 +184,37 @@ def test_ddp_buckets_hold_a_second_copy_of_the_gradients() -> None:
     )
 
 
+def test_ddp_adds_its_host_work_per_tensor() -> None:
+    """torch's DDP broadcasts buffers before each forward and hooks and copies every
+    parameter in the backward: the probe's per-tensor terms land on each rank's host, so a
+    host-bound DDP prediction grows by them, and pipecast's own data parallelism not."""
+    base = make_profile([1e-4] * 4, params=[10**5] * 4)
+    prof = replace(
+        base,
+        blocks=tuple(
+            replace(
+                b,
+                param_tensors=10,
+                buffer_tensors=30,
+                costs={
+                    mb: replace(c, host_forward=2e-3, host_backward=4e-3)
+                    for mb, c in b.costs.items()
+                },
+            )
+            for b in base.blocks
+        ),
+    )
+    ddp_host = replace(GPUS, ddp_step_host=1e-3, ddp_param_host=2e-4, ddp_buffer_host=1e-4)
+    data = Strategy(kind="data", replicas=4)
+    plain = predict(prof, GPUS, data, 32, ddp_buckets=True)
+    more = predict(prof, ddp_host, data, 32, ddp_buckets=True)
+    # 4 blocks: + 1 ms + 120 x 0.1 ms in the forward, + 40 x 0.2 ms in the backward
+    assert more.step_time - plain.step_time == pytest.approx(1e-3 + 12e-3 + 8e-3, rel=0.02)
+    assert predict(prof, ddp_host, data, 32).step_time == pytest.approx(
+        predict(prof, GPUS, data, 32).step_time
+    )
+
+
 def test_more_busy_ranks_slow_a_host_bound_prediction() -> None:
     """Host work measured alone runs slower with every rank of a node busy (the probe's
     contention factor); a host-bound strategy's prediction follows, a device-bound one not."""

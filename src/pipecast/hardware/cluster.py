@@ -63,6 +63,14 @@ class Cluster:
     a rank alone). With a profile's own reading it turns the profile's host costs into a
     busy rank's; missing: host_contention alone is used."""
 
+    ddp_step_host: float = 0.0
+    """Host seconds torch's DistributedDataParallel adds to a step whatever the model."""
+    ddp_param_host: float = 0.0
+    """... and per trainable parameter tensor (its autograd hook, its copies into and out of
+    a bucket)."""
+    ddp_buffer_host: float = 0.0
+    """... and per buffer tensor (broadcast from rank 0 before every forward)."""
+
     def host_factor(self, busy: int, profiled_issue: float = 0.0) -> float:
         """How much slower a rank issues work with `busy` ranks busy on a node than the
         profiler did: a rank's hostspeed.issue() reading over the profile's (`profiled_issue`)
@@ -149,6 +157,9 @@ class Cluster:
                 "host_overhead": self.host_overhead,
                 "host_contention": {str(n): f for n, f in self.host_contention.items()},
                 "host_issue": {str(n): s for n, s in self.host_issue.items()},
+                "ddp_step_host": self.ddp_step_host,
+                "ddp_param_host": self.ddp_param_host,
+                "ddp_buffer_host": self.ddp_buffer_host,
                 "pairs": [[a, b, _link_json(link)] for (a, b), link in self.pairs.items()],
             },
         )
@@ -204,6 +215,9 @@ def cluster_from_dict(doc: dict[str, Any], source: str = "<dict>") -> Cluster:
             host_overhead=parse_seconds(doc.get("host_overhead", 0.0)),
             host_contention={int(n): float(f) for n, f in doc.get("host_contention", {}).items()},
             host_issue={int(n): parse_seconds(v) for n, v in doc.get("host_issue", {}).items()},
+            ddp_step_host=parse_seconds(doc.get("ddp_step_host", 0.0)),
+            ddp_param_host=parse_seconds(doc.get("ddp_param_host", 0.0)),
+            ddp_buffer_host=parse_seconds(doc.get("ddp_buffer_host", 0.0)),
             pairs={(int(a), int(b)): link(v, f"pair {a}-{b}") for a, b, v in doc.get("pairs", [])},
         )
     except KeyError as exc:

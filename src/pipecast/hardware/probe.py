@@ -128,6 +128,7 @@ def _probe_rank(ctx: Context, options: ProbeOptions) -> dict[str, Any]:
         "matmul_flops": flops,
         "host_overhead": runtime_overhead(ctx) if options.runtime else 0.0,
         "host_readings": host_readings(ctx) if options.runtime else ({}, {}),
+        "ddp": ddp_overhead(ctx) if options.runtime and ctx.device.type == "cuda" else {},
         "memory": devices.total_memory(ctx.device),
         "name": devices.name(ctx.device),
     }
@@ -226,6 +227,61 @@ def host_readings(ctx: Context) -> tuple[dict[str, float], dict[str, float]]:
     return contention, issue
 
 
+DDP_TENSORS = 64
+"""Parameter tensors (and buffer-holding layers) in the models ddp_overhead times."""
+
+
+def _step_host(model: nn.Module, x: torch.Tensor, device: torch.device, repeats: int) -> float:
+    """Median host seconds to issue one forward and backward of `model`, the device idle at
+    the start of each."""
+    times = []
+    for _ in range(repeats + 2):  # two warm-ups: DDP builds its buckets in the first
+        devices.synchronize(device)
+        began = time.perf_counter()
+        model(x).sum().backward()
+        times.append(time.perf_counter() - began)
+    devices.synchronize(device)
+    return statistics.median(times[2:])
+
+
+def ddp_overhead(ctx: Context, repeats: int = 9) -> dict[str, float]:
+    """Host seconds torch's DistributedDataParallel adds to a step: whatever the model (a
+    single Linear), per parameter tensor (64 bias-free Linears) and per buffer tensor (64
+    BatchNorms without affine parameters, 3 buffers each). Each is the DDP-wrapped model's
+    host time less the plain model's, timed on every rank at once. The probe reads it on
+    GPUs only: on CPU ranks gloo's all-reduce holds the host, and the simulator models the
+    all-reduce itself."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    if ctx.world < 2:
+        return {}
+    width, n = 8, DDP_TENSORS
+    x = torch.randn(4, width, device=ctx.device)
+    ids = [ctx.device.index] if ctx.device.type == "cuda" else None
+
+    def added(layers: list[nn.Module]) -> float:
+        torch.manual_seed(0)
+        model = nn.Sequential(*layers).to(ctx.device)
+        plain = _step_host(model, x, ctx.device, repeats)
+        # once wrapped, DDP's hooks fire on the model's own gradients too: plain goes first
+        ddp = _step_host(DistributedDataParallel(model, device_ids=ids), x, ctx.device, repeats)
+        return ddp - plain
+
+    step = added([nn.Linear(width, width)])
+    params = added([nn.Linear(width, width, bias=False) for _ in range(n)])
+    buffers = added(
+        [*(nn.BatchNorm1d(width, affine=False) for _ in range(n)), nn.Linear(width, width)]
+    )
+    per_param = max(params - step, 0.0) / (n - 2)  # the single Linear held two tensors
+    rows = all_gather_floats(
+        [max(step, 0.0), per_param, max(buffers - step, 0.0) / (3 * n)], ctx.device
+    )
+    return {
+        key: statistics.median(row[i] for row in rows)
+        for i, key in enumerate(("step", "param", "buffer"))
+    }
+
+
 def summarize_probe(per_rank: list[dict[str, Any]], name: str = "probed") -> ProbeResult:
     """Fit the raw samples of every rank into a Cluster (pure: tests feed it synthetic data)."""
     p2p: dict[str, list[list[float]]] = {}
@@ -254,6 +310,7 @@ def summarize_probe(per_rank: list[dict[str, Any]], name: str = "probed") -> Pro
         intra = Link(latency=5e-6, bandwidth=1e10)
     world = len(per_rank)
     contention, issue = per_rank[0].get("host_readings", ({}, {}))
+    ddp = per_rank[0].get("ddp", {})
     return ProbeResult(
         cluster=Cluster(
             name=name,
@@ -270,6 +327,9 @@ def summarize_probe(per_rank: list[dict[str, Any]], name: str = "probed") -> Pro
             host_overhead=statistics.median(r.get("host_overhead", 0.0) for r in per_rank),
             host_contention={int(n): max(f, 1.0) for n, f in contention.items()},
             host_issue={int(n): seconds for n, seconds in issue.items()},
+            ddp_step_host=ddp.get("step", 0.0),
+            ddp_param_host=ddp.get("param", 0.0),
+            ddp_buffer_host=ddp.get("buffer", 0.0),
         ),
         p2p=p2p,
         allreduce=allreduce,

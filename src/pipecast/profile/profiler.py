@@ -197,6 +197,8 @@ def _profile_model(
                 input_counted=input_counted[i],
                 costs=costs[i],
                 optimizer_step=optimizer_step[i],
+                param_tensors=sum(1 for p in block.parameters() if p.requires_grad),
+                buffer_tensors=sum(1 for _ in block.buffers()),
             )
             for i, block in enumerate(blocks)
         ),

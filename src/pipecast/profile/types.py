@@ -63,6 +63,10 @@ class BlockProfile:
     """Micro-batch size -> cost."""
     optimizer_step: float = 0.0
     """Seconds of one optimizer step over this block's parameters."""
+    param_tensors: int = 0
+    """Trainable parameter tensors (torch's DDP hooks and copies each one)."""
+    buffer_tensors: int = 0
+    """Buffer tensors (torch's DDP broadcasts them before every forward)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -274,6 +278,8 @@ class Profile:
                         "param_bytes": b.param_bytes,
                         "input_counted": b.input_counted,
                         "optimizer_step": b.optimizer_step,
+                        "param_tensors": b.param_tensors,
+                        "buffer_tensors": b.buffer_tensors,
                         "costs": {str(k): c.to_json() for k, c in b.costs.items()},
                     }
                     for b in self.blocks
@@ -293,6 +299,8 @@ class Profile:
                     param_bytes=b["param_bytes"],
                     input_counted=b["input_counted"],
                     optimizer_step=b.get("optimizer_step", 0.0),
+                    param_tensors=int(b.get("param_tensors", 0)),
+                    buffer_tensors=int(b.get("buffer_tensors", 0)),
                     costs={int(k): BlockCost(**c) for k, c in b["costs"].items()},
                 )
                 for b in doc["blocks"]

@@ -12,7 +12,7 @@ from pipecast.profile.types import Profile
 from pipecast.recommend.strategy import Strategy
 from pipecast.schedule.action import Plan
 from pipecast.schedule.generators import make_plan, stages_per_rank
-from pipecast.simulate.costs import costs_from_profile
+from pipecast.simulate.costs import Costs, costs_from_profile
 from pipecast.simulate.engine import simulate
 from pipecast.simulate.timeline import Timeline
 from pipecast.training import Optimizer
@@ -66,6 +66,27 @@ class Prediction:
     @property
     def comm_fraction(self) -> float:
         return self.timeline.exposed_comm / self.step_time if self.step_time > 0 else 0.0
+
+
+def _as_ddp(costs: Costs, profile: Profile, cluster: Cluster) -> Costs:
+    """Data parallelism as torch's DistributedDataParallel runs it: its all-reduce buckets
+    hold a second copy of the gradients, and its host work (the probe's ddp_* terms) comes
+    on top of the model's: buffers broadcast before the forward, every parameter's hook and
+    bucket copies in the backward."""
+    params = sum(b.param_tensors for b in profile.blocks)
+    buffers = sum(b.buffer_tensors for b in profile.blocks)
+    forward = cluster.ddp_step_host + buffers * cluster.ddp_buffer_host
+    backward = params * cluster.ddp_param_host
+    stages = tuple(
+        replace(
+            st,
+            host_forward=st.host_forward + forward,
+            host_backward_input=st.host_backward_input + backward,
+            host_backward=st.host_backward + backward,
+        )
+        for st in costs.stages
+    )
+    return replace(costs, stages=stages, grad_bytes_factor=2.0)
 
 
 def micro_batch_of(batch: int, strategy: Strategy) -> int:
@@ -183,7 +204,7 @@ def predict(
         optimizer=optimizer,
     )
     if ddp_buckets and strategy.kind == "data" and strategy.replicas > 1:
-        costs = replace(costs, grad_bytes_factor=2.0)
+        costs = _as_ddp(costs, profile, cluster)
     timeline = simulate(plan, costs)
     return Prediction(
         strategy=strategy,
