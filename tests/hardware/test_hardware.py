@@ -129,7 +129,7 @@ def test_probe_two_cpu_processes() -> None:
 
 
 def _ddp_on_rank(ctx: Context) -> dict[str, float]:
-    from pipecast.hardware.probe import ddp_overhead
+    from pipecast.hardware.host_probe import ddp_overhead
 
     return ddp_overhead(ctx, repeats=5)
 
@@ -190,11 +190,11 @@ def _crowded_reading(directory: str, repeats: int = 5) -> float:
 
 def _contention_on_rank(ctx: Context, directory: str) -> dict[str, float]:
     from pipecast import hostspeed
-    from pipecast.hardware import probe as probe_module
+    from pipecast.hardware import host_probe
 
     hostspeed.reference = partial(_crowded_reading, directory)  # type: ignore[assignment]
     hostspeed.issue = lambda device: _crowded_reading(directory)  # type: ignore[assignment]
-    return probe_module.host_readings(ctx)
+    return host_probe.host_readings(ctx)
 
 
 @pytest.mark.slow

@@ -3,7 +3,8 @@
 One process per device. Every ordered pair of devices ping-pongs messages from 4 KiB to
 256 MiB (fitted to latency + bytes / bandwidth); all-reduce is timed over the first n devices
 for every n, giving bus bandwidth by group size; each device times a large matmul and reports
-its memory. On a CPU machine the same runs over gloo between processes.
+its memory; the host-side terms come from host_probe.py. On a CPU machine the same runs
+over gloo between processes.
 """
 
 from __future__ import annotations
@@ -11,17 +12,16 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch import nn
 
-from pipecast import devices, hostspeed
+from pipecast import devices
+from pipecast.hardware import host_probe
 from pipecast.hardware.cluster import Cluster, Link
 from pipecast.hardware.fit import fit_link
-from pipecast.runtime.launch import Backend, Context, all_gather_floats, spawn
+from pipecast.runtime.launch import Backend, Context, spawn
 
 KIB, MIB = 1024, 1024 * 1024
 
@@ -115,8 +115,9 @@ def _probe_rank(ctx: Context, options: ProbeOptions) -> dict[str, Any]:
                 samples.append([s, statistics.median(times)])
             if ctx.rank == 0:
                 allreduce[str(n)] = samples
-    side = options.matmul_size or (8192 if ctx.device.type == "cuda" else 1024)
-    dtype = torch.bfloat16 if ctx.device.type == "cuda" else torch.float32
+    gpu = ctx.device.type == "cuda"
+    side = options.matmul_size or (8192 if gpu else 1024)
+    dtype = torch.bfloat16 if gpu else torch.float32
     x = torch.randn(side, side, device=ctx.device, dtype=dtype)
     y = torch.randn(side, side, device=ctx.device, dtype=dtype)
     torch.matmul(x, y)
@@ -126,159 +127,11 @@ def _probe_rank(ctx: Context, options: ProbeOptions) -> dict[str, Any]:
         "p2p": p2p,
         "allreduce": allreduce,
         "matmul_flops": flops,
-        "host_overhead": runtime_overhead(ctx) if options.runtime else 0.0,
-        "host_readings": host_readings(ctx) if options.runtime else ({}, {}),
-        "ddp": ddp_overhead(ctx) if options.runtime and ctx.device.type == "cuda" else {},
+        "host_overhead": host_probe.runtime_overhead(ctx) if options.runtime else 0.0,
+        "host_readings": host_probe.host_readings(ctx) if options.runtime else ({}, {}),
+        "ddp": host_probe.ddp_overhead(ctx) if options.runtime and gpu else {},
         "memory": devices.total_memory(ctx.device),
         "name": devices.name(ctx.device),
-    }
-
-
-def runtime_overhead(ctx: Context, microbatches: int = 32) -> float:
-    """Host seconds the pipeline runtime spends per action beyond the ops it issues: a
-    1F1B pipeline over every rank with one tiny Linear per stage, its action loop's host
-    time per action less what the Linear's own forward and backward take to issue. Zero on
-    CPU ranks (there the host's work is the device's, and the profile holds it)."""
-    from pipecast.partition.types import from_boundaries
-    from pipecast.runtime.config import RunConfig
-    from pipecast.runtime.job import TrainJob
-    from pipecast.runtime.worker import run_rank
-    from pipecast.schedule.generators import make_plan
-
-    if ctx.device.type != "cuda" or ctx.world < 2:
-        return 0.0
-    width = 16
-    blocks: list[nn.Module] = [nn.Sequential(nn.Flatten(), nn.Linear(28 * 28, width))]
-    blocks += [nn.Linear(width, width) for _ in range(ctx.world - 2)] + [nn.Linear(width, 10)]
-    job = TrainJob(
-        plan=make_plan("1f1b", ctx.world, microbatches),
-        partition=from_boundaries(list(range(ctx.world + 1))),
-        batch=microbatches,
-        model=nn.Sequential(*blocks),
-        dataset="mnist",
-        config=RunConfig(dtype="fp32", record_events=False, timeout_s=120),
-        device="cuda",
-        steps=5,
-        warmup_steps=2,
-    )
-    report = run_rank(ctx, job)
-    per_action = statistics.median(s.host_loop for s in report.steps) / (2 * microbatches)
-    layer = nn.Linear(width, width).to(ctx.device)
-    x = torch.randn(1, width, device=ctx.device, requires_grad=True)
-    issue = []
-    for _ in range(20):
-        out, _, forward = devices.timed_with_host(ctx.device, lambda: layer(x))
-        grad = torch.ones_like(out)
-        _, _, backward = devices.timed_with_host(
-            ctx.device, partial(torch.autograd.backward, out, grad)
-        )
-        issue.append((forward + backward) / 2)
-    return max(per_action - statistics.median(issue), 0.0)
-
-
-ROUNDS = 4
-"""Rounds of readings alone and together, interleaved: a host's speed moves in spells of
-seconds (hostspeed.py), so one reading of each would compare two spells, not two loads."""
-IDLE_S = 0.2
-"""How long ranks that do not read sleep through a reading (about 3 x 10 ms)."""
-
-
-def _reading(ctx: Context, reads: bool) -> list[tuple[float, float]]:
-    """hostspeed readings (the loop's, then issue's) taken at once by the ranks that
-    `reads`; the others sleep through them rather than wait in a collective, which can spin
-    a core. Every rank's pair ((0, 0): did not read)."""
-    all_gather_floats([0.0], ctx.device)  # start together
-    if reads:
-        values = [hostspeed.reference(repeats=3), hostspeed.issue(ctx.device)]
-    else:
-        time.sleep(IDLE_S)
-        values = [0.0, 0.0]
-    return [(row[0], row[1]) for row in all_gather_floats(values, ctx.device)]
-
-
-def host_readings(ctx: Context) -> tuple[dict[str, float], dict[str, float]]:
-    """How fast a rank's host runs alone and while n ranks run at once: cores share clocks,
-    caches and memory bandwidth, and SMT siblings a core; the profile was taken alone, in
-    another process. Each round reads every rank alone in turn, then the first n together
-    for every n. Returns (n -> contention, the loop's together/alone ratio, as the bench's
-    readings compare: over two 2 x H200 runs its 2-rank readings were 1.19x and 1.28x its
-    1-rank ones), and (n -> hostspeed.issue() seconds, 1: alone), medians over rounds."""
-    alone: list[tuple[float, float]] = []
-    together: dict[int, list[tuple[float, float]]] = {n: [] for n in range(2, ctx.world + 1)}
-    for _ in range(ROUNDS):
-        for r in range(ctx.world):
-            alone.append(_reading(ctx, ctx.rank == r)[r])
-        for n in together:
-            rows = _reading(ctx, ctx.rank < n)[:n]
-            together[n].append(
-                (
-                    statistics.median(loop for loop, _ in rows),
-                    statistics.median(issued for _, issued in rows),
-                )
-            )
-    base = statistics.median(loop for loop, _ in alone)
-    contention = {
-        str(n): statistics.median(loop for loop, _ in rows) / base for n, rows in together.items()
-    }
-    issue = {"1": statistics.median(issued for _, issued in alone)}
-    issue |= {
-        str(n): statistics.median(issued for _, issued in rows) for n, rows in together.items()
-    }
-    return contention, issue
-
-
-DDP_TENSORS = 64
-"""Parameter tensors (and buffer-holding layers) in the models ddp_overhead times."""
-
-
-def _step_host(model: nn.Module, x: torch.Tensor, device: torch.device, repeats: int) -> float:
-    """Median host seconds to issue one forward and backward of `model`, the device idle at
-    the start of each."""
-    times = []
-    for _ in range(repeats + 2):  # two warm-ups: DDP builds its buckets in the first
-        devices.synchronize(device)
-        began = time.perf_counter()
-        model(x).sum().backward()
-        times.append(time.perf_counter() - began)
-    devices.synchronize(device)
-    return statistics.median(times[2:])
-
-
-def ddp_overhead(ctx: Context, repeats: int = 9) -> dict[str, float]:
-    """Host seconds torch's DistributedDataParallel adds to a step: whatever the model (a
-    single Linear), per parameter tensor (64 bias-free Linears) and per buffer tensor (64
-    BatchNorms without affine parameters, 3 buffers each). Each is the DDP-wrapped model's
-    host time less the plain model's, timed on every rank at once. The probe reads it on
-    GPUs only: on CPU ranks gloo's all-reduce holds the host, and the simulator models the
-    all-reduce itself."""
-    from torch.nn.parallel import DistributedDataParallel
-
-    if ctx.world < 2:
-        return {}
-    width, n = 8, DDP_TENSORS
-    x = torch.randn(4, width, device=ctx.device)
-    ids = [ctx.device.index] if ctx.device.type == "cuda" else None
-
-    def added(layers: list[nn.Module]) -> float:
-        torch.manual_seed(0)
-        model = nn.Sequential(*layers).to(ctx.device)
-        plain = _step_host(model, x, ctx.device, repeats)
-        # once wrapped, DDP's hooks fire on the model's own gradients too: plain goes first
-        ddp = _step_host(DistributedDataParallel(model, device_ids=ids), x, ctx.device, repeats)
-        return ddp - plain
-
-    step = added([nn.Linear(width, width)])
-    params = added([nn.Linear(width, width, bias=False) for _ in range(n)])
-    buffers = added(
-        [*(nn.BatchNorm1d(width, affine=False) for _ in range(n)), nn.Linear(width, width)]
-    )
-    per_param = max(params - step, 0.0) / (n - 2)  # the single Linear held two tensors
-    rows = all_gather_floats(
-        [max(step, 0.0), per_param, max(buffers - step, 0.0) / (3 * n)], ctx.device
-    )
-    return {
-        key: statistics.median(row[i] for row in rows)
-        for i, key in enumerate(("step", "param", "buffer"))
     }
 
 
