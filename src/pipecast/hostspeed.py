@@ -45,10 +45,11 @@ def _model(device: torch.device) -> tuple[nn.Module, torch.Tensor]:
     if key not in _models:
         generator = torch.Generator().manual_seed(0)
         layers: list[nn.Module] = []
-        for _ in range(LAYERS):
-            linear = nn.Linear(WIDTH, WIDTH)
+        for _ in range(LAYERS):  # set from its own generator: the global one stays untouched
+            linear = nn.utils.skip_init(nn.Linear, WIDTH, WIDTH)  # type: ignore[no-untyped-call]
             with torch.no_grad():
                 linear.weight.copy_(torch.randn(WIDTH, WIDTH, generator=generator) / WIDTH)
+                linear.bias.zero_()
             layers += [linear, nn.ReLU()]
         x = torch.randn(2, WIDTH, generator=generator)
         _models[key] = (nn.Sequential(*layers).to(device), x.to(device))

@@ -61,6 +61,15 @@ def test_profile_counts_buffers() -> None:
     assert [b.param_tensors for b in p.blocks] == [2, 2, 0, 2]
 
 
+def test_host_issue_reading_leaves_the_global_generator_alone() -> None:
+    torch.manual_seed(7)
+    expected = torch.rand(3)
+    torch.manual_seed(7)
+    hostspeed._models.clear()  # the first reading builds its model
+    assert hostspeed.issue(repeats=1) > 0
+    assert torch.equal(torch.rand(3), expected)
+
+
 def test_saved_bytes_count_a_shared_tensor_once() -> None:
     # Linear(8->16) saves its input; ReLU saves its output; the next Linear saves that same
     # output as its input: the ReLU output must be counted once.
