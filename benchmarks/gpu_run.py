@@ -119,6 +119,12 @@ def main() -> None:
         help="continue a run in the same OUT on the same machine: reuse its probe and "
         "profiles, skip the configurations already measured",
     )
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=2,
+        help="measure the suite this many times over; each configuration keeps its median",
+    )
     args = ap.parse_args()
     RESUME = args.resume
     dry = args.dry_run
@@ -333,6 +339,7 @@ def main() -> None:
         predicted=predicted,
         timeout_s=150,
         deadline=time.time() + left(args.budget),
+        rounds=args.rounds,
     )
     log("done")
 

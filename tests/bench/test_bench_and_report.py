@@ -79,6 +79,28 @@ def test_suite_resumes_and_records_failures(tmp_path: Path) -> None:
     assert {r.key: r.measured for r in Store(store_path).rows()}[good.key] == first
 
 
+@pytest.mark.slow
+def test_rounds_measure_every_configuration_again_and_keep_the_median(tmp_path: Path) -> None:
+    store_path = str(tmp_path / "r.sqlite")
+    base = quick()[0]
+    good = replace(base, suite="r")
+    bad = replace(base, suite="r", system="pipecast", gpus=2, boundaries=(0, 6, 99))
+    run_suite([good, bad], store_path, rounds=2)
+    rows = {r.key: r for r in Store(store_path).rows()}
+    m = rows[good.key].measured
+    assert m is not None and len(m["rounds"]) == 2
+    assert m["step_time"] == pytest.approx(sum(m["rounds"]) / 2)  # the median of two
+    assert m["samples_per_second"] == pytest.approx(good.batch / m["step_time"])
+    assert len(m["host_reference_rounds"]) == 2 and len(m["host_reference"]) == good.gpus
+    assert rows[bad.key].status == "failed"  # a failed configuration gets no more rounds
+    # resumed with one more round: only the missing round runs, on top of the two
+    run_suite([good, bad], store_path, rounds=3)
+    again = Store(store_path).row(good.key)
+    assert again is not None and again.measured is not None
+    assert again.measured["rounds"][:2] == m["rounds"] and len(again.measured["rounds"]) == 3
+    assert again.measured["step_time"] == sorted(again.measured["rounds"])[1]
+
+
 def test_accuracy_harness_arithmetic() -> None:
     comps = [
         Comparison("a", "g", 1.0, 1.1, 10.0, 10.0),

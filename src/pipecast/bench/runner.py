@@ -144,7 +144,10 @@ def _bench_rank(
     env: dict[str, Any],
     timeout_s: float,
     deadline: float | None,
+    again: bool = False,
 ) -> None:
+    """Measure each configuration once and record it. `again`: each has a record already;
+    measure it once more and fold the measurement into that record (one more round)."""
     store = Store(store_path) if ctx.rank == 0 else None
     for cfg in configs:
         go = torch.tensor(
@@ -156,43 +159,85 @@ def _bench_rank(
             if store is not None:
                 print(f"[skipped] {cfg.label()}: out of time", flush=True)
             break
-        if store is not None:
+        if store is not None and not again:
             store.put(
                 cfg.key, cfg.suite, "started", cfg.to_dict(), env, predicted=predicted.get(cfg.key)
             )
-        watchdog = Watchdog(None, ctx.rank, ctx.rank, timeout_s)
-        with watchdog:
-            watchdog.at(None, f"running {cfg.label()}")
-            error = None
-            measured: dict[str, Any] = {}
-            speed = issued = 0.0
-            try:
-                before = hostspeed.reference(repeats=3), hostspeed.issue(ctx.device)
-                measured = run_config(ctx, cfg)
-                speed = statistics.median([before[0], hostspeed.reference(repeats=3)])
-                issued = statistics.median([before[1], hostspeed.issue(ctx.device)])
-            except (PipecastError, torch.OutOfMemoryError, RuntimeError) as exc:
-                error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
-            if ctx.device.type == "cuda":
-                torch.cuda.empty_cache()
-            if error and _lost_peer(error):
-                if store is not None:
-                    _record(store, cfg, env, predicted, None, error)
-                raise SystemExit(1)  # this world is broken: the parent starts a fresh one
-            ok = torch.tensor([0 if error else 1], device=ctx.device)
-            if ctx.world > 1:
-                dist.all_reduce(ok, op=dist.ReduceOp.MIN)
-            if ok.item():  # how fast each rank's host ran around its measurement
-                speeds = all_gather_floats([speed, issued], ctx.device)
-                measured["host_reference"] = [r[0] for r in speeds]
-                measured["host_issue"] = [r[1] for r in speeds]
-            watchdog.idle()
-        if store is not None:
-            if ok.item() and not error:
-                measured["samples_per_second"] = cfg.batch / measured["step_time"]
-                _record(store, cfg, env, predicted, measured, None)
-            else:
-                _record(store, cfg, env, predicted, None, error or "failed on another rank")
+        measured, error = _measure(ctx, cfg, timeout_s)
+        if error and _lost_peer(error):
+            if store is not None and not again:
+                _record(store, cfg, env, predicted, None, error)
+            raise SystemExit(1)  # this world is broken: the parent starts a fresh one
+        if store is None:
+            continue
+        if not again:
+            if measured is not None:
+                measured["rounds"] = [measured["step_time"]]
+            _record(store, cfg, env, predicted, measured, error)
+        elif measured is not None:
+            row = store.row(cfg.key)
+            assert row is not None and row.measured is not None
+            merged = _merged(row.measured, measured)
+            merged["samples_per_second"] = cfg.batch / merged["step_time"]
+            _record(store, cfg, env, predicted, merged, None)
+        else:  # the rounds already measured stand
+            print(f"[round failed] {cfg.label()}: {error}", flush=True)
+
+
+def _measure(
+    ctx: Context, cfg: BenchConfig, timeout_s: float
+) -> tuple[dict[str, Any] | None, str | None]:
+    """One measurement of `cfg` on every rank: (what rank 0 records, None) when every rank
+    succeeded, else (None, the error)."""
+    watchdog = Watchdog(None, ctx.rank, ctx.rank, timeout_s)
+    with watchdog:
+        watchdog.at(None, f"running {cfg.label()}")
+        error = None
+        measured: dict[str, Any] = {}
+        speed = issued = 0.0
+        try:
+            before = hostspeed.reference(repeats=3), hostspeed.issue(ctx.device)
+            measured = run_config(ctx, cfg)
+            speed = statistics.median([before[0], hostspeed.reference(repeats=3)])
+            issued = statistics.median([before[1], hostspeed.issue(ctx.device)])
+        except (PipecastError, torch.OutOfMemoryError, RuntimeError) as exc:
+            error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+        if ctx.device.type == "cuda":
+            torch.cuda.empty_cache()
+        if error and _lost_peer(error):
+            return None, error
+        ok = torch.tensor([0 if error else 1], device=ctx.device)
+        if ctx.world > 1:
+            dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+        if ok.item():  # how fast each rank's host ran around its measurement
+            speeds = all_gather_floats([speed, issued], ctx.device)
+            measured["host_reference"] = [r[0] for r in speeds]
+            measured["host_issue"] = [r[1] for r in speeds]
+        watchdog.idle()
+    if not ok.item() or error:
+        return None, error or "failed on another rank"
+    measured["samples_per_second"] = cfg.batch / measured["step_time"]
+    return measured, None
+
+
+def _merged(so_far: dict[str, Any], again: dict[str, Any]) -> dict[str, Any]:
+    """A configuration's record after one more round: its step time the median of its
+    rounds, each rank's peak memory and host readings the most and the median seen; the
+    rest (per-action times, loss) as the first round measured them (samples/s: the
+    caller's)."""
+    rounds = [*so_far["rounds"], again["step_time"]]
+    out = dict(so_far)
+    out["rounds"] = rounds
+    out["step_time"] = statistics.median(rounds)
+    for key in ("peak_allocated", "peak_reserved"):
+        if key in so_far and key in again:
+            out[key] = [max(a, b) for a, b in zip(so_far[key], again[key], strict=True)]
+    for key in ("host_reference", "host_issue"):
+        if key in so_far and key in again:
+            seen = [*so_far.get(f"{key}_rounds", [so_far[key]]), again[key]]
+            out[f"{key}_rounds"] = seen
+            out[key] = [statistics.median(rank) for rank in zip(*seen, strict=True)]
+    return out
 
 
 def _record(
@@ -226,6 +271,26 @@ def _lost_peer(error: str) -> bool:
     )
 
 
+def _groups(configs: list[BenchConfig]) -> dict[tuple[int, str], list[BenchConfig]]:
+    """One world per GPU count and device, in the order the suite lists them."""
+    groups: dict[tuple[int, str], list[BenchConfig]] = {}
+    for cfg in configs:
+        groups.setdefault((cfg.gpus, cfg.device), []).append(cfg)
+    return groups
+
+
+def env_of(device: str) -> dict[str, Any]:
+    return environment(device if device == "cpu" else "cuda")
+
+
+def _rounds_done(store: Store, key: str) -> int:
+    """Rounds measured for `key` (-1: none that stands)."""
+    row = store.row(key)
+    if row is None or row.status != "ok" or not row.measured:
+        return -1
+    return len(row.measured.get("rounds", [row.measured["step_time"]]))
+
+
 def run_suite(
     configs: list[BenchConfig],
     store_path: str,
@@ -234,9 +299,13 @@ def run_suite(
     timeout_s: float = 300.0,
     on_progress: Callable[[int, int], None] | None = None,
     deadline: float | None = None,
+    rounds: int = 1,
 ) -> Store:
     """Run every configuration not yet finished in the store; return the store. After
-    `deadline` (a time.time() value) no new configuration starts; they stay pending."""
+    `deadline` (a time.time() value) no new configuration starts; they stay pending. With
+    `rounds` > 1, every configuration measured once is measured again, round after round
+    over the whole suite, and keeps the median of its rounds: a host's speed moves in spells
+    of seconds to minutes, so one measurement reads one spell."""
     store = Store(store_path)
     predicted = predicted or {}
     pending = [c for c in configs if not store.done(c.key)]
@@ -251,11 +320,8 @@ def run_suite(
     watcher = threading.Thread(target=poll, daemon=True)
     watcher.start()
     try:
-        groups: dict[tuple[int, str], list[BenchConfig]] = {}
-        for cfg in pending:  # one world per GPU count, in the order the suite lists them
-            groups.setdefault((cfg.gpus, cfg.device), []).append(cfg)
-        for (gpus, device), remaining in groups.items():
-            env = environment(device if device == "cpu" else "cuda")
+        for (gpus, device), remaining in _groups(pending).items():
+            env = env_of(device)
             backend: Backend = "nccl" if device == "cuda" else "gloo"
             while remaining and (deadline is None or time.time() < deadline):
                 try:
@@ -282,6 +348,30 @@ def run_suite(
                             )
                             break
                 remaining = [c for c in remaining if not store.done(c.key)]
+        for r in range(2, rounds + 1):
+            for (gpus, device), group in _groups(configs).items():
+                due = [c for c in group if _rounds_done(store, c.key) == r - 1]
+                if not due or (deadline is not None and time.time() >= deadline):
+                    continue
+                try:
+                    spawn(
+                        _bench_rank,
+                        gpus,
+                        (
+                            due,
+                            str(store.path),
+                            predicted,
+                            env_of(device),
+                            timeout_s,
+                            deadline,
+                            True,
+                        ),
+                        backend="nccl" if device == "cuda" else "gloo",
+                        timeout_s=timeout_s + 60,
+                        grace_s=30,
+                    )
+                except RankFailed as exc:  # the rounds already measured stand
+                    print(f"[round {r} stopped] {str(exc).splitlines()[0][:200]}", flush=True)
     finally:
         stop.set()
         if on_progress is not None:

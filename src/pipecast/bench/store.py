@@ -93,8 +93,17 @@ class Store:
             row = db.execute("select status from results where key = ?", (key,)).fetchone()
         return str(row[0]) if row else None
 
-    def rows(self, suite: str | None = None, status: str | None = None) -> Iterator[Row]:
+    def row(self, key: str) -> Row | None:
+        """The record of `key`, or None."""
+        return next(self.rows(key=key), None)
+
+    def rows(
+        self, suite: str | None = None, status: str | None = None, *, key: str | None = None
+    ) -> Iterator[Row]:
         query, params = "select * from results where 1=1", []
+        if key:
+            query += " and key = ?"
+            params.append(key)
         if suite:
             query += " and suite = ?"
             params.append(suite)

@@ -11,6 +11,7 @@ from pipecast.bench.predictions import predictions
 from pipecast.bench.runner import run_suite
 from pipecast.bench.suites import SUITES, suite
 from pipecast.cli.console import console, human_seconds, progress
+from pipecast.errors import ConfigError
 from pipecast.hardware.load import default_cluster, load_cluster
 from pipecast.profile.profiler import ProfileOptions, profile_model
 from pipecast.profile.types import Profile
@@ -29,6 +30,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--store", default="pipecast-out/bench.sqlite")
     p.add_argument("--cluster", help="cluster for the predicted columns (default: a preset)")
     p.add_argument("--timeout", type=float, default=300.0, help="per configuration")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="measure the whole suite this many times, each configuration keeping the median "
+        "of its rounds (the host's speed moves between minutes; default 1)",
+    )
     p.set_defaults(func=run)
 
 
@@ -55,6 +63,8 @@ def profiles_for(configs: list[BenchConfig]) -> dict[str, Profile]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.rounds < 1:
+        raise ConfigError(f"--rounds takes a count of at least 1, got {args.rounds}")
     configs = suite(args.suite)
     with console.status("profiling the suite's workloads for the predicted columns"):
         profiles = profiles_for(configs)
@@ -69,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
             predicted=predicted,
             timeout_s=args.timeout,
             on_progress=lambda done, total: bar.update(task, completed=done),
+            rounds=args.rounds,
         )
     table = Table(title=f"suite {args.suite}: {args.store}")
     for col in ("configuration", "status", "step", "samples/s", "predicted", "top-1 error"):
