@@ -21,9 +21,9 @@ PLACEMENT: dict[str, Placement] = {"interleaved": "loop", "zb-v": "v"}
 
 ERROR_BAND = {"device": 0.11, "host": 0.28}
 """The 80th percentile of |predicted - measured| / measured step time over 401 configurations
-on nine machines (benchmarks/results: h200x4-run9 and -run10, h200x2-run1 to -run3 on H200,
-h100x4-run1 to -run4 on H100): 227 device-bound (median 4.4%), 174 host-bound (median
-14.9%; the host's own speed moves by up to 2x within minutes)."""
+of nine runs on eight machines (benchmarks/results: h200x4-run9 and -run10, h200x2-run1 to
+-run3 on H200, h100x4-run1 to -run4 on H100): 227 device-bound (median 4.4%), 174
+host-bound (median 14.9%; the host's own speed moves by up to 2x within minutes)."""
 
 
 @dataclass(frozen=True, kw_only=True)
