@@ -120,6 +120,12 @@ def main() -> None:
         "profiles, skip the configurations already measured",
     )
     ap.add_argument(
+        "--late-profiles",
+        action="store_true",
+        help="after the suite, profile every model again at its smallest size "
+        "(late_profile_*.json): how far its host costs moved over the run",
+    )
+    ap.add_argument(
         "--rounds",
         type=int,
         default=2,
@@ -214,6 +220,16 @@ def main() -> None:
         profiles[w.key] = profile(
             w.model, w, (32, 64, 128) if not dry else (4, 8), device=device, dtype=dtype
         )
+    profiled = {  # name -> workload and sizes, for --late-profiles
+        name: (w, profiles[w.key].micro_batches)
+        for name, w in [
+            ("vgg16", vgg),
+            ("gpt", gpt),
+            ("resnet50", r50),
+            ("vgg16_cifar", vggc),
+            *((w.model, w) for w in thesis),
+        ]
+    }
 
     # --- configurations, most important first -------------------------------------------
     if dry:
@@ -341,6 +357,18 @@ def main() -> None:
         deadline=time.time() + left(args.budget),
         rounds=args.rounds,
     )
+    if args.late_profiles:
+        for name, (workload, sizes) in profiled.items():
+            began = time.time()
+            late = profile_model(
+                workload.build(),
+                workload.spec,
+                ProfileOptions(micro_batches=sizes[:1], device=device, dtype=dtype),  # type: ignore[arg-type]
+                model_name=workload.model,
+                workload=workload.to_dict(),
+            )
+            late.save(str(OUT / f"late_profile_{name}.json"))
+            log(f"late profile {name} at {sizes[:1]}: {time.time() - began:.1f} s")
     log("done")
 
 
