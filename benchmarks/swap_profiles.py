@@ -1,0 +1,84 @@
+"""Is a host-bound miss the profile's moment or the measurement's? Each stored run is
+re-predicted from its own profiles, from each other run's, and from profiles whose host
+costs are the mean over all the runs given (every run's own cluster; the host_issue ratio
+left out, since it would tie a profile to its run's probe).
+
+    cd benchmarks && python3 swap_profiles.py h100x4-run1 h100x4-run2 h100x4-run3 h100x4-run4
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import common  # noqa: F401  (puts src/ on the path)
+from combine import run_profiles
+
+from pipecast.bench.accuracy import comparisons, summary
+from pipecast.bench.config import BenchConfig
+from pipecast.bench.predictions import predictions
+from pipecast.bench.store import Store
+from pipecast.hardware.cluster import Cluster
+from pipecast.profile.types import Profile
+
+RESULTS = Path(__file__).parent / "results"
+HOST = ("host_forward", "host_backward_input", "host_backward_weight", "host_backward")
+
+
+def mean_host(profiles: list[Profile]) -> Profile:
+    """The first profile with every host cost the mean over `profiles` (same model)."""
+    base = profiles[0]
+    blocks = []
+    for i, block in enumerate(base.blocks):
+        costs = {
+            mb: replace(
+                c,
+                **{
+                    h: statistics.mean(getattr(p.blocks[i].costs[mb], h) for p in profiles)
+                    for h in HOST
+                },
+            )
+            for mb, c in block.costs.items()
+        }
+        blocks.append(replace(block, costs=costs))
+    return replace(
+        base,
+        blocks=tuple(blocks),
+        host_split_call=statistics.mean(p.host_split_call for p in profiles),
+        host_issue=0.0,
+    )
+
+
+def main() -> None:
+    runs = sys.argv[1:]
+    profiles = {
+        r: {k: replace(p, host_issue=0.0) for k, p in run_profiles(RESULTS / r).items()}
+        for r in runs
+    }
+    for r in runs:
+        rows = [x for x in Store(RESULTS / r / "bench.sqlite").rows() if x.status == "ok"]
+        configs = [BenchConfig.from_dict(x.config) for x in rows]
+        cluster = replace(Cluster.load(str(RESULTS / r / "cluster.json")), host_issue={})
+        variants = {"own": profiles[r]} | {f"from {o}": profiles[o] for o in runs if o != r}
+        variants["mean of all"] = {
+            k: mean_host([profiles[o][k] for o in runs]) for k in profiles[r]
+        }
+        for name, chosen in variants.items():
+            pred = predictions(configs, chosen, cluster)
+            fresh = [
+                replace(x, predicted=pred.get(c.key, x.predicted))
+                for x, c in zip(rows, configs, strict=True)
+            ]
+            s = summary(comparisons(fresh))
+            print(
+                f"{r} profiles {name:18s} median {s['median_abs_error']:.1%}, worst "
+                f"{s['worst_abs_error']:.1%}, host-bound median "
+                f"{s.get('host_bound_median_abs_error', 0.0):.1%}, {s['within_20_percent']} "
+                f"within 20%, picks {s['right']}/{s['decisions']}"
+            )
+
+
+if __name__ == "__main__":
+    main()
