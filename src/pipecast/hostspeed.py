@@ -20,6 +20,8 @@ import time
 import torch
 from torch import nn
 
+from pipecast import devices
+
 ITERATIONS = 200_000
 
 
@@ -62,14 +64,28 @@ def issue(device: torch.device | str = "cpu", repeats: int = 5) -> float:
     (a few ms on a 2026 server core; on CPU the tiny compute is included)."""
     device = torch.device(device)
     model, x = _model(device)
+    return step_seconds(model, x, device, repeats=repeats, warmup=1, zero_grad=True)
+
+
+def step_seconds(
+    model: nn.Module,
+    x: torch.Tensor,
+    device: torch.device,
+    *,
+    repeats: int,
+    warmup: int,
+    zero_grad: bool = False,
+) -> float:
+    """Median host seconds to issue one forward of `model` on `x` and the backward of its
+    sum, the device idle at the start of each (after `warmup` untimed ones); `zero_grad`:
+    the gradients are dropped between steps rather than accumulated."""
     times = []
-    for _ in range(repeats + 1):  # the first warms up
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+    for _ in range(warmup + repeats):
+        devices.synchronize(device)
         began = time.perf_counter()
         model(x).sum().backward()
         times.append(time.perf_counter() - began)
-        model.zero_grad(set_to_none=True)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return statistics.median(times[1:])
+        if zero_grad:
+            model.zero_grad(set_to_none=True)
+    devices.synchronize(device)
+    return statistics.median(times[warmup:])

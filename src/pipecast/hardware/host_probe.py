@@ -112,19 +112,6 @@ DDP_TENSORS = 64
 """Parameter tensors (and buffer-holding layers) in the models ddp_overhead times."""
 
 
-def _step_host(model: nn.Module, x: torch.Tensor, device: torch.device, repeats: int) -> float:
-    """Median host seconds to issue one forward and backward of `model`, the device idle at
-    the start of each."""
-    times = []
-    for _ in range(repeats + 2):  # two warm-ups: DDP builds its buckets in the first
-        devices.synchronize(device)
-        began = time.perf_counter()
-        model(x).sum().backward()
-        times.append(time.perf_counter() - began)
-    devices.synchronize(device)
-    return statistics.median(times[2:])
-
-
 def ddp_overhead(ctx: Context, repeats: int = 9) -> dict[str, float]:
     """Host seconds torch's DistributedDataParallel adds to a step: whatever the model (a
     single Linear), per parameter tensor (64 bias-free Linears) and per buffer tensor (64
@@ -143,9 +130,11 @@ def ddp_overhead(ctx: Context, repeats: int = 9) -> dict[str, float]:
     def added(layers: list[nn.Module]) -> float:
         torch.manual_seed(0)
         model = nn.Sequential(*layers).to(ctx.device)
-        plain = _step_host(model, x, ctx.device, repeats)
-        # once wrapped, DDP's hooks fire on the model's own gradients too: plain goes first
-        ddp = _step_host(DistributedDataParallel(model, device_ids=ids), x, ctx.device, repeats)
+        plain = hostspeed.step_seconds(model, x, ctx.device, repeats=repeats, warmup=2)
+        # once wrapped, DDP's hooks fire on the model's own gradients too: plain goes first.
+        # Two warm-ups: DDP builds its buckets in the first step.
+        wrapped = DistributedDataParallel(model, device_ids=ids)
+        ddp = hostspeed.step_seconds(wrapped, x, ctx.device, repeats=repeats, warmup=2)
         return ddp - plain
 
     step = added([nn.Linear(width, width)])
