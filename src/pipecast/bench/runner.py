@@ -279,8 +279,11 @@ def _groups(configs: list[BenchConfig]) -> dict[tuple[int, str], list[BenchConfi
     return groups
 
 
-def env_of(device: str) -> dict[str, Any]:
-    return environment(device if device == "cpu" else "cuda")
+def _world_of(device: str) -> tuple[Backend, dict[str, Any]]:
+    """The process-group backend and the environment record for a group on `device`."""
+    if device == "cuda":
+        return "nccl", environment("cuda")
+    return "gloo", environment(device)
 
 
 def _rounds_done(store: Store, key: str) -> int:
@@ -321,8 +324,7 @@ def run_suite(
     watcher.start()
     try:
         for (gpus, device), remaining in _groups(pending).items():
-            env = env_of(device)
-            backend: Backend = "nccl" if device == "cuda" else "gloo"
+            backend, env = _world_of(device)
             while remaining and (deadline is None or time.time() < deadline):
                 try:
                     spawn(
@@ -353,20 +355,13 @@ def run_suite(
                 due = [c for c in group if _rounds_done(store, c.key) == r - 1]
                 if not due or (deadline is not None and time.time() >= deadline):
                     continue
+                backend, env = _world_of(device)
                 try:
                     spawn(
                         _bench_rank,
                         gpus,
-                        (
-                            due,
-                            str(store.path),
-                            predicted,
-                            env_of(device),
-                            timeout_s,
-                            deadline,
-                            True,
-                        ),
-                        backend="nccl" if device == "cuda" else "gloo",
+                        (due, str(store.path), predicted, env, timeout_s, deadline, True),
+                        backend=backend,
                         timeout_s=timeout_s + 60,
                         grace_s=30,
                     )

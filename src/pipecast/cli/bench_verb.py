@@ -10,8 +10,8 @@ from pipecast.bench.config import BenchConfig
 from pipecast.bench.predictions import predictions
 from pipecast.bench.runner import run_suite
 from pipecast.bench.suites import SUITES, suite
+from pipecast.cli.common import count_arg
 from pipecast.cli.console import console, human_seconds, progress
-from pipecast.errors import ConfigError
 from pipecast.hardware.load import default_cluster, load_cluster
 from pipecast.profile.profiler import ProfileOptions, profile_model
 from pipecast.profile.types import Profile
@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--timeout", type=float, default=300.0, help="per configuration")
     p.add_argument(
         "--rounds",
-        type=int,
+        type=count_arg("--rounds", 1),
         default=1,
         help="measure the whole suite this many times, each configuration keeping the median "
         "of its rounds (the host's speed moves between minutes; default 1)",
@@ -63,8 +63,6 @@ def profiles_for(configs: list[BenchConfig]) -> dict[str, Profile]:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.rounds < 1:
-        raise ConfigError(f"--rounds takes a count of at least 1, got {args.rounds}")
     configs = suite(args.suite)
     with console.status("profiling the suite's workloads for the predicted columns"):
         profiles = profiles_for(configs)

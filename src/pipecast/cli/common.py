@@ -1,8 +1,9 @@
-"""Arguments shared by verbs: which model and data set."""
+"""Arguments shared by verbs: which model and data set, counts."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 from pipecast.data.registry import DEFAULT_SEQ_LEN, DEFAULT_VOCAB, DEFAULT_WIDTH, dataset_names
 from pipecast.models.registry import get_entry, model_names
@@ -55,3 +56,26 @@ def parse_int_list(text: str, what: str) -> list[int]:
     if not values or any(v < 1 for v in values):
         raise ConfigError(f"{what} must be integers of at least 1, got '{text}'")
     return values
+
+
+def count_arg(flag: str, minimum: int, *, also: str = "") -> Callable[[str], int | str]:
+    """An argparse type for `flag`: a whole number of at least `minimum`, or the word
+    `also` where one is given."""
+
+    def parse(text: str) -> int | str:
+        if also and text == also:
+            return text
+        either = f" or '{also}'" if also else ""
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{flag} takes a count{either}, got {text!r}"
+            ) from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(
+                f"{flag} takes a count of at least {minimum}, got {value}"
+            )
+        return value
+
+    return parse

@@ -10,7 +10,7 @@ import torch
 from rich.table import Table
 
 from pipecast import jsonio
-from pipecast.cli.common import add_workload_args, workload_from_args
+from pipecast.cli.common import add_workload_args, count_arg, workload_from_args
 from pipecast.cli.console import console, human_bytes, human_seconds, progress
 from pipecast.errors import ConfigError
 from pipecast.hardware.load import load_cluster
@@ -64,7 +64,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--top", type=int, default=12, help="rows to show")
     p.add_argument(
         "--validate",
-        type=_validate_arg,
+        type=count_arg("--validate", 0, also="auto"),
         default=0,
         metavar="K|auto",
         help="run the top K for a few steps and decide by measurement; 'auto': the best and "
@@ -72,37 +72,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument(
         "--rounds",
-        type=_rounds_arg,
+        type=count_arg("--rounds", 1),
         default=2,
         help="with --validate: measure every candidate this many times, round-robin, and "
         "keep each one's median (the host's speed moves between runs; default 2)",
     )
     p.add_argument("-o", "--output", default="pipecast-out/recommendation.json")
     p.set_defaults(func=run)
-
-
-def _rounds_arg(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--rounds takes a count, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"--rounds takes a count of at least 1, got {value}")
-    return value
-
-
-def _validate_arg(text: str) -> int | str:
-    if text == "auto":
-        return text
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"--validate takes a count or 'auto', got {text!r}"
-        ) from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"--validate takes a count of at least 0, got {value}")
-    return value
 
 
 def run(args: argparse.Namespace) -> int:
