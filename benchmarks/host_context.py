@@ -29,6 +29,7 @@ from pipecast.data import get_spec
 from pipecast.data.loss import loss_for
 from pipecast.data.synthetic import synthetic_batch
 from pipecast.models.workload import Workload
+from pipecast.runtime.job import TrainJob
 from pipecast.runtime.launch import Context, spawn
 from pipecast.runtime.worker import run_rank
 
@@ -91,8 +92,9 @@ def on_ranks(ctx: Context) -> dict[str, float]:
     return measure(ctx.device)
 
 
-def on_rank(ctx: Context) -> dict[str, Any]:
-    out: dict[str, Any] = measure(ctx.device)
+def runtime_job(device: torch.device, *, clock: bool) -> TrainJob:
+    """The same work through pipecast's runtime on one rank (one stage, GPipe, M
+    micro-batches), with its action clock on or off."""
     cfg = BenchConfig(
         suite="host",
         system="pipecast",
@@ -104,12 +106,17 @@ def on_rank(ctx: Context) -> dict[str, Any]:
         schedule="gpipe",
         steps=STEPS,
         warmup=WARMUP,
-        device=ctx.device.type,
-        dtype="bf16" if ctx.device.type == "cuda" else "fp32",
+        device=device.type,
+        dtype="bf16" if device.type == "cuda" else "fp32",
     )
+    job = pipecast_job(cfg)
+    return replace(job, config=replace(job.config, record_events=clock))
+
+
+def on_rank(ctx: Context) -> dict[str, Any]:
+    out: dict[str, Any] = measure(ctx.device)
     for clock in (True, False):
-        job = pipecast_job(cfg)
-        job = replace(job, config=replace(job.config, record_events=clock))
+        job = runtime_job(ctx.device, clock=clock)
         report = run_rank(ctx, job)
         out[f"runtime_clock_{'on' if clock else 'off'}"] = statistics.median(
             s.seconds for s in report.steps

@@ -15,26 +15,21 @@ import json
 import os
 import statistics
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import common  # noqa: F401  (puts src/ on the path)
 import torch
+from host_context import MICRO, STEPS, WARMUP, WORKLOAD, M, runtime_job
 
 from pipecast import devices
-from pipecast.bench.config import BenchConfig
-from pipecast.bench.runner import pipecast_job
 from pipecast.data import get_spec
 from pipecast.data.loss import loss_for
 from pipecast.data.synthetic import synthetic_batch
-from pipecast.models.workload import Workload
 from pipecast.runtime.launch import Context, spawn
 from pipecast.runtime.worker import run_rank
 
 OUT = Path(os.environ.get("OUT", "."))
-WORKLOAD = Workload(model="vgg16", dataset="cifar10")
-MICRO, M, STEPS, WARMUP = 4, 8, 10, 3
 
 
 def plain(device: torch.device, *, explicit: bool) -> float:
@@ -65,22 +60,7 @@ def plain(device: torch.device, *, explicit: bool) -> float:
 
 
 def runtime(ctx: Context) -> dict[str, float]:
-    cfg = BenchConfig(
-        suite="host",
-        system="pipecast",
-        workload=WORKLOAD,
-        gpus=1,
-        batch=MICRO * M,
-        microbatches=M,
-        boundaries=(0, 40),
-        schedule="gpipe",
-        steps=STEPS,
-        warmup=WARMUP,
-        device=ctx.device.type,
-        dtype="bf16" if ctx.device.type == "cuda" else "fp32",
-    )
-    job = pipecast_job(cfg)
-    job = replace(job, config=replace(job.config, record_events=False))
+    job = runtime_job(ctx.device, clock=False)
     report = run_rank(ctx, job)
     out = {"loop": statistics.median(s.host_loop for s in report.steps) / M}
     for kind in ("F", "BW"):

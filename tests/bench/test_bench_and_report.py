@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from pipecast.bench.accuracy import Comparison, decisions, summary
+from pipecast.bench.config import BenchConfig
 from pipecast.bench.runner import run_suite
 from pipecast.bench.store import Store
 from pipecast.bench.suites import LENET, quick
@@ -64,12 +65,16 @@ def test_report_renders_with_every_image(quick_store: Path, tmp_path: Path) -> N
     assert "| suite | configuration |" in md and "Prediction accuracy" in md
 
 
+def _good_and_bad(suite: str) -> tuple[BenchConfig, BenchConfig]:
+    """A configuration that runs and one that fails (its split overruns the model)."""
+    good = replace(quick()[0], suite=suite)
+    return good, replace(good, system="pipecast", gpus=2, boundaries=(0, 6, 99))
+
+
 @pytest.mark.slow
 def test_suite_resumes_and_records_failures(tmp_path: Path) -> None:
     store_path = str(tmp_path / "s.sqlite")
-    base = quick()[0]
-    good = replace(base, suite="t")
-    bad = replace(base, suite="t", system="pipecast", gpus=2, boundaries=(0, 6, 99))
+    good, bad = _good_and_bad("t")
     run_suite([good, bad], store_path)
     rows = {r.key: r for r in Store(store_path).rows()}
     assert rows[good.key].status == "ok"
@@ -82,9 +87,7 @@ def test_suite_resumes_and_records_failures(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_rounds_measure_every_configuration_again_and_keep_the_median(tmp_path: Path) -> None:
     store_path = str(tmp_path / "r.sqlite")
-    base = quick()[0]
-    good = replace(base, suite="r")
-    bad = replace(base, suite="r", system="pipecast", gpus=2, boundaries=(0, 6, 99))
+    good, bad = _good_and_bad("r")
     run_suite([good, bad], store_path, rounds=2)
     rows = {r.key: r for r in Store(store_path).rows()}
     m = rows[good.key].measured
