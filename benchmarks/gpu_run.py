@@ -334,9 +334,16 @@ def main() -> None:
             ),
             t,
         ]
+    # the split backward as one graph per stage, beside the same runs cut into segments
+    uncut = [
+        replace(c, cut_backward=False)
+        for c in anchor + extra
+        if c.system == "pipecast" and c.schedule == "zb-h1" and c.workload == gpt
+    ]
     configs = [c for c in anchor if c.gpus > 1] + [c for c in extra if c.gpus == wide]
+    configs += [c for c in uncut if c.gpus == wide]
     configs += [c for c in seeds + thesis_cfgs if c.gpus == wide]
-    configs += [c for c in extra + seeds if c.gpus == 2]
+    configs += [c for c in extra + seeds + uncut if c.gpus == 2]
     configs += [c for c in anchor + extra + seeds + thesis_cfgs if c.gpus == 1]
     if args.no_torch:
         configs = [c for c in configs if c.system != "torch"]

@@ -97,3 +97,24 @@ def test_a_stage_pays_one_split_backward_call_not_one_per_block() -> None:
     assert p.stage(0, 4, 8).host_backward == pytest.approx(1.2)
     assert replace(p, host_split_call=0.4).stage(0, 4, 8).host_backward_input == 0.4
     assert Profile.from_json(p.to_json()).host_split_call == 0.2
+
+
+def test_a_stage_pays_one_split_backward_call_per_segment() -> None:
+    """Blocks of 8 weight tensors each close a segment (pipecast.segments): the runtime cuts
+    such a stage into one graph per block, so its B makes a call per block and the isolated
+    sum is what it costs; weightless blocks between them share their segment's call."""
+    base = make_profile([1.0] * 4)
+    costs = [
+        {mb: replace(c, host_backward_input=0.25)} for b in base.blocks for mb, c in b.costs.items()
+    ]
+    p = replace(with_costs(base, costs), host_split_call=0.2)
+    heavy = replace(p, blocks=tuple(replace(b, param_tensors=8) for b in p.blocks))
+    assert heavy.stage(0, 4, 8).host_backward_input == pytest.approx(1.0)
+    mixed = replace(
+        p,
+        blocks=tuple(
+            replace(b, param_tensors=n) for b, n in zip(p.blocks, (8, 0, 8, 0), strict=True)
+        ),
+    )
+    assert mixed.stage(0, 4, 8).host_backward_input == pytest.approx(2 * 0.2 + 4 * 0.05)
+    assert mixed.stage(1, 4, 8).host_backward_input == pytest.approx(0.2 + 3 * 0.05)

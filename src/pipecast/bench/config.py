@@ -31,6 +31,8 @@ class BenchConfig:
     recompute: Recompute = "none"
     send_timing: Literal["eager", "planned"] = "planned"
     """pipecast only: when sends are posted (see RunConfig)."""
+    cut_backward: bool = True
+    """pipecast only: split-backward stages run as one graph per segment (see RunConfig)."""
     accuracy_steps: int = 0
     """> 0: train on the real digits set for this many steps and record top-1 error."""
     tags: dict[str, str] = field(default_factory=dict)
@@ -40,6 +42,8 @@ class BenchConfig:
         d = asdict(self)
         d["workload"] = self.workload.to_dict()
         d["boundaries"] = list(self.boundaries)
+        if self.cut_backward:  # the default leaves the keys of stored rows as they were
+            del d["cut_backward"]
         return d
 
     @classmethod
@@ -71,5 +75,7 @@ class BenchConfig:
         split = self.tags.get("split", "")
         if self.system == "pipecast" and self.send_timing == "eager":
             split += " eager-sends"
+        if self.system == "pipecast" and not self.cut_backward:
+            split += " uncut"
         text = f"{head} {who} {self.schedule} {rep}{self.stages}st M={self.microbatches} {split}"
         return text.rstrip()

@@ -42,7 +42,8 @@ def predictions(
     for cfg in configs:
         strategy = strategy_of(cfg)
         profile = profiles.get(cfg.workload.key)
-        if strategy is None or profile is None or cfg.accuracy_steps:
+        # an uncut split backward is a comparison run: the profile prices cut stages only
+        if strategy is None or profile is None or cfg.accuracy_steps or not cfg.cut_backward:
             continue
         try:
             pred = predict(

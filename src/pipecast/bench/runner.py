@@ -59,6 +59,7 @@ def pipecast_job(cfg: BenchConfig, *, capture: bool = False) -> TrainJob:
             lr=3e-3 if cfg.accuracy_steps else 1e-4,
             record_events=cfg.device == "cuda",
             send_timing=cfg.send_timing,
+            cut_backward=cfg.cut_backward,
             timeout_s=120,
         ),
         device="cuda" if cfg.device == "cuda" else "cpu",

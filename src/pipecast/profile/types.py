@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pipecast import jsonio
 from pipecast.errors import ConfigError, DataError
+from pipecast.segments import segments
 
 FORMAT_VERSION = 1
 Dtype = Literal["fp32", "bf16", "fp16"]
@@ -121,7 +122,8 @@ class Profile:
     host_split_call: float = 0.0
     """Host seconds one split-backward B call costs whatever it covers (walking the graph,
     hooking it, entering autograd). Each block's `host_backward_input` was timed in a call of
-    its own; a stage makes one call for all its blocks, so its B pays this once."""
+    its own; a stage makes one call per segment (pipecast.segments), so its B pays this
+    once per segment."""
     host_reference: float = 0.0
     """hostspeed.reference() while profiling (the median of readings before and after each
     size): how fast the host ran when its times were taken (0: not recorded)."""
@@ -164,15 +166,21 @@ class Profile:
             optimizer_step=t["opt"][stop] - t["opt"][start] + self.optimizer_fixed,
             held_bytes=int(t["held"][stop] - t["held"][start]),
             host_forward=t["hf"][stop] - t["hf"][start],
-            host_backward_input=self._host_split(t["hb"][stop] - t["hb"][start], stop - start),
+            host_backward_input=self._host_split(t["hb"][stop] - t["hb"][start], start, stop),
             host_backward_weight=t["hw"][stop] - t["hw"][start],
             host_backward=t["hbw"][stop] - t["hbw"][start],
         )
 
-    def _host_split(self, isolated: float, blocks: int) -> float:
-        """Host seconds of one B call over `blocks` blocks whose lone calls add up to
-        `isolated`: the call's own cost once, not once per block."""
-        return max(isolated - (blocks - 1) * self.host_split_call, self.host_split_call)
+    def _host_split(self, isolated: float, start: int, stop: int) -> float:
+        """Host seconds of B over blocks [start, stop) whose lone calls add up to
+        `isolated`: the call's own cost once per segment the runtime cuts the stage into
+        (pipecast.segments), not once per block."""
+        calls = self._segment_calls.get((start, stop))
+        if calls is None:
+            counts = [b.param_tensors for b in self.blocks[start:stop]]
+            calls = self._segment_calls[(start, stop)] = len(segments(counts))
+        call = self.host_split_call
+        return max(isolated - (stop - start - calls) * call, calls * call)
 
     def loss_cost(self, micro_batch: int) -> tuple[float, float]:
         if not self.loss:
@@ -196,6 +204,10 @@ class Profile:
 
     @cached_property
     def _cache(self) -> dict[int, Any]:
+        return {}
+
+    @cached_property
+    def _segment_calls(self) -> dict[tuple[int, int], int]:
         return {}
 
     def _interpolated(self, micro_batch: int) -> list[BlockCost]:

@@ -178,6 +178,37 @@ def backward_input(
     return grad_input, work
 
 
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """Where a stage's forward was cut into separate graphs (pipecast.segments): the output
+    of one segment and the leaf the next segment started from."""
+
+    output: torch.Tensor
+    leaf: torch.Tensor
+
+
+def backward_input_segments(
+    output: torch.Tensor,
+    grad_output: torch.Tensor | None,
+    stage_input: torch.Tensor | None,
+    cuts: Sequence[Cut],
+    params: Sequence[Sequence[torch.Tensor]],
+) -> tuple[torch.Tensor | None, list[WeightWork]]:
+    """B over a stage cut into segments, `params[i]` the weights of segment i: each
+    segment's B from its own output, the last first, handing the gradient of its leaf to
+    the segment below. W then re-enters only its own segment's graph."""
+    outputs = [c.output for c in cuts] + [output]
+    inputs = [stage_input] + [c.leaf for c in cuts]
+    if len(params) != len(outputs):
+        raise ValueError(f"{len(outputs)} segments but {len(params)} lists of weights")
+    works = []
+    grad = grad_output
+    for out, inp, ps in zip(reversed(outputs), reversed(inputs), reversed(params), strict=True):
+        grad, work = backward_input(out, grad, inp, ps)
+        works.append(work)
+    return grad, works
+
+
 def backward_weight(work: WeightWork) -> None:
     """W: parameter gradients from what B captured, accumulated into .grad."""
     for node, grad_outputs, params in work.captured:

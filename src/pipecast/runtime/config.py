@@ -25,6 +25,10 @@ class RunConfig:
     """When a send is posted: 'eager' as soon as the tensor exists; 'planned' when the
     plan's unit-time replay says its receiver is about to need it. A posted NCCL transfer
     occupies SMs while it waits for its peer, so late posting leaves them to compute."""
+    cut_backward: bool = True
+    """Under a split backward, run each stage as one autograd graph per segment
+    (pipecast.segments), so that W walks only its own segment; False: one graph per stage,
+    whose W calls each walk everything below them (what the profile does not price)."""
     seed: int = 0
     bucket_bytes: int = 25 * 2**20
     """Gradient all-reduce bucket size for replicated stages."""

@@ -22,7 +22,14 @@ import torch.distributed as dist
 from pipecast import devices
 from pipecast.errors import ConfigError, PipecastError
 from pipecast.runtime import allreduce, microbatch
-from pipecast.runtime.backward import WeightWork, backward_full, backward_input, backward_weight
+from pipecast.runtime.backward import (
+    Cut,
+    WeightWork,
+    backward_full,
+    backward_input,
+    backward_input_segments,
+    backward_weight,
+)
 from pipecast.runtime.channels import Channels, cached_group
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.events import ActionClock
@@ -41,7 +48,8 @@ class _Micro:
     leaf: torch.Tensor | None
     out: torch.Tensor | None
     weights: dict[str, torch.Tensor] | None = None
-    work: WeightWork | None = None
+    cuts: list[Cut] = field(default_factory=list)
+    works: list[WeightWork] = field(default_factory=list)
 
 
 @dataclass
@@ -182,8 +190,8 @@ class PipelineEngine:
                 if a.kind == "W":
                     mark = self.clock.begin()
                     self.watchdog.at(a, "computing weight gradients")
-                    assert micro.work is not None
-                    backward_weight(micro.work)
+                    for work in micro.works:
+                        backward_weight(work)
                     del state[(a.stage, a.mb)]
                     self.clock.end(mark, self.global_rank, str(a), "W", a.stage, a.mb)
                 else:
@@ -295,12 +303,15 @@ class PipelineEngine:
         if plan.async_updates:
             weights = st.stash()
             st.version_log.append((a.mb, st.version))
+        cuts: list[Cut] = []
         if plan.forward_only:
             with torch.no_grad():
                 out = st.forward(x)
+        elif plan.split_backward and self.config.cut_backward and leaf is not None and not weights:
+            out, cuts = st.forward_cut(leaf, recompute=recompute)
         else:
             out = st.forward(leaf if leaf is not None else x, recompute=recompute, weights=weights)
-        return out, _Micro(leaf=leaf, out=out, weights=weights)
+        return out, _Micro(leaf=leaf, out=out, weights=weights, cuts=cuts)
 
     def _flush_deferred(self) -> None:
         """Post every deferred send. Called before any blocking receive: a rank never waits
@@ -352,8 +363,15 @@ class PipelineEngine:
                 self._async_update(st, micro)
             micro.out = micro.leaf = None
             return grad_in
-        grad_in, work = backward_input(micro.out, grad, micro.leaf, params)
-        micro.work, micro.out, micro.leaf = work, None, None
+        if micro.cuts:
+            grad_in, micro.works = backward_input_segments(
+                micro.out, grad, micro.leaf, micro.cuts, st.part_params
+            )
+        else:
+            grad_in, work = backward_input(micro.out, grad, micro.leaf, params)
+            micro.works = [work]
+        micro.out = micro.leaf = None
+        micro.cuts = []
         return grad_in
 
     def _async_update(self, st: StageModule, micro: _Micro) -> None:

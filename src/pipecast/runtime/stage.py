@@ -8,6 +8,7 @@ there. Such a stage feeds its blocks a copy; the copy costs one boundary-sized m
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -17,7 +18,9 @@ from torch.utils.checkpoint import checkpoint
 
 from pipecast import devices
 from pipecast.profile.measure import needs_input_copy
+from pipecast.runtime.backward import Cut
 from pipecast.runtime.config import RunConfig
+from pipecast.segments import segments
 
 _INPLACE_ERROR = "leaf Variable that requires grad is being used in an in-place operation"
 
@@ -63,6 +66,12 @@ class StageModule:
         self.params = [p for p in self.module.parameters() if p.requires_grad]
         self.optimizer = make_optimizer(self.params, config) if self.params else None
         self.copy_input = bool(len(blocks)) and needs_input_copy(blocks[0])
+        self.parts = _parts(self.module)
+        """The stage's segments (pipecast.segments), each run as its own autograd graph
+        when the backward is split; a single part when there is nothing to cut."""
+        self.part_params = [
+            [p for p in part.parameters() if p.requires_grad] for part in self.parts
+        ]
         self.version = 0
         """Weight updates applied so far (PipeDream's weight version)."""
         self.version_log: list[tuple[int, int]] = []
@@ -102,9 +111,51 @@ class StageModule:
             raise
         return out
 
+    def forward_cut(
+        self, x: torch.Tensor, *, recompute: bool = False
+    ) -> tuple[torch.Tensor, list[Cut]]:
+        """Run the stage segment by segment (for a split backward), each segment from a
+        detached leaf of the previous one's output; the output and the cuts."""
+        if len(self.parts) == 1:
+            return self.forward(x, recompute=recompute), []
+        h = x.clone() if self.copy_input else x
+        cuts: list[Cut] = []
+        try:
+            with self._precision():
+                for i, part in enumerate(self.parts):
+                    if i:
+                        leaf = h.detach().requires_grad_(True)
+                        cuts.append(Cut(output=h, leaf=leaf))
+                        h = leaf
+                    h = checkpoint(part, h, use_reentrant=False) if recompute else part(h)
+        except RuntimeError as exc:
+            if _INPLACE_ERROR not in str(exc):
+                raise
+            self.parts = [self.module]  # a functional in-place op at a cut: stop cutting
+            self.part_params = [self.params]
+            return self.forward(x, recompute=recompute), []
+        return h, cuts
+
     def stash(self) -> dict[str, torch.Tensor]:
         """A copy of the current weights that autograd can differentiate (PipeDream)."""
         return {
             name: p.detach().clone().requires_grad_(True)
             for name, p in self.module.named_parameters()
         }
+
+
+def _parts(module: nn.Sequential) -> list[nn.Module]:
+    """The blocks of `module` grouped by pipecast.segments; a cut that would start at a
+    block beginning with an in-place op (which a leaf cannot feed) moves past it."""
+    blocks = list(module)
+    ranges = segments([sum(1 for p in b.parameters() if p.requires_grad) for b in blocks])
+    starts: list[int] = []
+    for start, _ in ranges[1:]:
+        while start < len(blocks) and needs_input_copy(blocks[start]):
+            start += 1
+        if start < len(blocks) and (not starts or start > starts[-1]):
+            starts.append(start)
+    if not starts:
+        return [module]
+    bounds = [0, *starts, len(blocks)]
+    return [module[a:b] for a, b in itertools.pairwise(bounds)]
