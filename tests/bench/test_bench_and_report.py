@@ -163,3 +163,35 @@ def test_report_tells_a_slow_host_from_a_miss(tmp_path: Path) -> None:
     text = Path(md).read_text()
     assert "a median 1.30x as slow as when profiled" in text
     assert "their median |error| would be 0.0%" in text
+
+
+def test_an_uncut_comparison_run_keeps_stored_keys_and_goes_unpredicted() -> None:
+    """Configurations stored before the switch existed keep their keys; the uncut variant
+    is a distinct row, labelled, and left out of the accuracy (the profile prices cut
+    stages only)."""
+    from pipecast.bench.predictions import predictions
+    from pipecast.hardware.presets import preset
+    from pipecast.profile.options import ProfileOptions
+    from pipecast.profile.profiler import profile_model
+
+    cut = BenchConfig(
+        suite="t",
+        system="pipecast",
+        workload=LENET,
+        gpus=2,
+        batch=8,
+        schedule="zb-h1",
+        microbatches=2,
+        boundaries=(0, 6, 12),
+        device="cpu",
+        dtype="fp32",
+    )
+    uncut = replace(cut, cut_backward=False)
+    assert "cut_backward" not in cut.to_dict()
+    assert uncut.key != cut.key and BenchConfig.from_dict(uncut.to_dict()) == uncut
+    assert uncut.label() == cut.label() + " uncut"
+    profile = profile_model(
+        LENET.build(), LENET.spec, ProfileOptions(micro_batches=(4,), device="cpu", repeats=2)
+    )
+    got = predictions([cut, uncut], {LENET.key: profile}, preset("h100-nvlink"))
+    assert set(got) == {cut.key}

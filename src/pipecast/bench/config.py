@@ -72,10 +72,10 @@ class BenchConfig:
             return f"{head} DDP x{self.gpus}"
         who = "pipecast" if self.system == "pipecast" else "torch"
         rep = f"{self.replicas}x" if self.replicas > 1 else ""
-        split = self.tags.get("split", "")
+        notes = [self.tags.get("split", "")]
         if self.system == "pipecast" and self.send_timing == "eager":
-            split += " eager-sends"
+            notes.append("eager-sends")
         if self.system == "pipecast" and not self.cut_backward:
-            split += " uncut"
-        text = f"{head} {who} {self.schedule} {rep}{self.stages}st M={self.microbatches} {split}"
-        return text.rstrip()
+            notes.append("uncut")
+        text = f"{head} {who} {self.schedule} {rep}{self.stages}st M={self.microbatches}"
+        return " ".join([text, *(n for n in notes if n)])
