@@ -122,6 +122,14 @@ def main() -> None:
             f"decisions {s['right']}/{s['decisions']} right, "
             f"{s['within_5_percent']} within 5%"
         )
+        if "round_spread_median" in s:
+            print(
+                f"  rounds moved by a median {s['round_spread_median']:.1%}, at most "
+                f"{s['round_spread_worst']:.1%}; {s['repeatable_configurations']} repeatable "
+                f"(rounds within 10%): median {s['repeatable_median_abs_error']:.1%}, worst "
+                f"{s['repeatable_worst_abs_error']:.1%}, "
+                f"{s['repeatable_within_20_percent']} within 20%"
+            )
         if "host_drift_median" in s:
             print(
                 f"  host-bound at the host speed each ran at (median slowdown "

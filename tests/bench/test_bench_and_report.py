@@ -132,6 +132,22 @@ def test_accuracy_harness_arithmetic() -> None:
     assert s["host_drift_median"] == pytest.approx(1.3)
 
 
+def test_accuracy_apart_where_the_rounds_agreed() -> None:
+    """A miss on a configuration whose rounds moved 40% is not counted with the misses on
+    configurations measured repeatably; the rounds' spread is reported."""
+    steady = Comparison("a", "g", 1.0, 1.05, None, None, round_spread=0.04)
+    moving = Comparison("b", "g", 1.0, 1.6, None, None, round_spread=0.4)
+    once = Comparison("c", "h", 1.0, 1.0, None, None)
+    assert steady.repeatable and not moving.repeatable and not once.repeatable
+    s = summary([steady, moving, once])
+    assert s["round_spread_median"] == pytest.approx(0.22)
+    assert s["round_spread_worst"] == pytest.approx(0.4)
+    assert s["repeatable_configurations"] == 1
+    assert s["repeatable_worst_abs_error"] == pytest.approx(0.05 / 1.05)
+    assert s["worst_abs_error"] == pytest.approx(0.6 / 1.6)
+    assert "round_spread_median" not in summary([once])
+
+
 def test_report_without_store_is_a_clean_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -11,6 +11,11 @@ from dataclasses import dataclass
 from pipecast.bench.store import Row
 from pipecast.simulate.timeline import HOST_BOUND
 
+ROUNDS_AGREE = 0.10
+"""Rounds of one configuration that lie within this fraction of their median measured it
+repeatably. On the lent 4 x H100 machines the same configuration measured minutes apart
+moved by up to 55%: no prediction can be nearer than the measurement's own spread."""
+
 
 @dataclass(frozen=True)
 class Comparison:
@@ -26,6 +31,14 @@ class Comparison:
     host_drift: float | None = None
     """How much slower the host ran while this was measured than while the model was
     profiled (hostspeed readings; None: not recorded)."""
+    round_spread: float | None = None
+    """(slowest - fastest) / median of the rounds this configuration was measured in
+    (None: measured once): how far the measurement itself moves."""
+
+    @property
+    def repeatable(self) -> bool:
+        """Measured in rounds that agree within ROUNDS_AGREE."""
+        return self.round_spread is not None and self.round_spread <= ROUNDS_AGREE
 
     @property
     def host_bound(self) -> bool:
@@ -71,9 +84,16 @@ def comparisons(rows: Iterable[Row]) -> list[Comparison]:
                 max(mem) if mem else None,
                 float(r.predicted.get("host_share", 0.0)),
                 _drift(r.measured.get("host_reference"), r.predicted.get("host_reference")),
+                _spread(r.measured.get("rounds")),
             )
         )
     return out
+
+
+def _spread(rounds: list[float] | None) -> float | None:
+    if not rounds or len(rounds) < 2:
+        return None
+    return (max(rounds) - min(rounds)) / statistics.median(rounds)
 
 
 def _drift(measured: list[float] | None, profiled: float | None) -> float | None:
@@ -107,10 +127,17 @@ def summary(comps: list[Comparison]) -> dict[str, float | int]:
         "right": sum(d.slowdown == 0 for d in picks),
         "within_5_percent": sum(d.slowdown <= 0.05 for d in picks),
     }
-    for name, part in (
+    parts = [
         ("device_bound", [c for c in comps if not c.host_bound]),
         ("host_bound", [c for c in comps if c.host_bound]),
-    ):
+    ]
+    spreads = [c.round_spread for c in comps if c.round_spread is not None]
+    if spreads:  # measured in rounds: how repeatable the measurement was, and the errors
+        # where it was (a miss there is the model's; elsewhere it may be the moment's)
+        out["round_spread_median"] = statistics.median(spreads)
+        out["round_spread_worst"] = max(spreads)
+        parts.append(("repeatable", [c for c in comps if c.repeatable]))
+    for name, part in parts:
         for key, value in _errors(part).items():
             out[f"{name}_{key}"] = value
     # where the host binds, the step follows the host's speed: the predictions scaled to the

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipecast.bench.accuracy import comparisons, decisions, summary
+from pipecast.bench.accuracy import ROUNDS_AGREE, comparisons, decisions, summary
 from pipecast.bench.config import BenchConfig
 from pipecast.bench.store import Store
 from pipecast.hardware.cluster import Cluster
@@ -106,6 +106,21 @@ def build(
                     f"{s[f'{name}_worst_abs_error']:.1%}, {s[f'{name}_within_7_percent']} "
                     f"within 7%, {s[f'{name}_within_20_percent']} within 20%."
                 )
+        if "round_spread_median" in s:
+            n = s["repeatable_configurations"]
+            text = (
+                f"Each configuration was measured in rounds; the same configuration's rounds "
+                f"moved by a median {s['round_spread_median']:.1%} and at most "
+                f"{s['round_spread_worst']:.1%} of their median. {n} configurations measured "
+                f"repeatably (rounds within {ROUNDS_AGREE:.0%})"
+            )
+            if n:
+                text += (
+                    f": median |error| {s['repeatable_median_abs_error']:.1%}, worst "
+                    f"{s['repeatable_worst_abs_error']:.1%}, "
+                    f"{s['repeatable_within_20_percent']} within 20%"
+                )
+            acc.paragraphs.append(text + ".")
         if "host_drift_median" in s:
             acc.paragraphs.append(
                 "The host's speed was read while profiling and around every measurement "
