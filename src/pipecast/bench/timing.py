@@ -78,6 +78,9 @@ def action_stats(steps: Sequence[StepRecord], events: Sequence[Event]) -> dict[s
         out[f"host_{k}"] = statistics.median([s.host.get(k, 0.0) for s in steps]) if steps else 0.0
         out[f"device_{k}"] = sum(e.end - e.start for e in events if e.kind == k)
         out[f"count_{k}"] = float(sum(e.kind == k for e in events))
+    # of which posting sends and receives ('host_transfer'; the runtime times it apart)
+    transfer = [s.host.get("transfer", 0.0) for s in steps]
+    out["host_transfer"] = statistics.median(transfer) if transfer else 0.0
     return out
 
 

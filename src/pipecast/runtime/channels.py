@@ -14,6 +14,7 @@ steps with the same input shape send data only.
 from __future__ import annotations
 
 import datetime
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -108,10 +109,14 @@ class Channels:
         self.shapes: dict[tuple[int, int], tuple[torch.dtype, tuple[int, ...]]] = {}
         self.with_headers = True
         self.sends: list[tuple[torch.Tensor, dist.Work]] = []
+        self.host_seconds = 0.0
+        """Host seconds spent in send and recv this step (posting transfers, not waiting for
+        them on GPU), which the engine's per-action host times include."""
 
     def begin_step(self, known_shapes: bool) -> None:
         """Start a step; `known_shapes` when this input shape has been seen before."""
         self.with_headers = not known_shapes
+        self.host_seconds = 0.0
         for ch in self.incoming.values():
             ch.posted = 0
             ch.pending.clear()
@@ -119,6 +124,7 @@ class Channels:
     # ---- send --------------------------------------------------------------------------
 
     def send(self, dst_rank: int, key: MessageKey, tensor: torch.Tensor) -> None:
+        began = time.perf_counter()
         ch = self.outgoing[dst_rank]
         tensor = tensor.detach().contiguous()
         if self.with_headers:
@@ -130,6 +136,7 @@ class Channels:
             self.sends.append((header, _work(dist.isend(header, ch.peer, group=ch.group))))
         self.sends.append((tensor, _work(dist.isend(tensor, ch.peer, group=ch.group))))
         self._reap()
+        self.host_seconds += time.perf_counter() - began
 
     def _reap(self) -> None:
         """Forget sends that completed, so their tensors can be freed."""
@@ -144,12 +151,14 @@ class Channels:
 
     def recv(self, src_rank: int, key: MessageKey) -> torch.Tensor:
         """The tensor `key` from `src_rank`, posting receives ahead in channel order."""
+        began = time.perf_counter()
         ch = self.incoming[src_rank]
         target = ch.index[key]
         while ch.posted <= target:
             self._post(src_rank, ch)
         tensor, work = ch.pending.pop(key)
         self._wait(work)
+        self.host_seconds += time.perf_counter() - began
         return tensor
 
     def _wait(self, work: dist.Work, *, host: bool = False) -> None:

@@ -64,8 +64,9 @@ class StepResult:
     """Forward-only plans: the last stage's outputs, one per micro-batch."""
     host: dict[str, float] = field(default_factory=dict)
     """Host seconds spent issuing each kind of action (F, B, W, BW), transfers included,
-    summed over the step; with `host_loop` (the whole action loop) it shows whether the rank
-    was host-bound: on GPU the host only issues work and never waits for the device."""
+    summed over the step, and posting the transfers alone ('transfer'); with `host_loop`
+    (the whole action loop) it shows whether the rank was host-bound: on GPU the host only
+    issues work and never waits for the device."""
     host_loop: float = 0.0
 
 
@@ -212,6 +213,7 @@ class PipelineEngine:
             tick = now
         self._flush_deferred()
         host_loop = time.perf_counter() - loop_began
+        host["transfer"] = self.channels.host_seconds
         self.watchdog.at(None, "waiting for sends to complete")
         self.channels.finish_sends()
         self.watchdog.at(None, "all-reducing gradients across replicas")
