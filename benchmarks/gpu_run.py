@@ -93,6 +93,18 @@ def balanced(prof: Profile, cluster: Cluster, stages: int, mb: int, m: int) -> t
     return tuple(partition(prof, cluster, stages, setting, "balanced").boundaries)
 
 
+def probe_options(gpus: int, dry: bool) -> ProbeOptions:
+    """The probe of every run: links up to 256 MiB, the matmul at its default size (a dry
+    run: CPU ranks, tiny sizes)."""
+    return ProbeOptions(
+        devices=gpus,
+        device="cpu" if dry else "cuda",
+        repeats=5,
+        max_bytes=2**20 if dry else 256 * 2**20,
+        matmul_size=256 if dry else 0,
+    )
+
+
 RESUME = False
 
 
@@ -151,15 +163,7 @@ def main() -> None:
         cluster = Cluster.load(str(OUT / "cluster.json"))
         log("probe: reused cluster.json")
     else:
-        result = probe(
-            ProbeOptions(
-                devices=gpus,
-                device=device,
-                repeats=5,
-                max_bytes=2**20 if dry else 256 * 2**20,
-                matmul_size=256 if dry else 0,
-            )
-        )
+        result = probe(probe_options(gpus, dry))
         cluster = result.cluster
         cluster.save(str(OUT / "cluster.json"))
         dump("probe_raw.json", result.to_dict())

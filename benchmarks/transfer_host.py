@@ -22,7 +22,7 @@ from pipecast.bench.config import BenchConfig
 from pipecast.bench.predictions import predictions, strategy_of
 from pipecast.bench.runner import run_suite
 from pipecast.bench.store import Store
-from pipecast.hardware.probe import ProbeOptions, probe
+from pipecast.hardware.probe import probe
 from pipecast.models.workload import Workload
 from pipecast.recommend.predict import micro_batch_of, partition_for
 from pipecast.simulate.costs import costs_from_profile
@@ -38,15 +38,7 @@ def main() -> None:
     dry = args.dry_run
     device, dtype = ("cpu", "fp32") if dry else ("cuda", "bf16")
     gpus = 2 if dry else 4
-    cluster = probe(
-        ProbeOptions(
-            devices=gpus,
-            device=device,
-            repeats=5,
-            max_bytes=2**20 if dry else 256 * 2**20,
-            matmul_size=256 if dry else 0,
-        )
-    ).cluster
+    cluster = probe(gpu_run.probe_options(gpus, dry)).cluster
     cluster.save(str(OUT / "cluster.json"))
     r18 = Workload(model="resnet18", dataset="cifar10" if dry else "imagenet")
     vggc = Workload(model="lenet5" if dry else "vgg16", dataset="mnist" if dry else "cifar10")
@@ -74,20 +66,11 @@ def main() -> None:
             microbatches=4,
             boundaries=gpu_run.balanced(p18, cluster, gpus, batch // 4, 4),
         ),
-        replace(
-            base,
-            workload=vggc,
-            schedule="gpipe",
-            microbatches=16,
-            boundaries=gpu_run.balanced(pvc, cluster, gpus, 16, 8),
-        ),
-        replace(
-            base,
-            workload=vggc,
-            schedule="gpipe",
-            microbatches=4,
-            boundaries=gpu_run.balanced(pvc, cluster, gpus, 16, 8),
-        ),
+    ]
+    vsplit = gpu_run.balanced(pvc, cluster, gpus, 16, 8)
+    configs += [
+        replace(base, workload=vggc, schedule="gpipe", microbatches=m, boundaries=vsplit)
+        for m in (16, 4)
     ]
     if dry:
         configs = [replace(c, device="cpu", dtype="fp32", steps=2, warmup=1) for c in configs]
