@@ -113,3 +113,28 @@ def test_a_w_call_walks_only_its_own_segment() -> None:
     layers); cut per layer, no entry reaches beyond its layer."""
     assert _reach(6, cut=False) > 5 * _reach(1, cut=False)
     assert _reach(6, cut=True) == _reach(1, cut=False)
+
+
+class _ReluInPlace(nn.Module):
+    """An in-place op that needs_input_copy cannot see (no `inplace` attribute)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu_(x)
+
+
+def test_a_hidden_in_place_op_at_a_cut_stops_the_cutting() -> None:
+    torch.manual_seed(0)
+    blocks = nn.Sequential(_deep(6), _ReluInPlace(), nn.Linear(6, 6), _deep(6)).double()
+    stage = StageModule(0, blocks, torch.device("cpu"), RunConfig(), first=False, last=False)
+    assert len(stage.parts) == 2  # the rule cuts before the hidden in-place op
+    x = torch.randn(3, 6, dtype=torch.float64)
+    leaf = x.detach().requires_grad_()
+    out, cuts = stage.forward_cut(leaf)
+    assert cuts == [] and len(stage.parts) == 1
+    g = torch.ones_like(out)
+    grad_in, works = backward_input_segments(out, g, leaf, cuts, stage.part_params)
+    for work in works:
+        backward_weight(work)
+    ref_leaf = x.detach().requires_grad_()
+    ref = backward_full(blocks(ref_leaf), g, ref_leaf, [])
+    assert grad_in is not None and ref is not None and torch.allclose(grad_in, ref)

@@ -131,7 +131,10 @@ class StageModule:
         except RuntimeError as exc:
             if _INPLACE_ERROR not in str(exc):
                 raise
-            self.parts = [self.module]  # a functional in-place op at a cut: stop cutting
+            if not self.copy_input:  # perhaps at the stage's input, as in forward()
+                self.copy_input = True
+                return self.forward_cut(x, recompute=recompute)
+            self.parts = [self.module]  # at a cut, then: a functional in-place op
             self.part_params = [self.params]
             return self.forward(x, recompute=recompute), []
         return h, cuts
