@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
 from matplotlib.patches import Patch
 
-from pipecast.simulate.timeline import Timeline
+from pipecast.simulate.timeline import Event, Timeline
 
 COLOURS = {
     "F": "#4C72B0",
@@ -22,10 +25,28 @@ COLOURS = {
 
 
 def gantt(timeline: Timeline, path: str, *, title: str = "") -> None:
-    ranks = timeline.num_ranks
-    fig, ax = plt.subplots(figsize=(12, 0.6 * ranks + 1.6))
-    scale, unit = (1e3, "ms") if timeline.step_time < 10 else (1.0, "s")
-    for e in timeline.events:
+    fig, ax = plt.subplots(figsize=(12, 0.6 * timeline.num_ranks + 1.6))
+    scale, unit = _unit(timeline.step_time)
+    _draw(ax, timeline.events, timeline.num_ranks, scale, unit)
+    ax.set_title(
+        title
+        or f"{timeline.plan}: step {timeline.step_time * scale:.2f} {unit}, "
+        f"bubble {timeline.bubble_fraction:.1%}"
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _unit(seconds: float) -> tuple[float, str]:
+    return (1e3, "ms") if seconds < 10 else (1.0, "s")
+
+
+def _draw(ax: Axes, events: Sequence[Event], ranks: int, scale: float, unit: str) -> None:
+    """Ranks by time on `ax`: compute bars, thinner transfer bars, micro-batch numbers on
+    the bars wide enough to hold them, a legend of the kinds shown."""
+    span = max((e.end for e in events), default=0.0)
+    for e in events:
         comm = e.kind in ("send", "allreduce")
         y = e.rank + (0.32 if comm else 0.0)
         height = 0.22 if comm else 0.6
@@ -38,7 +59,7 @@ def gantt(timeline: Timeline, path: str, *, title: str = "") -> None:
             edgecolor="white",
             linewidth=0.4,
         )
-        if e.mb >= 0 and not comm and e.duration * scale > timeline.step_time * scale / 120:
+        if e.mb >= 0 and not comm and e.duration > span / 120:
             ax.text(
                 (e.start + e.duration / 2) * scale,
                 y,
@@ -51,18 +72,13 @@ def gantt(timeline: Timeline, path: str, *, title: str = "") -> None:
     ax.set_yticks(range(ranks), [f"rank {r}" for r in range(ranks)])
     ax.invert_yaxis()
     ax.set_xlabel(f"time ({unit})")
-    kinds = sorted({e.kind for e in timeline.events}, key=list(COLOURS).index)
+    kinds = sorted(
+        {e.kind for e in events},
+        key=lambda k: list(COLOURS).index(k) if k in COLOURS else len(COLOURS),
+    )
     ax.legend(
-        handles=[Patch(color=COLOURS[k], label=k) for k in kinds],
+        handles=[Patch(color=COLOURS.get(k, "#999999"), label=k) for k in kinds],
         loc="upper right",
         fontsize=7,
-        ncol=len(kinds),
+        ncol=max(len(kinds), 1),
     )
-    ax.set_title(
-        title
-        or f"{timeline.plan}: step {timeline.step_time * scale:.2f} {unit}, "
-        f"bubble {timeline.bubble_fraction:.1%}"
-    )
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
