@@ -211,3 +211,61 @@ def test_an_uncut_comparison_run_keeps_stored_keys_and_goes_unpredicted() -> Non
     )
     got = predictions([cut, uncut], {LENET.key: profile}, preset("h100-nvlink"))
     assert set(got) == {cut.key}
+
+
+def _events_on_rank(ctx: object) -> list[list[object]]:
+    from pipecast.bench.timing import gather_events
+    from pipecast.simulate.timeline import Event
+
+    rank = ctx.rank  # type: ignore[attr-defined]
+    return gather_events([Event(rank, f"0F{rank}", "F", 0.001 * rank, 0.002 + rank, 0, rank)])
+
+
+def test_every_ranks_actions_gather_into_one_timeline() -> None:
+    from pipecast.runtime.launch import spawn
+    from pipecast.simulate.timeline import Event
+
+    on_each = spawn(_events_on_rank, 2, timeout_s=60)
+    assert on_each[0] == on_each[1]
+    events = [Event.from_row(r) for r in on_each[0]]
+    assert [(e.rank, e.mb) for e in events] == [(0, 0), (1, 1)]
+    assert events[1].start == pytest.approx(0.001) and events[1].end == pytest.approx(1.002)
+
+
+def test_the_report_sets_the_worst_miss_beside_its_prediction(tmp_path: Path) -> None:
+    """A row that recorded its actions is drawn, simulated above measured; one without is
+    not."""
+    from pipecast.report.html import build
+
+    store = Store(str(tmp_path / "s.sqlite"))
+    cfg = BenchConfig(
+        suite="t",
+        system="pipecast",
+        workload=LENET,
+        gpus=2,
+        batch=8,
+        microbatches=2,
+        boundaries=(0, 6, 12),
+        device="cpu",
+        dtype="fp32",
+    )
+    sim = [[r, f"0F{m}", "F", 100.0 * m, 100.0 * m + 90, r, m] for r in (0, 1) for m in (0, 1)]
+    real = [[r, f"0F{m}", "F", 150.0 * m, 150.0 * m + 140, r, m] for r in (0, 1) for m in (0, 1)]
+    store.put(
+        cfg.key,
+        "t",
+        "ok",
+        cfg.to_dict(),
+        {},
+        {"step_time": 3e-4, "timeline": real},
+        {"step_time": 2e-4, "timeline": sim},
+    )
+    other = replace(cfg, microbatches=1)
+    store.put(other.key, "t", "ok", other.to_dict(), {}, {"step_time": 3e-4}, {"step_time": 1e-4})
+    build(str(tmp_path / "s.sqlite"), str(tmp_path / "report"))
+    assert (tmp_path / "report" / "miss_0.png").exists()
+    assert not (tmp_path / "report" / "miss_1.png").exists()
+    assert (
+        "worst-predicted configurations that recorded their actions"
+        in (tmp_path / "report" / "report.md").read_text()
+    )

@@ -37,7 +37,8 @@ def strategy_of(cfg: BenchConfig) -> Strategy | None:
 def predictions(
     configs: list[BenchConfig], profiles: dict[str, Profile], cluster: Cluster
 ) -> dict[str, dict[str, Any]]:
-    """config key -> predicted step time, samples/s, peak memory per GPU, bubble."""
+    """config key -> predicted step time, samples/s, peak memory per GPU, bubble, and the
+    simulated events (Event.to_row), to set beside the measured ones."""
     out = {}
     for cfg in configs:
         strategy = strategy_of(cfg)
@@ -68,5 +69,6 @@ def predictions(
             "host_factor": cluster.host_factor(
                 min(strategy.gpus, cluster.gpus_per_node), profile.host_issue
             ),
+            "timeline": [e.to_row() for e in pred.timeline.events],
         }
     return out

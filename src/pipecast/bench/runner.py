@@ -22,7 +22,7 @@ from pipecast import hostspeed
 from pipecast.bench import baselines
 from pipecast.bench.config import BenchConfig
 from pipecast.bench.store import Store, environment
-from pipecast.bench.timing import action_stats, gather_floats, gather_peaks
+from pipecast.bench.timing import action_stats, gather_events, gather_floats, gather_peaks
 from pipecast.errors import PipecastError
 from pipecast.partition.types import from_boundaries
 from pipecast.recommend.predict import PLACEMENT
@@ -81,6 +81,8 @@ def _run_pipecast(ctx: Context, cfg: BenchConfig) -> dict[str, Any]:
     }
     result = gather_peaks(result, ctx.device)
     result["actions"] = gather_floats(action_stats(report.steps, report.events), ctx.device)
+    if job.config.record_events:  # the last step's actions, to set beside the prediction's
+        result["timeline"] = gather_events(report.events)
     if cfg.accuracy_steps:
         result["top1_error"] = _top1_error(ctx, cfg, report.params if report.replica == 0 else {})
     return result

@@ -84,6 +84,17 @@ def action_stats(steps: Sequence[StepRecord], events: Sequence[Event]) -> dict[s
     return out
 
 
+def gather_events(events: Sequence[Event]) -> list[list[Any]]:
+    """Every rank's timed actions of its last step (Event.to_row), each rank's times from
+    its own start of the step (the ranks start together, after agreeing on the batch)."""
+    rows = [e.to_row() for e in events]
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return rows
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, rows)
+    return [row for part in gathered for row in part]
+
+
 def gather_floats(values: dict[str, float], device: torch.device) -> dict[str, list[float]]:
     """Every rank's `values` (the same keys on every rank), key -> one value per rank."""
     keys = sorted(values)

@@ -82,3 +82,22 @@ def _draw(ax: Axes, events: Sequence[Event], ranks: int, scale: float, unit: str
         fontsize=7,
         ncol=max(len(kinds), 1),
     )
+
+
+def gantt_pair(
+    predicted: Sequence[Event], measured: Sequence[Event], path: str, *, title: str
+) -> None:
+    """The simulated step above the measured one, on one time axis: where they part is
+    where a prediction missed (each rank's measured times run from its own step start)."""
+    ranks = max((e.rank for e in (*predicted, *measured)), default=0) + 1
+    span = max((e.end for e in (*predicted, *measured)), default=0.0)
+    scale, unit = _unit(span)
+    fig, axes = plt.subplots(2, 1, figsize=(12, 1.2 * ranks + 2.6), sharex=True)
+    for ax, events, what in ((axes[0], predicted, "predicted"), (axes[1], measured, "measured")):
+        _draw(ax, events, ranks, scale, unit)
+        end = max((e.end for e in events), default=0.0)
+        ax.set_title(f"{what}: last action ends at {end * scale:.2f} {unit}", fontsize=9)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

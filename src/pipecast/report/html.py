@@ -12,11 +12,13 @@ from pathlib import Path
 
 from pipecast.bench.accuracy import ROUNDS_AGREE, comparisons, decisions, summary
 from pipecast.bench.config import BenchConfig
-from pipecast.bench.store import Store
+from pipecast.bench.store import Row, Store
 from pipecast.hardware.cluster import Cluster
 from pipecast.partition import METHODS, Setting, analyze, partition
 from pipecast.profile.types import Profile
 from pipecast.report import observations, plots
+from pipecast.report.gantt import gantt_pair
+from pipecast.simulate.timeline import Event
 
 
 @dataclass
@@ -135,6 +137,13 @@ def build(
         ]
         if img := plots.accuracy(comps, str(out / "accuracy.png")):
             acc.images.append(img)
+        if misses := _misses(rows, out):
+            acc.paragraphs.append(
+                f"The {len(misses)} worst-predicted configurations that recorded their actions: "
+                "the simulated step above the measured one (each rank's measured times from "
+                "its own start of the step)."
+            )
+            acc.images += misses
     else:
         acc.paragraphs.append("No configuration has both a prediction and a measurement yet.")
     sections.append(acc)
@@ -249,3 +258,34 @@ def _markdown(title: str, sections: list[Section], out: Path) -> str:
         lines += [f"![{s.title}]({_rel(i, out)})" for i in s.images]
         lines.append("")
     return "\n".join(lines)
+
+
+MISSES_DRAWN = 3
+
+
+def _misses(rows: list[Row], out: Path) -> list[str]:
+    """Simulated and measured timelines of the worst-predicted rows that recorded both."""
+    timed = [
+        (r, r.predicted, r.measured)
+        for r in rows
+        if r.status == "ok"
+        and r.predicted
+        and r.measured
+        and r.predicted.get("timeline")
+        and r.measured.get("timeline")
+    ]
+    timed.sort(key=lambda t: -abs(t[1]["step_time"] / t[2]["step_time"] - 1))
+    images = []
+    for i, (r, predicted, measured) in enumerate(timed[:MISSES_DRAWN]):
+        error = predicted["step_time"] / measured["step_time"] - 1
+        path = str(out / f"miss_{i}.png")
+        gantt_pair(
+            [Event.from_row(e) for e in predicted["timeline"]],
+            [Event.from_row(e) for e in measured["timeline"]],
+            path,
+            title=f"{BenchConfig.from_dict(r.config).label()}: predicted "
+            f"{predicted['step_time'] * 1e3:.2f} ms, measured "
+            f"{measured['step_time'] * 1e3:.2f} ms ({error:+.1%})",
+        )
+        images.append(path)
+    return images

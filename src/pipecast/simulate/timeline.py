@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 HOST_BOUND = 0.8
 """A step whose busiest host spends this share of it issuing work is host-bound. There the
@@ -25,6 +26,23 @@ class Event:
     @property
     def duration(self) -> float:
         return self.end - self.start
+
+    def to_row(self) -> list[Any]:
+        """Compact JSON form: [rank, name, kind, start, end, stage, mb], times in us."""
+        return [
+            self.rank,
+            self.name,
+            self.kind,
+            round(self.start * 1e6, 1),
+            round(self.end * 1e6, 1),
+            self.stage,
+            self.mb,
+        ]
+
+    @classmethod
+    def from_row(cls, row: list[Any]) -> Event:
+        rank, name, kind, start, end, stage, mb = row
+        return cls(int(rank), str(name), str(kind), start / 1e6, end / 1e6, int(stage), int(mb))
 
 
 @dataclass(frozen=True, kw_only=True)
