@@ -203,3 +203,6 @@ def test_steps_report_the_hosts_time_per_action_kind() -> None:
             assert sum(step.host.values()) <= step.host_loop * 1.0001
             assert 0 < transfer < sum(step.host.values())
             assert step.host_loop <= step.seconds
+            # the step's fixed costs around the loop, inside the step's time
+            assert step.host_before > 0 and step.host_after > 0
+            assert step.host_before + step.host_loop + step.host_after <= step.seconds

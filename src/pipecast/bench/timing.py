@@ -69,11 +69,19 @@ HOST_KINDS = ("F", "B", "W", "BW")
 
 
 def action_stats(steps: Sequence[StepRecord], events: Sequence[Event]) -> dict[str, float]:
-    """This rank's median host seconds per step in its action loop ('loop') and issuing each
+    """This rank's median host seconds per step in its action loop ('loop'), before and
+    after it ('before_loop', 'after_loop': the step's fixed costs) and issuing each
     kind of action ('host_F', ...), and the device seconds of each kind in the last step
     ('device_F', ...; from the action clock, zero when it was off). Where 'loop' nears the
     step time the rank was host-bound: on GPU the host issues work and never waits."""
-    out = {"loop": statistics.median([s.host_loop for s in steps]) if steps else 0.0}
+    out = {
+        name: statistics.median([getattr(s, field) for s in steps]) if steps else 0.0
+        for name, field in (
+            ("loop", "host_loop"),
+            ("before_loop", "host_before"),
+            ("after_loop", "host_after"),
+        )
+    }
     for k in HOST_KINDS:
         out[f"host_{k}"] = statistics.median([s.host.get(k, 0.0) for s in steps]) if steps else 0.0
         out[f"device_{k}"] = sum(e.end - e.start for e in events if e.kind == k)

@@ -68,6 +68,12 @@ class StepResult:
     (the whole action loop) it shows whether the rank was host-bound: on GPU the host only
     issues work and never waits for the device."""
     host_loop: float = 0.0
+    host_before: float = 0.0
+    """Seconds of the step before its action loop (agreeing on the batch's shape with the
+    other ranks, splitting it into micro-batches)."""
+    host_after: float = 0.0
+    """Seconds of the step after its action loop (waiting for sends and all-reduces, the
+    optimizer step, resolving the action clock, waiting for the device)."""
 
 
 class PipelineEngine:
@@ -164,6 +170,7 @@ class PipelineEngine:
         self._deferred.clear()
         host: dict[str, float] = {}
         loop_began = tick = time.perf_counter()
+        host_before = loop_began - began
         for position, a in enumerate(plan.actions[self.rank]):
             self._position = position
             for dst, key, tensor in self._deferred.pop(position, []):
@@ -237,6 +244,8 @@ class PipelineEngine:
             outputs=outputs,
             host=host,
             host_loop=host_loop,
+            host_before=host_before,
+            host_after=time.perf_counter() - loop_began - host_loop,
         )
 
     def zero_grad(self) -> None:

@@ -38,6 +38,10 @@ class StepRecord:
     host: dict[str, float] = field(default_factory=dict)
     """Host seconds issuing each kind of action (see StepResult.host)."""
     host_loop: float = 0.0
+    host_before: float = 0.0
+    host_after: float = 0.0
+    """Before and after the action loop (see StepResult); the rest of `seconds` is the
+    barrier after the step."""
 
 
 @dataclass
@@ -175,6 +179,8 @@ def run_rank(ctx: Context, job: TrainJob) -> RankReport:
                         result.peak_reserved,
                         host=result.host,
                         host_loop=result.host_loop,
+                        host_before=result.host_before,
+                        host_after=result.host_after,
                     )
                 )
                 report.events = result.events
