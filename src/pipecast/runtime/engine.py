@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import torch
@@ -32,7 +33,7 @@ from pipecast.runtime.backward import (
 )
 from pipecast.runtime.channels import Channels, cached_group
 from pipecast.runtime.config import RunConfig
-from pipecast.runtime.events import ActionClock
+from pipecast.runtime.events import ActionClock, StepMarks
 from pipecast.runtime.send_plan import post_positions
 from pipecast.runtime.stage import StageModule
 from pipecast.runtime.watchdog import Watchdog
@@ -57,7 +58,8 @@ class StepResult:
     loss: float | None
     """Mean loss over this replica's batch (on the rank holding the last stage)."""
     seconds: float
-    events: list[Event] = field(default_factory=list)
+    marks: StepMarks | None = None
+    """The step's timed actions, resolved into `events` when first read."""
     peak_allocated: int = 0
     peak_reserved: int = 0
     outputs: list[torch.Tensor] = field(default_factory=list)
@@ -73,7 +75,13 @@ class StepResult:
     other ranks, splitting it into micro-batches)."""
     host_after: float = 0.0
     """Seconds of the step after its action loop (waiting for sends and all-reduces, the
-    optimizer step, resolving the action clock, waiting for the device)."""
+    optimizer step, the loss, waiting for the device)."""
+
+    @cached_property
+    def events(self) -> list[Event]:
+        """The step's actions with their start and end (device times on GPU) from the
+        step's start; reading them the first time waits for the device."""
+        return self.marks.resolve() if self.marks is not None else []
 
 
 class PipelineEngine:
@@ -231,14 +239,14 @@ class PipelineEngine:
                 if st.optimizer is not None:
                     st.optimizer.step()
         self.watchdog.at(None, "waiting for the device to finish the step")
-        events = self.clock.events()
+        marks = self.clock.take()
         loss_value = float(loss_sum.item()) * self.replicas if loss_sum is not None else None
         devices.synchronize(self.device)
         self.watchdog.idle()
         return StepResult(
             loss=loss_value,
             seconds=time.perf_counter() - began,
-            events=events,
+            marks=marks,
             peak_allocated=devices.peak_allocated(self.device),
             peak_reserved=devices.peak_reserved(self.device),
             outputs=outputs,

@@ -18,7 +18,7 @@ class ActionClock:
         self._origin: object = None
 
     def start_step(self) -> None:
-        self._marks.clear()
+        self._marks = []  # a new list: the last step's marks may still be resolved later
         self._origin = self._now()
 
     def _now(self) -> object:
@@ -35,16 +35,29 @@ class ActionClock:
         if self.enabled:
             self._marks.append((rank, name, kind, stage, mb, begin, self._now()))
 
-    def events(self) -> list[Event]:
-        """Resolve the step's marks (synchronises with the device on GPU)."""
+    def take(self) -> StepMarks:
+        """The step's marks, to resolve into events when (and if) someone reads them."""
+        return StepMarks(self._origin, self._marks)
+
+
+class StepMarks:
+    """One step's timed actions, unresolved: resolving waits for the device to reach each
+    mark (CUDA events), so a step whose events nobody reads never pays for it."""
+
+    def __init__(
+        self, origin: object, marks: list[tuple[int, str, str, int, int, object, object]]
+    ) -> None:
+        self._origin, self._marks = origin, marks
+
+    def resolve(self) -> list[Event]:
         out = []
         for rank, name, kind, stage, mb, a, b in self._marks:
             out.append(Event(rank, name, kind, self._since(a), self._since(b), stage, mb))
         return out
 
     def _since(self, mark: object) -> float:
-        if self.cuda:
-            assert isinstance(mark, torch.cuda.Event) and isinstance(self._origin, torch.cuda.Event)
+        if isinstance(mark, torch.cuda.Event):
+            assert isinstance(self._origin, torch.cuda.Event)
             mark.synchronize()
             return float(self._origin.elapsed_time(mark)) / 1e3
         assert isinstance(mark, float) and isinstance(self._origin, float)

@@ -20,7 +20,7 @@ from pipecast.data.spec import DatasetSpec
 from pipecast.data.synthetic import synthetic_batch
 from pipecast.devices import DTYPES
 from pipecast.errors import ConfigError, PipecastError
-from pipecast.runtime.engine import PipelineEngine
+from pipecast.runtime.engine import PipelineEngine, StepResult
 from pipecast.runtime.job import TrainJob
 from pipecast.runtime.launch import Context
 from pipecast.runtime.stage import StageModule, materialize
@@ -150,6 +150,7 @@ def run_rank(ctx: Context, job: TrainJob) -> RankReport:
     report = RankReport(ctx.rank, pipeline_rank, replica, own, device=str(ctx.device))
     share = job.batch // job.replicas
     fault = _fault(ctx.rank)
+    final: StepResult | None = None
     try:
         for step in range(job.warmup_steps + job.steps):
             if fault is not None and fault[0] == step:  # fault injection, for tests
@@ -183,7 +184,7 @@ def run_rank(ctx: Context, job: TrainJob) -> RankReport:
                         host_after=result.host_after,
                     )
                 )
-                report.events = result.events
+                final = result
             if job.capture and step == job.warmup_steps + job.steps - 1:
                 for st in stages.values():  # slices of nn.Sequential keep global names
                     for name, p in st.module.named_parameters():
@@ -191,6 +192,8 @@ def run_rank(ctx: Context, job: TrainJob) -> RankReport:
                         if p.grad is not None:
                             report.grads[name] = p.grad.detach().cpu().clone()
             engine.zero_grad()
+        if final is not None:  # resolved once, outside every timed step
+            report.events = final.events
     finally:
         engine.close()
     report.versions = {s: st.version_log for s, st in stages.items()}

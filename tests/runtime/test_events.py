@@ -1,0 +1,32 @@
+"""The action clock: a step's marks resolve into events when read, not before, and a later
+step leaves them as they were."""
+
+from __future__ import annotations
+
+import torch
+
+from pipecast.runtime.engine import StepResult
+from pipecast.runtime.events import ActionClock
+
+
+def test_a_steps_marks_resolve_later_and_stay_its_own() -> None:
+    clock = ActionClock(torch.device("cpu"), enabled=True)
+    clock.start_step()
+    mark = clock.begin()
+    clock.end(mark, 0, "0F0", "F", 0, 0)
+    first = StepResult(loss=None, seconds=0.0, marks=clock.take())
+    clock.start_step()
+    for mb in (1, 2):
+        clock.end(clock.begin(), 0, f"0F{mb}", "F", 0, mb)
+    assert [e.name for e in first.events] == ["0F0"]
+    assert first.events is first.events  # resolved once
+    assert 0.0 <= first.events[0].start <= first.events[0].end
+    assert [e.mb for e in clock.take().resolve()] == [1, 2]
+    assert StepResult(loss=None, seconds=0.0).events == []
+
+
+def test_a_disabled_clock_marks_nothing() -> None:
+    clock = ActionClock(torch.device("cpu"), enabled=False)
+    clock.start_step()
+    clock.end(clock.begin(), 0, "0F0", "F", 0, 0)
+    assert clock.take().resolve() == []
