@@ -147,6 +147,7 @@ def test_cluster_round_trips_host_terms() -> None:
     c = replace(
         describe(nodes=1, gpus_per_node=4, memory="80GiB", intra_bandwidth="100GB/s"),
         host_overhead=2e-4,
+        step_overhead=9e-4,
         host_contention={2: 1.1, 4: 1.3},
         host_issue={1: 2e-3, 2: 2.4e-3, 4: 3e-3},
         ddp_step_host=1e-4,
@@ -156,6 +157,7 @@ def test_cluster_round_trips_host_terms() -> None:
     back = Cluster.from_json(c.to_json())
     assert back == c
     assert back.host_overhead == pytest.approx(2e-4)
+    assert back.step_overhead == pytest.approx(9e-4)
     # without the profile's own reading: the contention factor
     assert back.host_factor(4) == pytest.approx(1.3) and back.host_factor(3) == pytest.approx(1.1)
     # with it: a busy rank's reading over the profiler's, the nearest count below
@@ -204,3 +206,19 @@ def test_contention_reads_alone_alone_and_together_together(tmp_path: Path) -> N
     issue readings come back as they were read, alone 1 and together 2."""
     readings = spawn(_contention_on_rank, 2, (str(tmp_path),), timeout_s=120)
     assert readings[0] == readings[1] == ({"2": 2.0}, {"1": 1.0, "2": 2.0})
+
+
+def test_the_runtimes_terms_per_action_and_per_step() -> None:
+    """Steps of 64 actions whose loop took 16 ms and the step 17 ms, each action's own ops
+    50 us: the runtime adds 200 us per action and 1 ms per step; medians over steps."""
+    from pipecast.hardware.host_probe import runtime_terms
+    from pipecast.runtime.worker import StepRecord
+
+    steps = [
+        StepRecord(i, seconds, None, 0, 0, host_loop=loop)
+        for i, (seconds, loop) in enumerate([(0.017, 0.016), (0.0175, 0.0165), (0.03, 0.016)])
+    ]
+    per_action, per_step = runtime_terms(steps, 64, 50e-6)
+    assert per_action == pytest.approx(0.016 / 64 - 50e-6)
+    assert per_step == pytest.approx(0.001)
+    assert runtime_terms(steps, 64, 1.0) == (0.0, pytest.approx(0.001))

@@ -54,6 +54,7 @@ def predictions(
                 cfg.batch,
                 memory_margin=0.0,
                 ddp_buckets=cfg.system == "ddp",
+                runtime=cfg.system == "pipecast",
             )
         except PipecastError:
             continue

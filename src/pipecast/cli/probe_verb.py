@@ -56,6 +56,8 @@ def print_cluster(cluster: Cluster) -> None:
         table.add_row("matmul", "", f"{cluster.matmul_flops / 1e12:.1f} TFLOP/s")
     if cluster.host_overhead:
         table.add_row("runtime host work per action", human_seconds(cluster.host_overhead), "")
+    if cluster.step_overhead:
+        table.add_row("runtime fixed cost per step", human_seconds(cluster.step_overhead), "")
     for n, factor in sorted(cluster.host_contention.items()):
         table.add_row(f"host with {n} ranks busy", f"{factor:.2f}x slower", "")
     for n, seconds in sorted(cluster.host_issue.items()):

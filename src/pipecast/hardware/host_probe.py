@@ -1,12 +1,14 @@
 """The probe's host-side measurements, taken in the ranks: the pipeline runtime's own host
-work per action, how fast a rank's host issues work alone and with n ranks busy, and what
-torch's DistributedDataParallel adds to a step's host work."""
+work per action and per step, how fast a rank's host issues work alone and with n ranks
+busy, and what torch's DistributedDataParallel adds to a step's host work."""
 
 from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Sequence
 from functools import partial
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -14,12 +16,17 @@ from torch import nn
 from pipecast import devices, hostspeed
 from pipecast.runtime.launch import Context, all_gather_floats
 
+if TYPE_CHECKING:
+    from pipecast.runtime.worker import StepRecord
 
-def runtime_overhead(ctx: Context, microbatches: int = 32) -> float:
-    """Host seconds the pipeline runtime spends per action beyond the ops it issues: a
-    1F1B pipeline over every rank with one tiny Linear per stage, its action loop's host
-    time per action less what the Linear's own forward and backward take to issue. Zero on
-    CPU ranks (there the host's work is the device's, and the profile holds it)."""
+
+def runtime_overhead(ctx: Context, microbatches: int = 32) -> tuple[float, float]:
+    """Host seconds the pipeline runtime spends per action beyond the ops it issues, and per
+    step around its actions: a 1F1B pipeline over every rank with one tiny Linear per
+    stage. Per action: its action loop's host time per action less what the Linear's own
+    forward and backward take to issue. Per step: the step's time (between the barriers
+    that part steps) less its action loop, where the tiny work leaves the device idle.
+    Zeros on CPU ranks (there the host's work is the device's, and the profile holds it)."""
     from pipecast.partition.types import from_boundaries
     from pipecast.runtime.config import RunConfig
     from pipecast.runtime.job import TrainJob
@@ -27,7 +34,7 @@ def runtime_overhead(ctx: Context, microbatches: int = 32) -> float:
     from pipecast.schedule.generators import make_plan
 
     if ctx.device.type != "cuda" or ctx.world < 2:
-        return 0.0
+        return 0.0, 0.0
     width = 16
     blocks: list[nn.Module] = [nn.Sequential(nn.Flatten(), nn.Linear(28 * 28, width))]
     blocks += [nn.Linear(width, width) for _ in range(ctx.world - 2)] + [nn.Linear(width, 10)]
@@ -43,7 +50,6 @@ def runtime_overhead(ctx: Context, microbatches: int = 32) -> float:
         warmup_steps=2,
     )
     report = run_rank(ctx, job)
-    per_action = statistics.median(s.host_loop for s in report.steps) / (2 * microbatches)
     layer = nn.Linear(width, width).to(ctx.device)
     x = torch.randn(1, width, device=ctx.device, requires_grad=True)
     issue = []
@@ -54,7 +60,16 @@ def runtime_overhead(ctx: Context, microbatches: int = 32) -> float:
             ctx.device, partial(torch.autograd.backward, out, grad)
         )
         issue.append((forward + backward) / 2)
-    return max(per_action - statistics.median(issue), 0.0)
+    return runtime_terms(report.steps, 2 * microbatches, statistics.median(issue))
+
+
+def runtime_terms(steps: Sequence[StepRecord], actions: int, issue: float) -> tuple[float, float]:
+    """Per action and per step, from the probe's steps of `actions` actions each whose own
+    ops take `issue` host seconds per action: the loop's host time per action beyond its
+    ops, and the step's time beyond its loop (medians over the steps, never below 0)."""
+    per_action = statistics.median(s.host_loop for s in steps) / actions - issue
+    per_step = statistics.median(s.seconds - s.host_loop for s in steps)
+    return max(per_action, 0.0), max(per_step, 0.0)
 
 
 ROUNDS = 4

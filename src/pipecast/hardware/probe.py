@@ -123,11 +123,13 @@ def _probe_rank(ctx: Context, options: ProbeOptions) -> dict[str, Any]:
     torch.matmul(x, y)
     _, seconds = devices.timed(ctx.device, lambda: [torch.matmul(x, y) for _ in range(5)])
     flops = 5 * 2 * side**3 / seconds
+    per_action, per_step = host_probe.runtime_overhead(ctx) if options.runtime else (0.0, 0.0)
     return {
         "p2p": p2p,
         "allreduce": allreduce,
         "matmul_flops": flops,
-        "host_overhead": host_probe.runtime_overhead(ctx) if options.runtime else 0.0,
+        "host_overhead": per_action,
+        "step_overhead": per_step,
         "host_readings": host_probe.host_readings(ctx) if options.runtime else ({}, {}),
         "ddp": host_probe.ddp_overhead(ctx) if options.runtime and gpu else {},
         "memory": devices.total_memory(ctx.device),
@@ -178,6 +180,9 @@ def summarize_probe(per_rank: list[dict[str, Any]], name: str = "probed") -> Pro
             allreduce_latency=latency,
             pairs=pairs,
             host_overhead=statistics.median(r.get("host_overhead", 0.0) for r in per_rank),
+            # a rank whose loop ends early waits for the others inside its step: the
+            # rank with the least time around its loop is the one that set the step
+            step_overhead=min(r.get("step_overhead", 0.0) for r in per_rank),
             host_contention={int(n): max(f, 1.0) for n, f in contention.items()},
             host_issue={int(n): seconds for n, seconds in issue.items()},
             ddp_step_host=ddp.get("step", 0.0),

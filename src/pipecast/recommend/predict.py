@@ -183,10 +183,12 @@ def predict(
     memory_margin: float = 0.1,
     overlap_comm: bool = True,
     ddp_buckets: bool = False,
+    runtime: bool = True,
 ) -> Prediction:
     """Simulate `strategy` for a global batch of `batch` samples on `cluster`. With
     `ddp_buckets`, data parallelism runs as torch's DistributedDataParallel, whose
-    all-reduce buckets hold a second copy of the gradients."""
+    all-reduce buckets hold a second copy of the gradients. Otherwise, with `runtime`, it
+    runs on pipecast's runtime, whose steps each cost `cluster.step_overhead` more."""
     if strategy.gpus > cluster.world:
         raise ConfigError(
             f"{strategy.label()} needs {strategy.gpus} GPUs, the cluster has {cluster.world}"
@@ -203,9 +205,12 @@ def predict(
         recompute=strategy.recompute,
         optimizer=optimizer,
     )
-    if ddp_buckets and strategy.kind == "data" and strategy.replicas > 1:
+    ddp = ddp_buckets and strategy.kind == "data" and strategy.replicas > 1
+    if ddp:
         costs = _as_ddp(costs, profile, cluster)
     timeline = simulate(plan, costs)
+    if runtime and not ddp and cluster.step_overhead:
+        timeline = replace(timeline, step_time=timeline.step_time + cluster.step_overhead)
     return Prediction(
         strategy=strategy,
         batch=batch,
