@@ -181,6 +181,19 @@ def test_report_tells_a_slow_host_from_a_miss(tmp_path: Path) -> None:
     assert "their median |error| would be 0.0%" in text
 
 
+TWO_STAGES = BenchConfig(
+    suite="t",
+    system="pipecast",
+    workload=LENET,
+    gpus=2,
+    batch=8,
+    microbatches=2,
+    boundaries=(0, 6, 12),
+    device="cpu",
+    dtype="fp32",
+)
+
+
 def test_an_uncut_comparison_run_keeps_stored_keys_and_goes_unpredicted() -> None:
     """Configurations stored before the switch existed keep their keys; the uncut variant
     is a distinct row, labelled, and left out of the accuracy (the profile prices cut
@@ -190,18 +203,7 @@ def test_an_uncut_comparison_run_keeps_stored_keys_and_goes_unpredicted() -> Non
     from pipecast.profile.options import ProfileOptions
     from pipecast.profile.profiler import profile_model
 
-    cut = BenchConfig(
-        suite="t",
-        system="pipecast",
-        workload=LENET,
-        gpus=2,
-        batch=8,
-        schedule="zb-h1",
-        microbatches=2,
-        boundaries=(0, 6, 12),
-        device="cpu",
-        dtype="fp32",
-    )
+    cut = replace(TWO_STAGES, schedule="zb-h1")
     uncut = replace(cut, cut_backward=False)
     assert "cut_backward" not in cut.to_dict()
     assert uncut.key != cut.key and BenchConfig.from_dict(uncut.to_dict()) == uncut
@@ -238,17 +240,7 @@ def test_the_report_sets_the_worst_miss_beside_its_prediction(tmp_path: Path) ->
     from pipecast.report.html import build
 
     store = Store(str(tmp_path / "s.sqlite"))
-    cfg = BenchConfig(
-        suite="t",
-        system="pipecast",
-        workload=LENET,
-        gpus=2,
-        batch=8,
-        microbatches=2,
-        boundaries=(0, 6, 12),
-        device="cpu",
-        dtype="fp32",
-    )
+    cfg = TWO_STAGES
     sim = [[r, f"0F{m}", "F", 100.0 * m, 100.0 * m + 90, r, m] for r in (0, 1) for m in (0, 1)]
     real = [[r, f"0F{m}", "F", 150.0 * m, 150.0 * m + 140, r, m] for r in (0, 1) for m in (0, 1)]
     store.put(
