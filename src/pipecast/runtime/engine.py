@@ -3,7 +3,9 @@
 The same Plan the simulator consumed drives this loop, action by action: F receives its input
 (from the data, a local stage, or a channel), runs the stage and sends its output; B or BW
 receives the output gradient, runs the backward (split or whole) and sends the input gradient;
-W computes the weight gradients B deferred. After a stage's last backward its gradients are
+W computes the weight gradients B deferred. Under a split backward a stage's forward runs as
+one autograd graph per segment of its blocks (pipecast.segments), so that W's calls walk only
+their own segment. After a stage's last backward its gradients are
 all-reduced across data-parallel replicas (bucketed, overlapping the rest of the step); then
 every stage steps its optimizer. PipeDream plans update after every micro-batch, each backward
 using the weights its forward used.

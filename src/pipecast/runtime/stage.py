@@ -3,6 +3,9 @@
 A received input is a leaf that requires grad, which an in-place first op (VGG's ReLU
 (inplace=True) at a stage boundary) may not modify: torch.distributed.pipelining crashes
 there. Such a stage feeds its blocks a copy; the copy costs one boundary-sized memcpy.
+
+For a split backward the stage's forward can run cut into segments (`forward_cut`), each
+from a detached leaf of the one before: a cut never feeds a block that starts in place.
 """
 
 from __future__ import annotations
