@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -100,47 +100,42 @@ class StageModule:
                 return out
         else:
             run = self.module
-        inp = x.clone() if self.copy_input and isinstance(x, torch.Tensor) else x
-        try:
-            with self._precision():
-                if recompute:
-                    out: torch.Tensor = checkpoint(run, inp, use_reentrant=False)
-                else:
-                    out = run(inp)
-        except RuntimeError as exc:
-            if _INPLACE_ERROR in str(exc) and not self.copy_input:
-                self.copy_input = True  # a functional in-place op we could not see coming
-                return self.forward(x, recompute=recompute, weights=weights)
-            raise
-        return out
+        return self._run(x, [run], recompute)[0]
 
     def forward_cut(
         self, x: torch.Tensor, *, recompute: bool = False
     ) -> tuple[torch.Tensor, list[Cut]]:
         """Run the stage segment by segment (for a split backward), each segment from a
         detached leaf of the previous one's output; the output and the cuts."""
-        if len(self.parts) == 1:
-            return self.forward(x, recompute=recompute), []
-        h = x.clone() if self.copy_input else x
+        return self._run(x, self.parts, recompute)
+
+    def _run(
+        self, x: Any, parts: Sequence[Callable[[Any], torch.Tensor]], recompute: bool
+    ) -> tuple[torch.Tensor, list[Cut]]:
+        """`parts` one after another, each past the first from a detached leaf. An in-place
+        op no check could see makes the stage copy its input, and failing that (the op sat
+        at a cut) stop cutting."""
+        h = x.clone() if self.copy_input and isinstance(x, torch.Tensor) else x
         cuts: list[Cut] = []
         try:
             with self._precision():
-                for i, part in enumerate(self.parts):
+                for i, part in enumerate(parts):
                     if i:
                         leaf = h.detach().requires_grad_(True)
                         cuts.append(Cut(output=h, leaf=leaf))
                         h = leaf
                     h = checkpoint(part, h, use_reentrant=False) if recompute else part(h)
         except RuntimeError as exc:
-            if _INPLACE_ERROR not in str(exc):
+            if _INPLACE_ERROR not in str(exc) or (self.copy_input and len(parts) == 1):
                 raise
-            if not self.copy_input:  # perhaps at the stage's input, as in forward()
+            if not self.copy_input:  # at the stage's input, perhaps
                 self.copy_input = True
-                return self.forward_cut(x, recompute=recompute)
-            self.parts = [self.module]  # at a cut, then: a functional in-place op
+                return self._run(x, parts, recompute)
+            self.parts = [self.module]
             self.part_params = [self.params]
-            return self.forward(x, recompute=recompute), []
-        return h, cuts
+            return self._run(x, self.parts, recompute)
+        out: torch.Tensor = h
+        return out, cuts
 
     def stash(self) -> dict[str, torch.Tensor]:
         """A copy of the current weights that autograd can differentiate (PipeDream)."""
