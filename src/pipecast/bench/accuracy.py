@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from pipecast.bench.store import Row
+from pipecast.profile.stats import range_spread
 from pipecast.simulate.timeline import HOST_BOUND
 
 ROUNDS_AGREE = 0.10
@@ -91,9 +92,7 @@ def comparisons(rows: Iterable[Row]) -> list[Comparison]:
 
 
 def _spread(rounds: list[float] | None) -> float | None:
-    if not rounds or len(rounds) < 2:
-        return None
-    return (max(rounds) - min(rounds)) / statistics.median(rounds)
+    return range_spread(rounds) if rounds and len(rounds) > 1 else None
 
 
 def _drift(measured: list[float] | None, profiled: float | None) -> float | None:

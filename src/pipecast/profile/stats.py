@@ -29,3 +29,12 @@ def robust(samples: Sequence[float]) -> Robust:
     med = statistics.median(kept)
     spread = statistics.pstdev(kept) / med if med > 0 and len(kept) > 1 else 0.0
     return Robust(med, spread, len(kept), len(samples) - len(kept))
+
+
+def range_spread(samples: Sequence[float]) -> float:
+    """(largest - smallest) / median: how far a few repeated measurements lay apart (0 for
+    fewer than two)."""
+    if len(samples) < 2:
+        return 0.0
+    mid = statistics.median(samples)
+    return (max(samples) - min(samples)) / mid if mid > 0 else 0.0

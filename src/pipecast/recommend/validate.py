@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from pipecast.models.workload import Workload
+from pipecast.profile.stats import range_spread
 from pipecast.recommend.predict import Prediction
 from pipecast.runtime.api import run_job
 from pipecast.runtime.config import RunConfig
@@ -31,9 +32,7 @@ class Measured:
     @property
     def spread(self) -> float:
         """How far its rounds lay apart, relative to its step time (0 with one round)."""
-        if len(self.rounds) < 2 or self.step_time <= 0:
-            return 0.0
-        return (max(self.rounds) - min(self.rounds)) / self.step_time
+        return range_spread(self.rounds)
 
     @property
     def error(self) -> float:
