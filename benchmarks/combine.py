@@ -29,7 +29,7 @@ import common  # noqa: F401  (puts src/ on the path)
 from pipecast.bench.accuracy import comparisons, summary
 from pipecast.bench.config import BenchConfig
 from pipecast.bench.predictions import predictions
-from pipecast.bench.store import Store
+from pipecast.bench.store import Row, Store
 from pipecast.hardware.cluster import Cluster
 from pipecast.models.workload import Workload
 from pipecast.profile.types import Profile
@@ -65,16 +65,28 @@ def split_call_estimate(profiles: Iterable[Profile]) -> float:
     return max(min(medians), 0.0) if medians else 0.0
 
 
+def repredicted(
+    run: Path, profiles: dict[str, Profile] | None = None, cluster: Cluster | None = None
+) -> list[Row]:
+    """The rows of `run` with every prediction made afresh from `profiles` and `cluster`
+    (default: the run's own)."""
+    rows = list(Store(run / "bench.sqlite").rows())
+    configs = [BenchConfig.from_dict(r.config) for r in rows]
+    predicted = predictions(
+        configs,
+        run_profiles(run) if profiles is None else profiles,
+        cluster or Cluster.load(str(run / "cluster.json")),
+    )
+    return [
+        replace(r, predicted=predicted.get(cfg.key, r.predicted))
+        for r, cfg in zip(rows, configs, strict=True)
+    ]
+
+
 def repredict(run: Path, into: Store | None) -> dict[str, float | int]:
     """Predict every configuration of `run` afresh; copy the rows into `into`."""
-    source = Store(run / "bench.sqlite")
-    rows = list(source.rows())
-    configs = [BenchConfig.from_dict(r.config) for r in rows]
-    predicted = predictions(configs, run_profiles(run), Cluster.load(str(run / "cluster.json")))
-    fresh = []
-    for r, cfg in zip(rows, configs, strict=True):
-        row = replace(r, predicted=predicted.get(cfg.key, r.predicted))
-        fresh.append(row)
+    fresh = repredicted(run)
+    for row in fresh:
         if into is not None:
             into.put(
                 row.key,

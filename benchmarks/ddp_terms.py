@@ -15,12 +15,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import common  # noqa: F401  (puts src/ on the path)
-from combine import run_profiles
+from combine import repredicted, run_profiles
 
 from pipecast.bench.accuracy import comparisons, summary
-from pipecast.bench.config import BenchConfig
-from pipecast.bench.predictions import predictions
-from pipecast.bench.store import Store
 from pipecast.hardware.cluster import Cluster
 from pipecast.models.workload import Workload
 from pipecast.profile.types import Profile
@@ -55,17 +52,10 @@ def main() -> None:
     print({k: f"{v * 1e6:.1f} us" for k, v in terms.items()})
     for arg in sys.argv[1:]:
         run = Path(arg)
-        rows = [r for r in Store(run / "bench.sqlite").rows() if r.status == "ok"]
-        configs = [BenchConfig.from_dict(r.config) for r in rows]
         profiles = {k: counted(p) for k, p in run_profiles(run).items()}
         cluster = Cluster.load(str(run / "cluster.json"))
         for name, c in (("without", cluster), ("with", replace(cluster, **terms))):
-            pred = predictions(configs, profiles, c)
-            fresh = [
-                replace(r, predicted=pred.get(cfg.key, r.predicted))
-                for r, cfg in zip(rows, configs, strict=True)
-            ]
-            comps = comparisons(fresh)
+            comps = comparisons(repredicted(run, profiles, c))
             s = summary(comps)
             ddp = " ".join(f"{x.label}: {x.error:+.0%};" for x in comps if " DDP " in x.label)
             print(

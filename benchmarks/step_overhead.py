@@ -12,12 +12,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import common  # noqa: F401  (puts src/ on the path)
-from combine import run_profiles
+from combine import repredicted, run_profiles
 
 from pipecast.bench.accuracy import comparisons, summary
-from pipecast.bench.config import BenchConfig
-from pipecast.bench.predictions import predictions
-from pipecast.bench.store import Store
 from pipecast.hardware.cluster import Cluster
 
 RUNS = [f"results/h100x4-run{i}" for i in range(1, 7)]
@@ -26,15 +23,9 @@ RUNS = [f"results/h100x4-run{i}" for i in range(1, 7)]
 def main() -> None:
     for name in RUNS:
         run = Path(name)
-        rows = list(Store(str(run / "bench.sqlite")).rows())
-        configs = [BenchConfig.from_dict(r.config) for r in rows]
         cluster, profiles = Cluster.load(str(run / "cluster.json")), run_profiles(run)
         for overhead in (0.0, 0.6e-3, 1.0e-3):
-            predicted = predictions(configs, profiles, replace(cluster, step_overhead=overhead))
-            fresh = [
-                replace(r, predicted=predicted.get(c.key, r.predicted))
-                for r, c in zip(rows, configs, strict=True)
-            ]
+            fresh = repredicted(run, profiles, replace(cluster, step_overhead=overhead))
             s = summary(comparisons(fresh))
             print(
                 f"{run.name} step_overhead {overhead * 1e3:.1f} ms: median "

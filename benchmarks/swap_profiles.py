@@ -14,12 +14,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import common  # noqa: F401  (puts src/ on the path)
-from combine import run_profiles
+from combine import repredicted, run_profiles
 
 from pipecast.bench.accuracy import comparisons, summary
-from pipecast.bench.config import BenchConfig
-from pipecast.bench.predictions import predictions
-from pipecast.bench.store import Store
 from pipecast.hardware.cluster import Cluster
 from pipecast.profile.types import Profile
 
@@ -58,20 +55,13 @@ def main() -> None:
         for r in runs
     }
     for r in runs:
-        rows = [x for x in Store(RESULTS / r / "bench.sqlite").rows() if x.status == "ok"]
-        configs = [BenchConfig.from_dict(x.config) for x in rows]
         cluster = replace(Cluster.load(str(RESULTS / r / "cluster.json")), host_issue={})
         variants = {"own": profiles[r]} | {f"from {o}": profiles[o] for o in runs if o != r}
         variants["mean of all"] = {
             k: mean_host([profiles[o][k] for o in runs]) for k in profiles[r]
         }
         for name, chosen in variants.items():
-            pred = predictions(configs, chosen, cluster)
-            fresh = [
-                replace(x, predicted=pred.get(c.key, x.predicted))
-                for x, c in zip(rows, configs, strict=True)
-            ]
-            s = summary(comparisons(fresh))
+            s = summary(comparisons(repredicted(RESULTS / r, chosen, cluster)))
             print(
                 f"{r} profiles {name:18s} median {s['median_abs_error']:.1%}, worst "
                 f"{s['worst_abs_error']:.1%}, host-bound median "
