@@ -216,17 +216,22 @@ def test_ddp_adds_its_host_work_per_tensor() -> None:
 
 
 def test_pipecasts_runtime_adds_its_fixed_cost_to_every_step() -> None:
-    """The probe's per-step cost of pipecast's runtime lands on every step it runs, whole,
-    and not on steps torch's DDP or a plain loop runs."""
+    """The probe's per-step cost of pipecast's runtime lands on every step it runs over
+    several GPUs, whole, and not on one rank's steps (no collective before or barrier after
+    them) nor on steps torch's DDP or a plain loop runs."""
     p = make_profile([1e-3] * 4, params=[10**6] * 4)
     slow = replace(GPUS, step_overhead=2e-3)
     pipe = Strategy(kind="pipeline", stages=2, microbatches=4)
     data = Strategy(kind="data", replicas=2)
-    for strategy in (pipe, data, Strategy(kind="single")):
+    for strategy in (pipe, data):
         base = predict(p, GPUS, strategy, 32)
         more = predict(p, slow, strategy, 32)
         assert more.step_time == pytest.approx(base.step_time + 2e-3)
         assert more.timeline.events == base.timeline.events
+    for strategy in (Strategy(kind="single"), Strategy(kind="pipeline", stages=1)):
+        assert predict(p, slow, strategy, 32).step_time == pytest.approx(
+            predict(p, GPUS, strategy, 32).step_time
+        )
     assert predict(p, slow, data, 32, ddp_buckets=True).step_time == pytest.approx(
         predict(p, GPUS, data, 32, ddp_buckets=True).step_time
     )

@@ -188,7 +188,9 @@ def predict(
     """Simulate `strategy` for a global batch of `batch` samples on `cluster`. With
     `ddp_buckets`, data parallelism runs as torch's DistributedDataParallel, whose
     all-reduce buckets hold a second copy of the gradients. Otherwise, with `runtime`, it
-    runs on pipecast's runtime, whose steps each cost `cluster.step_overhead` more."""
+    runs on pipecast's runtime, whose steps over several GPUs each cost
+    `cluster.step_overhead` more (the ranks agree on the step's shapes before it and meet at a
+    barrier after it; one rank alone does neither)."""
     if strategy.gpus > cluster.world:
         raise ConfigError(
             f"{strategy.label()} needs {strategy.gpus} GPUs, the cluster has {cluster.world}"
@@ -209,7 +211,7 @@ def predict(
     if ddp:
         costs = _as_ddp(costs, profile, cluster)
     timeline = simulate(plan, costs)
-    if runtime and not ddp and cluster.step_overhead:
+    if runtime and not ddp and strategy.gpus > 1 and cluster.step_overhead:
         timeline = replace(timeline, step_time=timeline.step_time + cluster.step_overhead)
     return Prediction(
         strategy=strategy,
