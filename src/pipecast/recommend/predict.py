@@ -19,11 +19,11 @@ from pipecast.training import Optimizer
 
 PLACEMENT: dict[str, Placement] = {"interleaved": "loop", "zb-v": "v"}
 
-ERROR_BAND = {"device": 0.10, "host": 0.28}
-"""The 80th percentile of |predicted - measured| / measured step time over 517 configurations
-of eleven runs on ten machines (benchmarks/results: h200x4-run9 and -run10, h200x2-run1 to
--run3 on H200, h100x4-run1 to -run6 on H100): 302 device-bound (median 4.3%), 215
-host-bound (median 15.7%; the host's own speed moves by up to 2x within minutes)."""
+ERROR_BAND = {"device": 0.11, "host": 0.29}
+"""The 80th percentile of |predicted - measured| / measured step time over 633 configurations
+of thirteen runs on twelve machines (benchmarks/results: h200x4-run9 and -run10, h200x2-run1
+to -run3 on H200, h100x4-run1 to -run8 on H100): 363 device-bound (median 4.3%), 270
+host-bound (median 15.6%; the host's own speed moves by up to 2x within minutes)."""
 
 
 @dataclass(frozen=True, kw_only=True)
