@@ -70,14 +70,10 @@ def in_situ(
     host_backward: list[float] = []
     backward_blocks: list[list[float]] = [[] for _ in blocks]
     params = [p for b in blocks for p in b.parameters() if p.requires_grad]
-    # Passes alternate: one marks every block, the next only the forward's two ends. The
-    # marks cost the host time, and where the host binds they lengthen the forward; the
-    # per-block shares come from the marked passes, the total from the plain ones. Gradients
-    # accumulate from pass to pass, as they do over a step's micro-batches. A whole-model pass
-    # is cheap next to the per-block runs: four times the samples, since at small
-    # micro-batches these passes are host-bound and noisier.
-    for rep in range(2 * (options.warmup + 1 + 2 * options.repeats)):
-        marked = rep % 2 == 0
+
+    def one_pass(marked: bool) -> _Pass:
+        """A whole-model forward, loss and backward; marked: an event after every block
+        and a gradient hook on every block's output, else marks at the forward's two ends."""
         marks, clock = [mark()], [time.perf_counter()]
         ready: dict[int, object] = {}  # block -> when its output's gradient was ready
         h = x
@@ -97,22 +93,33 @@ def in_situ(
         torch.autograd.backward(loss)
         host_ended, ended = time.perf_counter(), mark()
         devices.synchronize(device)
+        return _Pass(marks, clock, ready, began, host_began, host_ended, ended)
+
+    # Passes alternate: one marks every block, the next only the forward's two ends. The
+    # marks cost the host time, and where the host binds they lengthen the forward; the
+    # per-block shares come from the marked passes, the total from the plain ones. Gradients
+    # accumulate from pass to pass, as they do over a step's micro-batches. A whole-model pass
+    # is cheap next to the per-block runs: four times the samples, since at small
+    # micro-batches these passes are host-bound and noisier.
+    for rep in range(2 * (options.warmup + 1 + 2 * options.repeats)):
+        marked = rep % 2 == 0
+        run = one_pass(marked)
         if rep > 2 * options.warmup + 1:
             if marked:
                 for i in range(len(blocks)):
-                    forward[i].append(seconds(marks[i], marks[i + 1]))
-                    host_forward[i].append(clock[i + 1] - clock[i])
-                if len(ready) == len(blocks):  # block i's backward: from its output's
+                    forward[i].append(seconds(run.marks[i], run.marks[i + 1]))
+                    host_forward[i].append(run.clock[i + 1] - run.clock[i])
+                if len(run.ready) == len(blocks):  # block i's backward: from its output's
                     # gradient to its input's (the previous block's output's; the end for 0)
-                    bounds = [ended, *(ready[i] for i in range(len(blocks)))]
+                    bounds = [run.ended, *(run.ready[i] for i in range(len(blocks)))]
                     for i in range(len(blocks)):
                         backward_blocks[i].append(seconds(bounds[i + 1], bounds[i]))
             else:
-                whole.append(seconds(marks[0], marks[1]))
-                host_whole.append(clock[1] - clock[0])
-                backward.append(seconds(began, ended))
-                host_backward.append(host_ended - host_began)
-        del h, loss
+                whole.append(seconds(run.marks[0], run.marks[1]))
+                host_whole.append(run.clock[1] - run.clock[0])
+                backward.append(seconds(run.began, run.ended))
+                host_backward.append(run.host_ended - run.host_began)
+        del run
     for p in params:
         p.grad = None
     return Context(
@@ -126,6 +133,20 @@ def in_situ(
         if all(backward_blocks)
         else None,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Pass:
+    """One whole-model pass's marks (device events, or perf_counter on a CPU) and host clock
+    readings."""
+
+    marks: list[object]
+    clock: list[float]
+    ready: dict[int, object]
+    began: object
+    host_began: float
+    host_ended: float
+    ended: object
 
 
 def _ready(
