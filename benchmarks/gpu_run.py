@@ -31,9 +31,17 @@ from pipecast.profile.types import Profile
 
 
 def profile(
-    name: str, workload: Workload, sizes: tuple[int, ...], *, device: str, dtype: str
+    name: str,
+    workload: Workload,
+    sizes: tuple[int, ...],
+    *,
+    device: str,
+    dtype: str,
+    hidden: bool = False,
 ) -> Profile:
-    path = OUT / f"profile_{name}.json"
+    """`name`'s profile at `sizes` (hidden: with the host's issuing hidden from the device
+    times, ProfileOptions.hide_issue, saved apart as hidden_profile_*.json)."""
+    path = OUT / f"{'hidden_' if hidden else ''}profile_{name}.json"
     if RESUME and path.exists():  # a run continued on the same machine keeps its profiles
         log(f"profile {name}: reused {path.name}")
         return Profile.load(str(path))
@@ -41,12 +49,12 @@ def profile(
     prof = profile_model(
         workload.build(),
         workload.spec,
-        ProfileOptions(micro_batches=sizes, device=device, dtype=dtype),  # type: ignore[arg-type]
+        ProfileOptions(micro_batches=sizes, device=device, dtype=dtype, hide_issue=hidden),  # type: ignore[arg-type]
         model_name=workload.model,
         workload=workload.to_dict(),
     )
     prof.save(str(path))
-    log(f"profile {name} at {sizes}: {time.time() - began:.1f} s")
+    log(f"{path.stem} at {sizes}: {time.time() - began:.1f} s")
     if device == "cuda":
         torch.cuda.empty_cache()
     return prof
@@ -136,6 +144,12 @@ def main() -> None:
         action="store_true",
         help="after the suite, profile every model again at its smallest size "
         "(late_profile_*.json): how far its host costs moved over the run",
+    )
+    ap.add_argument(
+        "--hidden-profiles",
+        action="store_true",
+        help="right after the profiles, profile every model again with the host's issuing "
+        "hidden from its device times (hidden_profile_*.json; hidden_issue.py compares)",
     )
     ap.add_argument(
         "--rounds",
@@ -234,6 +248,9 @@ def main() -> None:
             *((w.model, w) for w in thesis),
         ]
     }
+    if args.hidden_profiles:
+        for name, (workload, sizes) in profiled.items():
+            profile(name, workload, sizes, device=device, dtype=dtype, hidden=True)
 
     # --- configurations, most important first -------------------------------------------
     if dry:

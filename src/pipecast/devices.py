@@ -65,6 +65,30 @@ def timed(device: torch.device, fn: Callable[[], T]) -> tuple[T, float]:
     return result, time.perf_counter() - began
 
 
+def hold(device: torch.device, seconds: float) -> None:
+    """Keep `device`'s current stream busy for about `seconds` (a spinning kernel): work the
+    host issues next queues up behind it, and the device then runs that work without
+    waiting for the host. Nothing on a CPU."""
+    if device.type != "cuda" or seconds <= 0:
+        return
+    with torch.cuda.device(device):
+        torch.cuda._sleep(max(int(seconds * _spin_rate(device)), 1))  # type: ignore[no-untyped-call]
+
+
+_SPIN_RATES: dict[int, float] = {}
+
+
+def _spin_rate(device: torch.device) -> float:
+    """Cycles per second of torch.cuda._sleep on `device`, timed once per process."""
+    index = device.index or 0
+    if index not in _SPIN_RATES:
+        torch.cuda._sleep(1000)  # type: ignore[no-untyped-call]
+        cycles = 2_000_000
+        _, seconds = timed(device, lambda: torch.cuda._sleep(cycles))  # type: ignore[no-untyped-call]
+        _SPIN_RATES[index] = cycles / max(seconds, 1e-6)
+    return _SPIN_RATES[index]
+
+
 def timed_with_host(device: torch.device, fn: Callable[[], T]) -> tuple[T, float, float]:
     """Run `fn`: its result, its device time, and the host time it took to issue it (on GPU
     the host returns before the device finishes; on CPU the two are the same)."""

@@ -13,7 +13,7 @@ from pipecast.data import get_spec
 from pipecast.errors import DataError, DeviceError, ShapeError
 from pipecast.models import Workload
 from pipecast.profile import Profile, robust
-from pipecast.profile.context import Context, in_situ, rescale
+from pipecast.profile.context import HIDE_LEAD, Context, in_situ, next_lead, rescale
 from pipecast.profile.measure import split_call
 from pipecast.profile.profiler import ProfileOptions, profile_model
 from pipecast.profile.types import BlockCost
@@ -182,6 +182,36 @@ def test_in_context_backward_is_marked_block_by_block() -> None:
     assert all(t > 0 for t in ctx.backward_blocks)
     assert max(range(5), key=lambda i: ctx.backward_blocks[i]) in (2, 4)
     assert sum(ctx.backward_blocks) <= 1.5 * ctx.backward
+
+
+def test_hold_before_a_hidden_pass_grows_until_it_outlasts_the_hosts_issuing() -> None:
+    """hide_issue: a hold lasts 1.5x the host's last issue time, never shrinks, and at least
+    doubles after one that fell short of the host."""
+    assert next_lead(0.0, 2e-3, hidden=False) == pytest.approx(HIDE_LEAD * 2e-3)
+    assert next_lead(3e-3, 1e-3, hidden=True) == pytest.approx(3e-3)  # never shorter
+    assert next_lead(3e-3, 4e-3, hidden=True) == pytest.approx(HIDE_LEAD * 4e-3)
+    assert next_lead(3e-3, 1e-3, hidden=False) == pytest.approx(6e-3)  # fell short: double
+    assert next_lead(3e-3, 5e-3, hidden=False) == pytest.approx(HIDE_LEAD * 5e-3)
+    assert HIDE_LEAD > 1
+
+
+def test_hidden_issue_is_cuda_only_and_recorded_in_the_profile() -> None:
+    """On a CPU the host does the work itself: hide_issue changes nothing there, and the
+    profile says its device times were not taken with the issuing hidden."""
+    torch.manual_seed(0)
+    blocks = [nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 10)]
+    x, target = torch.randn(64, 32), torch.randint(0, 10, (64,))
+    options = ProfileOptions(device="cpu", micro_batches=(64,), warmup=1, repeats=3)
+    cpu = torch.device("cpu")
+    hidden = in_situ(
+        blocks, x, target, nn.functional.cross_entropy, cpu, replace(options, hide_issue=True)
+    )
+    assert len(hidden.forward) == 3 and all(t > 0 for t in hidden.forward)
+    w = Workload(model="lenet5", dataset="mnist")
+    p = profile_model(w.build(), w.spec, replace(FAST, hide_issue=True), model_name="lenet5")
+    assert not p.issue_hidden
+    back = Profile.from_json(replace(p, issue_hidden=True).to_json())
+    assert back.issue_hidden
 
 
 def test_rescale_shares_the_backward_as_marked_in_context() -> None:

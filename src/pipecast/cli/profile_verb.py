@@ -27,6 +27,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--repeats", type=int, default=7, help="timed repeats per measurement")
     p.add_argument("--warmup", type=int, default=2, help="untimed warm-up runs")
     p.add_argument("--offload", action="store_true", help="hold one block on the device at a time")
+    p.add_argument(
+        "--hide-issue",
+        action="store_true",
+        help="time the device with the host's issuing hidden (CUDA; not yet the default)",
+    )
     p.add_argument("-o", "--output", help="where to write the profile JSON")
     p.set_defaults(func=run)
 
@@ -77,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
         warmup=args.warmup,
         repeats=args.repeats,
         offload=True if args.offload else None,
+        hide_issue=args.hide_issue,
     )
     model = workload.build()
     with progress() as bar:

@@ -71,9 +71,15 @@ def in_situ(
     backward_blocks: list[list[float]] = [[] for _ in blocks]
     params = [p for b in blocks for p in b.parameters() if p.requires_grad]
 
+    hide = cuda and options.hide_issue
+    lead = 0.0  # seconds the device is held before a pass, with `hide`
+
     def one_pass(marked: bool) -> _Pass:
         """A whole-model forward, loss and backward; marked: an event after every block
-        and a gradient hook on every block's output, else marks at the forward's two ends."""
+        and a gradient hook on every block's output, else marks at the forward's two ends.
+        With `hide`, the device is first held for `lead` seconds."""
+        held = mark() if hide else None
+        devices.hold(device, lead if hide else 0.0)
         marks, clock = [mark()], [time.perf_counter()]
         ready: dict[int, object] = {}  # block -> when its output's gradient was ready
         h = x
@@ -93,7 +99,7 @@ def in_situ(
         torch.autograd.backward(loss)
         host_ended, ended = time.perf_counter(), mark()
         devices.synchronize(device)
-        return _Pass(marks, clock, ready, began, host_began, host_ended, ended)
+        return _Pass(marks, clock, ready, began, host_began, host_ended, ended, held)
 
     # Passes alternate: one marks every block, the next only the forward's two ends. The
     # marks cost the host time, and where the host binds they lengthen the forward; the
@@ -101,10 +107,23 @@ def in_situ(
     # accumulate from pass to pass, as they do over a step's micro-batches. A whole-model pass
     # is cheap next to the per-block runs: four times the samples, since at small
     # micro-batches these passes are host-bound and noisier.
-    for rep in range(2 * (options.warmup + 1 + 2 * options.repeats)):
+    # With `hide`, a kept pass whose hold ended before its host had issued all of it is
+    # run again with a longer hold (up to as many retries as passes).
+    passes = 2 * (options.warmup + 1 + 2 * options.repeats)
+    rep = retries = 0
+    while rep < passes:
         marked = rep % 2 == 0
         run = one_pass(marked)
-        if rep > 2 * options.warmup + 1:
+        keep = rep > 2 * options.warmup + 1
+        if hide:
+            issued = run.host_ended - run.clock[0]
+            hidden = run.held is not None and seconds(run.held, run.marks[0]) >= issued
+            lead = next_lead(lead, issued, hidden)
+            if keep and not hidden and retries < passes:
+                retries += 1
+                continue
+        rep += 1
+        if keep:
             if marked:
                 for i in range(len(blocks)):
                     forward[i].append(seconds(run.marks[i], run.marks[i + 1]))
@@ -147,6 +166,20 @@ class _Pass:
     host_began: float
     host_ended: float
     ended: object
+    held: object | None = None
+    """A mark before the device was held (hide_issue), else None."""
+
+
+HIDE_LEAD = 1.5
+"""A hold lasts this many times the host's issue time of the last pass."""
+
+
+def next_lead(lead: float, issued: float, hidden: bool) -> float:
+    """The hold before the next pass, after one that took the host `issued` seconds to issue
+    and whose hold did (`hidden`) or did not outlast that: HIDE_LEAD x the issue time, and
+    at least double the last hold when it fell short (the host has slow spells)."""
+    longer = HIDE_LEAD * issued
+    return max(lead, longer) if hidden else max(2 * lead, longer)
 
 
 def _ready(

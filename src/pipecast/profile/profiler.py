@@ -209,6 +209,10 @@ def _profile_model(
         host_split_call=b_call,
         host_reference=statistics.median(host_speed),
         host_issue=statistics.median(host_issue),
+        issue_hidden=options.hide_issue
+        and options.in_situ
+        and not offload
+        and device.type == "cuda",
     )
 
 

@@ -130,6 +130,9 @@ class Profile:
     host_issue: float = 0.0
     """hostspeed.issue() at the same points: the torch host work of a fixed tiny model, as
     fast as this process issued it while profiling (0: not recorded)."""
+    issue_hidden: bool = False
+    """Whether the in-context passes timed the device with the host's issuing hidden
+    (ProfileOptions.hide_issue), so that device times are the device's alone."""
 
     # ---- costs at any micro-batch size -------------------------------------------------
 
@@ -281,6 +284,7 @@ class Profile:
                 "host_split_call": self.host_split_call,
                 "host_reference": self.host_reference,
                 "host_issue": self.host_issue,
+                "issue_hidden": self.issue_hidden,
                 "loss": {str(k): list(v) for k, v in self.loss.items()},
                 "blocks": [
                     {
@@ -335,6 +339,7 @@ class Profile:
                 host_split_call=float(doc.get("host_split_call", 0.0)),
                 host_reference=float(doc.get("host_reference", 0.0)),
                 host_issue=float(doc.get("host_issue", 0.0)),
+                issue_hidden=bool(doc.get("issue_hidden", False)),
             )
         except (KeyError, TypeError) as exc:
             raise DataError(f"{source} is not a complete profile: missing {exc}") from None
