@@ -78,8 +78,10 @@ def in_situ(
         """A whole-model forward, loss and backward; marked: an event after every block
         and a gradient hook on every block's output, else marks at the forward's two ends.
         With `hide`, the device is first held for `lead` seconds."""
-        held = mark() if hide else None
-        devices.hold(device, lead if hide else 0.0)
+        held = None
+        if hide:
+            held = mark()
+            devices.hold(device, lead)
         marks, clock = [mark()], [time.perf_counter()]
         ready: dict[int, object] = {}  # block -> when its output's gradient was ready
         h = x
