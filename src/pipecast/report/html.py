@@ -17,6 +17,7 @@ from pipecast.hardware.cluster import Cluster
 from pipecast.partition import METHODS, Setting, analyze, partition
 from pipecast.profile.types import Profile
 from pipecast.report import observations, plots
+from pipecast.report.actions import GAP_HEADER, action_gaps, gap_rows
 from pipecast.report.gantt import gantt_pair
 from pipecast.simulate.timeline import Event
 
@@ -137,7 +138,8 @@ def build(
         ]
         if img := plots.accuracy(comps, str(out / "accuracy.png")):
             acc.images.append(img)
-        if misses := _misses(rows, out):
+        misses, gaps = _misses(rows, out)
+        if misses:
             acc.paragraphs.append(
                 f"The {len(misses)} worst-predicted configurations that recorded their actions: "
                 "the simulated step above the measured one (each rank's measured times from "
@@ -145,8 +147,23 @@ def build(
             )
             acc.images += misses
     else:
+        gaps = []
         acc.paragraphs.append("No configuration has both a prediction and a measurement yet.")
     sections.append(acc)
+    if gaps:
+        sections.append(
+            Section(
+                "The worst misses, action by action",
+                [
+                    "Each rank's actions of each kind, simulated and measured (means over the "
+                    "step). A measured action runs from the event before its first op to the "
+                    "one after its last: the device's own time where the host had issued it "
+                    "ahead of its data, the host's issuing where the host was behind. Beside "
+                    "it, the host seconds the rank spent per action of that kind."
+                ],
+                table=[GAP_HEADER, *gaps],
+            )
+        )
 
     errors = [
         (BenchConfig.from_dict(r.config), r.measured["top1_error"])
@@ -263,8 +280,9 @@ def _markdown(title: str, sections: list[Section], out: Path) -> str:
 MISSES_DRAWN = 3
 
 
-def _misses(rows: list[Row], out: Path) -> list[str]:
-    """Simulated and measured timelines of the worst-predicted rows that recorded both."""
+def _misses(rows: list[Row], out: Path) -> tuple[list[str], list[list[str]]]:
+    """Simulated and measured timelines of the worst-predicted rows that recorded both, drawn
+    (the images' paths), and their actions compared rank by rank (table rows)."""
     timed = [
         (r, r.predicted, r.measured)
         for r in rows
@@ -275,17 +293,21 @@ def _misses(rows: list[Row], out: Path) -> list[str]:
         and r.measured.get("timeline")
     ]
     timed.sort(key=lambda t: -abs(t[1]["step_time"] / t[2]["step_time"] - 1))
-    images = []
+    images: list[str] = []
+    table: list[list[str]] = []
     for i, (r, predicted, measured) in enumerate(timed[:MISSES_DRAWN]):
         error = predicted["step_time"] / measured["step_time"] - 1
         path = str(out / f"miss_{i}.png")
+        label = BenchConfig.from_dict(r.config).label()
+        simulated = [Event.from_row(e) for e in predicted["timeline"]]
+        actual = [Event.from_row(e) for e in measured["timeline"]]
         gantt_pair(
-            [Event.from_row(e) for e in predicted["timeline"]],
-            [Event.from_row(e) for e in measured["timeline"]],
+            simulated,
+            actual,
             path,
-            title=f"{BenchConfig.from_dict(r.config).label()}: predicted "
-            f"{predicted['step_time'] * 1e3:.2f} ms, measured "
+            title=f"{label}: predicted {predicted['step_time'] * 1e3:.2f} ms, measured "
             f"{measured['step_time'] * 1e3:.2f} ms ({error:+.1%})",
         )
         images.append(path)
-    return images
+        table += gap_rows(label, action_gaps(simulated, actual, measured.get("actions")))
+    return images, table
