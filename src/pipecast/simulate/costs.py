@@ -61,6 +61,13 @@ class Costs:
     """Host seconds the runtime adds to every action (its bookkeeping, posting transfers)."""
     floor_bytes: int = 0
     """Device bytes every rank holds whatever it runs (library workspaces)."""
+    launch_queue: int = 0
+    """What-if, off by default: a rank's host issues at most this many actions ahead of its
+    device (CUDA's launch queue fills and launches wait); 0: unbounded."""
+    hold_sends: bool = False
+    """What-if, off by default: a send begins only when its receiver's host reaches the
+    action that consumes it (posts the receive), and the sender's device starts nothing
+    more until then (work queued behind a waiting NCCL send on a shared hardware queue)."""
     extra: dict[str, float] = field(default_factory=dict)
 
     @classmethod

@@ -39,6 +39,10 @@ class _Rank:
     memory: int = 0
     peak: int = 0
     first_start: float = -1.0
+    finishes: list[float] = field(default_factory=list)
+    """Device finish of each action so far, in program order (launch_queue)."""
+    held_by: Action | None = None
+    """hold_sends: the consumer whose receive the device waits for before its next action."""
     in_flight: list[tuple[int, float]] = field(default_factory=list)
     """Transfer buffers the host has let go of and NCCL still holds: (bytes, when the
     transfer completes on the device)."""
@@ -108,6 +112,7 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
     events: list[Event] = []
     last_backward: dict[int, Event] = {}
     remaining = sum(len(a) for a in plan.actions)
+    links = _Links(plan, costs, available, link_free, events) if costs.hold_sends else None
     last_stage = plan.num_stages - 1
     while remaining:
         progressed = False
@@ -115,12 +120,21 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
             actions = plan.actions[r]
             while state.head < len(actions):
                 a = actions[state.head]
+                issue = state.host
+                if costs.launch_queue and state.head >= costs.launch_queue:
+                    issue = max(issue, state.finishes[state.head - costs.launch_queue])
+                if links is not None:
+                    links.posted(a, issue)
+                    if state.held_by is not None:
+                        begun = links.begun.get(state.held_by)
+                        if begun is None:
+                            break
+                        state.free, state.held_by = max(state.free, begun), None
                 deps = dependencies(plan, a)
                 if any(d not in available for d in deps):
                     break
                 ready = max((available[d] for d in deps), default=0.0)
                 st = costs.stages[a.stage]
-                issue = state.host
                 state.host = issue + _host(a, st, costs, plan)
                 state.host_busy += state.host - issue
                 start = max(state.free, ready, issue)
@@ -157,9 +171,15 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
                 elif a.kind == "F" and plan.forward_only:
                     last_backward.setdefault(a.stage, events[-1])
                 state.free = finish
+                state.finishes.append(finish)
                 end[a] = finish
                 available[a] = finish
-                _send(plan, costs, a, r, finish, available, link_free, events, state, last_stage)
+                if links is not None:
+                    state.held_by = links.send(a, r, finish)
+                else:
+                    _send(
+                        plan, costs, a, r, finish, available, link_free, events, state, last_stage
+                    )
                 if a.kind in ("B", "BW"):
                     _hold_transfers(plan, a, st, r, ready, available, state)
                 state.head += 1
@@ -217,6 +237,65 @@ def _send(
         state.free = max(state.free, arrive)
 
 
+class _Links:
+    """hold_sends: a send begins once its receiver's host has reached the consuming action
+    (posted the receive); until then its data is not available and, through `held_by`, its
+    sender's device starts nothing more."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        costs: Costs,
+        available: dict[Action, float],
+        link_free: dict[tuple[int, int], float],
+        events: list[Event],
+    ) -> None:
+        self.plan, self.costs = plan, costs
+        self.available, self.link_free, self.events = available, link_free, events
+        self.consumer: dict[Action, Action] = {}
+        for rank_actions in plan.actions:
+            for c in rank_actions:
+                for d in dependencies(plan, c):
+                    if plan.stage_to_rank[d.stage] != plan.stage_to_rank[c.stage]:
+                        self.consumer[d] = c
+        self.post: dict[Action, float] = {}
+        self.waiting: dict[Action, tuple[Action, int, float, float]] = {}
+        self.begun: dict[Action, float] = {}
+        """Consumer -> when the send feeding it began."""
+
+    def posted(self, c: Action, when: float) -> None:
+        """The receiver's host reached `c` at `when`: a send waiting for it begins."""
+        self.post.setdefault(c, when)
+        if c in self.waiting:
+            self._begin(c, *self.waiting.pop(c))
+
+    def send(self, a: Action, rank: int, finish: float) -> Action | None:
+        """`a` finished at `finish` on `rank`; the consumer its sender now waits for (None:
+        nothing crosses ranks)."""
+        c = self.consumer.get(a)
+        if c is None:
+            return None
+        if a.kind == "F":
+            seconds = _at(self.costs.forward_transfer, a.stage)
+        else:
+            seconds = _at(self.costs.backward_transfer, a.stage - 1)
+        if c in self.post:
+            self._begin(c, a, rank, finish, seconds)
+        else:
+            self.available.pop(a, None)  # not there until the send begins
+            self.waiting[c] = (a, rank, finish, seconds)
+        return c
+
+    def _begin(self, c: Action, a: Action, rank: int, finish: float, seconds: float) -> None:
+        dst = self.plan.stage_to_rank[c.stage]
+        begin = max(finish, self.post[c], self.link_free.get((rank, dst), 0.0))
+        arrive = begin + seconds
+        self.link_free[(rank, dst)] = arrive
+        self.available[a] = arrive
+        self.begun[c] = begin
+        self.events.append(Event(rank, f"send {a}", "send", begin, arrive, a.stage, a.mb))
+
+
 def _hold_transfers(
     plan: Plan,
     a: Action,
@@ -232,7 +311,7 @@ def _hold_transfers(
     if a.stage < last and plan.stage_to_rank[a.stage + 1] != rank:
         state.in_flight.append((st.output_bytes, max(ready, state.host)))
     if a.stage > 0 and plan.stage_to_rank[a.stage - 1] != rank:
-        state.in_flight.append((st.input_bytes, available[a]))
+        state.in_flight.append((st.input_bytes, available.get(a, state.free)))
 
 
 def _at(values: tuple[float, ...], index: int) -> float:
