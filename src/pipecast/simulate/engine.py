@@ -14,6 +14,9 @@ Memory is tallied per rank in the host's program order, as the caching allocator
 a tensor from when the host allocates it to when the host lets go of it. Transfer buffers
 are the exception: NCCL keeps a received or sent gradient until the transfer is done on the
 device, so a host running ahead of its device holds several at once.
+
+Two what-if terms, off by default and unused by the predictor, model compute held behind
+sends (Costs.launch_queue, Costs.hold_sends; benchmarks/held_sends_whatif.py).
 """
 
 from __future__ import annotations
