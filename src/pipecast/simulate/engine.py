@@ -224,11 +224,12 @@ def _send(
 ) -> None:
     """Move the output of `a` to the rank that consumes it, queueing on the link."""
     if a.kind == "F" and a.stage < last_stage:
-        dst, seconds = plan.stage_to_rank[a.stage + 1], _at(costs.forward_transfer, a.stage)
+        dst = plan.stage_to_rank[a.stage + 1]
     elif a.kind in ("B", "BW") and a.stage > 0:
-        dst, seconds = plan.stage_to_rank[a.stage - 1], _at(costs.backward_transfer, a.stage - 1)
+        dst = plan.stage_to_rank[a.stage - 1]
     else:
         return
+    seconds = _transfer_seconds(costs, a)
     if dst == rank or seconds <= 0:
         return
     begin = max(finish, link_free.get((rank, dst), 0.0))
@@ -278,10 +279,7 @@ class _Links:
         c = self.consumer.get(a)
         if c is None:
             return None
-        if a.kind == "F":
-            seconds = _at(self.costs.forward_transfer, a.stage)
-        else:
-            seconds = _at(self.costs.backward_transfer, a.stage - 1)
+        seconds = _transfer_seconds(self.costs, a)
         if c in self.post:
             self._begin(c, a, rank, finish, seconds)
         else:
@@ -315,6 +313,14 @@ def _hold_transfers(
         state.in_flight.append((st.output_bytes, max(ready, state.host)))
     if a.stage > 0 and plan.stage_to_rank[a.stage - 1] != rank:
         state.in_flight.append((st.input_bytes, available.get(a, state.free)))
+
+
+def _transfer_seconds(costs: Costs, a: Action) -> float:
+    """Seconds to move `a`'s output to its consumer: an F's activation forward, a
+    backward's input gradient back."""
+    if a.kind == "F":
+        return _at(costs.forward_transfer, a.stage)
+    return _at(costs.backward_transfer, a.stage - 1)
 
 
 def _at(values: tuple[float, ...], index: int) -> float:
