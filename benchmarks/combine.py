@@ -37,9 +37,10 @@ from pipecast.profile.types import Profile
 from pipecast.report.html import build
 
 
-def run_profiles(run: Path) -> dict[str, Profile]:
+def run_profiles(run: Path, prefix: str = "profile_") -> dict[str, Profile]:
+    """The run's profiles named `prefix`*.json, by workload key."""
     out = {}
-    for path in sorted(glob.glob(str(run / "profile_*.json"))):
+    for path in sorted(glob.glob(str(run / f"{prefix}*.json"))):
         if path.endswith("profile_bars.json"):
             continue
         profile = Profile.load(path)

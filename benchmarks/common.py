@@ -31,3 +31,48 @@ def dump(name: str, data: Any) -> None:
 
 def left(budget_s: float) -> float:
     return budget_s - (time.time() - START)
+
+
+def stored_configs(store: Path, wanted: tuple[tuple[str, str, str, int], ...], suite: str) -> Any:
+    """The 4-GPU pipecast configurations of a stored run whose (model, dataset, schedule,
+    micro-batches) are in `wanted` (the first of each, cut backward), in `wanted`'s order,
+    moved to `suite`: list[BenchConfig]."""
+    from dataclasses import replace
+
+    from pipecast.bench.config import BenchConfig
+    from pipecast.bench.store import Store
+
+    out: dict[tuple[str, str, str, int], BenchConfig] = {}
+    for row in Store(str(store)).rows():
+        c = BenchConfig.from_dict(row.config)
+        key = (c.workload.model, c.workload.dataset, c.schedule, c.microbatches)
+        if c.system == "pipecast" and c.gpus == 4 and key in wanted and c.cut_backward:
+            out.setdefault(key, replace(c, suite=suite))
+    return [out[k] for k in wanted if k in out]
+
+
+def dry_pipelines(suite: str, schedules: tuple[str, ...]) -> Any:
+    """A dry run's stand-ins: VGG-11/CIFAR-10 split in two over 2 CPU ranks, M=4, one
+    configuration per schedule: list[BenchConfig]."""
+    from pipecast.bench.config import BenchConfig
+    from pipecast.models.workload import Workload
+
+    workload = Workload(model="vgg11", dataset="cifar10")
+    n = len(workload.build())
+    return [
+        BenchConfig(
+            suite=suite,
+            system="pipecast",
+            workload=workload,
+            gpus=2,
+            batch=16,
+            boundaries=(0, n // 2, n),
+            schedule=schedule,
+            microbatches=4,
+            device="cpu",
+            dtype="fp32",
+            steps=2,
+            warmup=1,
+        )
+        for schedule in schedules
+    ]

@@ -14,25 +14,12 @@ last stage of VGG-16/CIFAR-10 took 46-47 us against 251-252 us profiled).
 from __future__ import annotations
 
 import argparse
-import glob
-from dataclasses import replace
 from pathlib import Path
 
-from combine import repredicted, run_profiles, split_call_estimate
+from combine import repredicted, run_profiles
 
 from pipecast.bench.accuracy import comparisons, summary
-from pipecast.models.workload import Workload
 from pipecast.profile.types import Profile
-
-
-def hidden_profiles(run: Path) -> dict[str, Profile]:
-    out = {}
-    for path in sorted(glob.glob(str(run / "hidden_profile_*.json"))):
-        profile = Profile.load(path)
-        if profile.workload:
-            out[Workload.from_dict(profile.workload).key] = profile
-    call = split_call_estimate(out.values())
-    return {k: p if p.host_split_call else replace(p, host_split_call=call) for k, p in out.items()}
 
 
 def device_share(plain: Profile, hidden: Profile) -> list[str]:
@@ -67,7 +54,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("runs", nargs="+", help="run directories with hidden_profile_*.json")
     for run in map(Path, ap.parse_args().runs):
-        plain, hidden = run_profiles(run), hidden_profiles(run)
+        plain, hidden = run_profiles(run), run_profiles(run, "hidden_profile_")
         if not hidden:
             print(f"{run}: no hidden_profile_*.json (made by gpu_run.py --hidden-profiles)")
             continue

@@ -13,15 +13,13 @@ single call: launches that wait for a full queue take milliseconds instead of mi
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
 from typing import Any
 
 import torch
-from common import ROOT, dump, log
+from common import ROOT, dry_pipelines, dump, log, stored_configs
 
 from pipecast.bench.config import BenchConfig
 from pipecast.bench.runner import pipecast_job
-from pipecast.bench.store import Store
 from pipecast.runtime.launch import Context, spawn
 from pipecast.runtime.worker import run_rank
 
@@ -37,36 +35,11 @@ CALLS = ("cudaLaunchKernel", "cudaEventRecord", "cudaStreamWaitEvent", "cudaLaun
 
 def chosen() -> list[BenchConfig]:
     """Run 7's 4-GPU pipecast rows of WANTED (the first of each)."""
-    out: dict[tuple[str, str, str, int], BenchConfig] = {}
-    for row in Store(str(RUN)).rows():
-        c = BenchConfig.from_dict(row.config)
-        key = (c.workload.model, c.workload.dataset, c.schedule, c.microbatches)
-        if c.system == "pipecast" and c.gpus == 4 and key in WANTED and c.cut_backward:
-            out.setdefault(key, replace(c, suite="stalls"))
-    return [out[k] for k in WANTED if k in out]
+    return stored_configs(RUN, WANTED, "stalls")
 
 
 def dry_configs() -> list[BenchConfig]:
-    from pipecast.models.workload import Workload
-
-    workload = Workload(model="vgg11", dataset="cifar10")
-    n = len(workload.build())
-    return [
-        BenchConfig(
-            suite="stalls",
-            system="pipecast",
-            workload=workload,
-            gpus=2,
-            batch=16,
-            boundaries=(0, n // 2, n),
-            schedule="1f1b",
-            microbatches=4,
-            device="cpu",
-            dtype="fp32",
-            steps=2,
-            warmup=1,
-        )
-    ]
+    return dry_pipelines("stalls", ("1f1b",))
 
 
 def _rank(ctx: Context, configs: list[dict[str, Any]]) -> list[dict[str, Any]]:

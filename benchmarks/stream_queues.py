@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from common import OUT, ROOT, dump, log
+from common import OUT, ROOT, dry_pipelines, dump, log, stored_configs
 
 from pipecast.bench.config import BenchConfig
 from pipecast.bench.runner import run_suite
@@ -41,35 +40,11 @@ WANTED = (
 
 def chosen() -> list[BenchConfig]:
     """Run 7's 4-GPU pipecast rows of WANTED (the first of each)."""
-    out: dict[tuple[str, str, str, int], BenchConfig] = {}
-    for row in Store(str(RUN)).rows():
-        c = BenchConfig.from_dict(row.config)
-        key = (c.workload.model, c.workload.dataset, c.schedule, c.microbatches)
-        if c.system == "pipecast" and c.gpus == 4 and key in WANTED and c.cut_backward:
-            out.setdefault(key, replace(c, suite="queues"))
-    return [out[k] for k in WANTED if k in out]
+    return stored_configs(RUN, WANTED, "queues")
 
 
 def dry_configs() -> list[BenchConfig]:
-    from pipecast.models.workload import Workload
-
-    workload = Workload(model="vgg11", dataset="cifar10")
-    n = len(workload.build())
-    base = BenchConfig(
-        suite="queues",
-        system="pipecast",
-        workload=workload,
-        gpus=2,
-        boundaries=(0, n // 2, n),
-        batch=16,
-        schedule="gpipe",
-        microbatches=4,
-        device="cpu",
-        dtype="fp32",
-        steps=2,
-        warmup=1,
-    )
-    return [base, replace(base, schedule="1f1b")]
+    return dry_pipelines("queues", ("gpipe", "1f1b"))
 
 
 def digest(row: Any) -> dict[str, Any]:
