@@ -90,6 +90,7 @@ def _profile_model(
     if not options.autocast:
         model = model.to(dtype)
     offload = options.offload if options.offload is not None else not _fits(model, device)
+    in_context = options.in_situ and not offload  # whole-model passes (context.in_situ)
     if not offload:
         model = model.to(device)
     loss_fn = loss_for(spec)
@@ -168,7 +169,7 @@ def _profile_model(
         loss[mb] = measure_loss(loss_fn, x, target, device, options)
         host_speed.append(hostspeed.reference())
         host_issue.append(hostspeed.issue(device))
-        if options.in_situ and not offload:
+        if in_context:
             first, _ = synthetic_batch(spec, mb, seed=options.seed, dtype=dtype)
             with quiet_gc():
                 context = in_situ(blocks, first.to(device), target, loss_fn, device, options)
@@ -209,10 +210,7 @@ def _profile_model(
         host_split_call=b_call,
         host_reference=statistics.median(host_speed),
         host_issue=statistics.median(host_issue),
-        issue_hidden=options.hide_issue
-        and options.in_situ
-        and not offload
-        and device.type == "cuda",
+        issue_hidden=options.hide_issue and in_context and device.type == "cuda",
     )
 
 
