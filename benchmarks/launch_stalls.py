@@ -59,7 +59,7 @@ def _rank(ctx: Context, configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for event in prof.events():
             if event.name in CALLS:
                 c = calls.setdefault(event.name, {"seconds": 0.0, "count": 0.0, "longest": 0.0})
-                seconds = event.cpu_time_range.elapsed_us() / 1e6
+                seconds = event.time_range.elapsed_us() / 1e6
                 c["seconds"] += seconds / steps
                 c["count"] += 1 / steps
                 c["longest"] = max(c["longest"], seconds)

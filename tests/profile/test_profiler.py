@@ -13,7 +13,15 @@ from pipecast.data import get_spec
 from pipecast.errors import DataError, DeviceError, ShapeError
 from pipecast.models import Workload
 from pipecast.profile import Profile, robust
-from pipecast.profile.context import HIDE_LEAD, Context, in_situ, next_lead, rescale
+from pipecast.profile.context import (
+    HIDE_CAP,
+    HIDE_LEAD,
+    Context,
+    Hold,
+    in_situ,
+    next_lead,
+    rescale,
+)
 from pipecast.profile.measure import split_call
 from pipecast.profile.profiler import ProfileOptions, profile_model
 from pipecast.profile.types import BlockCost
@@ -195,6 +203,58 @@ def test_hold_before_a_hidden_pass_grows_until_it_outlasts_the_hosts_issuing() -
     assert HIDE_LEAD > 1
 
 
+def test_a_hold_that_can_never_outlast_its_host_gives_up_instead_of_growing() -> None:
+    """A pass whose host waits on its device takes the host the hold plus its own issuing:
+    the hold grows to HIDE_CAP x the first pass's issue time and no further, and then
+    hiding is given up. A host that the hold does outlast keeps it."""
+    synced = Hold()
+    assert not synced.after(issued=1e-3, held=0.0)  # the first pass has no hold
+    leads = []
+    while not synced.given_up:
+        leads.append(synced.lead)
+        assert len(leads) < 20, "the hold grew without end"
+        synced.after(issued=synced.lead + 1e-3, held=synced.lead)
+    assert leads[0] == pytest.approx(HIDE_LEAD * 1e-3)
+    assert max(leads) == pytest.approx(HIDE_CAP * 1e-3)
+    assert leads == sorted(leads)
+
+    plain = Hold()
+    plain.after(issued=1e-3, held=0.0)
+    for _ in range(30):
+        assert plain.after(issued=1e-3, held=plain.lead)
+    assert not plain.given_up and plain.lead == pytest.approx(HIDE_LEAD * 1e-3)
+
+
+def test_hidden_passes_give_device_times_and_plain_passes_host_times() -> None:
+    """Behind a held device the host waits for room in the launch queue, so a hidden pass's
+    host times are not the host's own: the merged context takes only its device times, and
+    nothing from passes whose issuing was not hidden."""
+    plain = Context(
+        forward=[3e-4, 2e-4],
+        backward=9e-4,
+        host_forward=[3e-4, 2e-4],
+        host_backward=5e-4,
+        backward_blocks=[5e-4, 4e-4],
+    )
+    held = Context(
+        forward=[1e-4, 5e-5],
+        backward=4e-4,
+        host_forward=[6e-4, 4e-4],
+        host_backward=9e-4,
+        backward_blocks=[2e-4, 2e-4],
+        issue_hidden=True,
+    )
+    merged = plain.device_from(held)
+    assert merged.issue_hidden
+    assert (merged.forward, merged.backward, merged.backward_blocks) == (
+        held.forward,
+        held.backward,
+        held.backward_blocks,
+    )
+    assert (merged.host_forward, merged.host_backward) == (plain.host_forward, 5e-4)
+    assert plain.device_from(replace(held, issue_hidden=False)) == plain
+
+
 def test_hidden_issue_is_cuda_only_and_recorded_in_the_profile() -> None:
     """On a CPU the host does the work itself: hide_issue changes nothing there, and the
     profile says its device times were not taken with the issuing hidden."""
@@ -207,6 +267,7 @@ def test_hidden_issue_is_cuda_only_and_recorded_in_the_profile() -> None:
         blocks, x, target, nn.functional.cross_entropy, cpu, replace(options, hide_issue=True)
     )
     assert len(hidden.forward) == 3 and all(t > 0 for t in hidden.forward)
+    assert not hidden.issue_hidden
     w = Workload(model="lenet5", dataset="mnist")
     p = profile_model(w.build(), w.spec, replace(FAST, hide_issue=True), model_name="lenet5")
     assert not p.issue_hidden

@@ -33,6 +33,24 @@ class Context:
     backward_blocks: list[float] | None = None
     """Device seconds of each block's backward inside the whole backward (None: a block's
     output took no gradient hook, so its boundary could not be marked)."""
+    issue_hidden: bool = False
+    """The kept passes ran behind a hold that outlasted the host's issuing of them
+    (ProfileOptions.hide_issue on a GPU, and no pass waited on its device)."""
+
+    def device_from(self, held: Context) -> Context:
+        """These passes' host times with `held`'s device times, where `held` hid the host's
+        issuing. Its own host times are not the host's alone: behind a held device CUDA's
+        launch queue fills and the host waits for room (4 x H100: the last stage of
+        VGG-16 read 1.8x the plain passes' host time)."""
+        if not held.issue_hidden:
+            return self
+        return replace(
+            self,
+            forward=held.forward,
+            backward=held.backward,
+            backward_blocks=held.backward_blocks or self.backward_blocks,
+            issue_hidden=True,
+        )
 
 
 def in_situ(
@@ -72,7 +90,7 @@ def in_situ(
     params = [p for b in blocks for p in b.parameters() if p.requires_grad]
 
     hide = cuda and options.hide_issue
-    lead = 0.0  # seconds the device is held before a pass, with `hide`
+    hold = Hold()  # how long the device is held before a pass, with `hide`
 
     def one_pass(marked: bool) -> _Pass:
         """A whole-model forward, loss and backward; marked: an event after every block
@@ -81,7 +99,7 @@ def in_situ(
         held = None
         if hide:
             held = mark()
-            devices.hold(device, lead)
+            devices.hold(device, hold.lead)
         marks, clock = [mark()], [time.perf_counter()]
         ready: dict[int, object] = {}  # block -> when its output's gradient was ready
         h = x
@@ -110,7 +128,9 @@ def in_situ(
     # is cheap next to the per-block runs: four times the samples, since at small
     # micro-batches these passes are host-bound and noisier.
     # With `hide`, a kept pass whose hold ended before its host had issued all of it is
-    # run again with a longer hold (up to as many retries as passes).
+    # run again with a longer hold (up to as many retries as passes). A pass whose host
+    # waits on its device can't be hidden: when the longest hold falls short, the passes
+    # start over without holds.
     passes = 2 * (options.warmup + 1 + 2 * options.repeats)
     rep = retries = 0
     while rep < passes:
@@ -118,9 +138,18 @@ def in_situ(
         run = one_pass(marked)
         keep = rep > 2 * options.warmup + 1
         if hide:
-            issued = run.host_ended - run.clock[0]
-            hidden = run.held is not None and seconds(run.held, run.marks[0]) >= issued
-            lead = next_lead(lead, issued, hidden)
+            assert run.held is not None
+            hidden = hold.after(
+                issued=run.host_ended - run.clock[0], held=seconds(run.held, run.marks[0])
+            )
+            if hold.given_up:
+                hide, rep = False, 0
+                for kept in (forward, host_forward, backward_blocks):
+                    for per_block in kept:
+                        per_block.clear()
+                for kept_whole in (whole, host_whole, backward, host_backward):
+                    kept_whole.clear()
+                continue
             if keep and not hidden and retries < passes:
                 retries += 1
                 continue
@@ -153,6 +182,7 @@ def in_situ(
         backward_blocks=[robust(b).median for b in backward_blocks]
         if all(backward_blocks)
         else None,
+        issue_hidden=hide,
     )
 
 
@@ -174,6 +204,8 @@ class _Pass:
 
 HIDE_LEAD = 1.5
 """A hold lasts this many times the host's issue time of the last pass."""
+HIDE_CAP = 8.0
+"""A hold lasts at most this many times the first pass's issue time (taken with no hold)."""
 
 
 def next_lead(lead: float, issued: float, hidden: bool) -> float:
@@ -182,6 +214,30 @@ def next_lead(lead: float, issued: float, hidden: bool) -> float:
     at least double the last hold when it fell short (the host has slow spells)."""
     longer = HIDE_LEAD * issued
     return max(lead, longer) if hidden else max(2 * lead, longer)
+
+
+@dataclass(slots=True)
+class Hold:
+    """The hold before each pass with hide_issue, grown by next_lead up to HIDE_CAP x the
+    first pass's issue time. A pass whose host waits on its device (a sync inside it) takes
+    the host the hold plus its own issuing, so no hold outlasts it: when the longest hold
+    falls short, hiding is given up rather than grown without end."""
+
+    lead: float = 0.0
+    """Seconds the device is held before the next pass."""
+    cap: float | None = None
+    given_up: bool = False
+
+    def after(self, *, issued: float, held: float) -> bool:
+        """Whether a pass the host took `issued` seconds to issue, behind a hold the device
+        spent `held` seconds in, was hidden; sets the next hold."""
+        hidden = held >= issued
+        if self.cap is None:  # the first pass: no hold yet, its plain issue time
+            self.cap = HIDE_CAP * issued
+        elif not hidden and self.lead >= self.cap:
+            self.given_up = True
+        self.lead = min(next_lead(self.lead, issued, hidden), self.cap)
+        return hidden
 
 
 def _ready(

@@ -13,6 +13,7 @@ import datetime
 import gc
 import statistics
 from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 from torch import nn
@@ -104,6 +105,7 @@ def _profile_model(
     fixed_step = optimizer_fixed(device, dtype, options)
     b_call = split_call(device, dtype, options)
     host_speed, host_issue = [hostspeed.reference()], [hostspeed.issue(device)]
+    hidden: list[bool] = []  # per micro-batch size: its passes' issuing was hidden
     for mb in sizes:
         gc.collect()
         x, target = synthetic_batch(spec, mb, seed=options.seed, dtype=dtype)
@@ -172,7 +174,13 @@ def _profile_model(
         if in_context:
             first, _ = synthetic_batch(spec, mb, seed=options.seed, dtype=dtype)
             with quiet_gc():
-                context = in_situ(blocks, first.to(device), target, loss_fn, device, options)
+                x_in = first.to(device)
+                plain = replace(options, hide_issue=False)
+                context = in_situ(blocks, x_in, target, loss_fn, device, plain)
+                if options.hide_issue and device.type == "cuda":
+                    behind = in_situ(blocks, x_in, target, loss_fn, device, options)
+                    context = context.device_from(behind)
+            hidden.append(context.issue_hidden)
             rescale(
                 costs,
                 mb,
@@ -210,7 +218,7 @@ def _profile_model(
         host_split_call=b_call,
         host_reference=statistics.median(host_speed),
         host_issue=statistics.median(host_issue),
-        issue_hidden=options.hide_issue and in_context and device.type == "cuda",
+        issue_hidden=bool(hidden) and all(hidden),
     )
 
 

@@ -131,8 +131,9 @@ class Profile:
     """hostspeed.issue() at the same points: the torch host work of a fixed tiny model, as
     fast as this process issued it while profiling (0: not recorded)."""
     issue_hidden: bool = False
-    """Whether the in-context passes timed the device with the host's issuing hidden
-    (ProfileOptions.hide_issue), so that device times are the device's alone."""
+    """Whether the in-context passes of every size timed the device with the host's issuing
+    hidden (ProfileOptions.hide_issue), so that device times are the device's alone (False
+    where a pass waited on its device and hiding was given up)."""
 
     # ---- costs at any micro-batch size -------------------------------------------------
 
