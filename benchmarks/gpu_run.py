@@ -37,11 +37,12 @@ def profile(
     *,
     device: str,
     dtype: str,
-    hidden: bool = False,
+    plain: bool = False,
 ) -> Profile:
-    """`name`'s profile at `sizes` (hidden: with the host's issuing hidden from the device
-    times, ProfileOptions.hide_issue, saved apart as hidden_profile_*.json)."""
-    path = OUT / f"{'hidden_' if hidden else ''}profile_{name}.json"
+    """`name`'s profile at `sizes` (plain: device times from plain passes, without
+    ProfileOptions.hide_issue, as profiles were taken up to h100x4-run10; saved apart as
+    plain_profile_*.json)."""
+    path = OUT / f"{'plain_' if plain else ''}profile_{name}.json"
     if RESUME and path.exists():  # a run continued on the same machine keeps its profiles
         log(f"profile {name}: reused {path.name}")
         return Profile.load(str(path))
@@ -49,7 +50,7 @@ def profile(
     prof = profile_model(
         workload.build(),
         workload.spec,
-        ProfileOptions(micro_batches=sizes, device=device, dtype=dtype, hide_issue=hidden),  # type: ignore[arg-type]
+        ProfileOptions(micro_batches=sizes, device=device, dtype=dtype, hide_issue=not plain),  # type: ignore[arg-type]
         model_name=workload.model,
         workload=workload.to_dict(),
     )
@@ -146,10 +147,11 @@ def main() -> None:
         "(late_profile_*.json): how far its host costs moved over the run",
     )
     ap.add_argument(
-        "--hidden-profiles",
+        "--plain-profiles",
         action="store_true",
-        help="after the suite, profile every model again with the host's issuing hidden "
-        "from its device times (hidden_profile_*.json; hidden_issue.py compares)",
+        help="after the suite, profile every model again with device times from plain "
+        "passes, the host's issuing not hidden (plain_profile_*.json; hidden_issue.py "
+        "compares)",
     )
     ap.add_argument(
         "--rounds",
@@ -382,14 +384,14 @@ def main() -> None:
         deadline=time.time() + left(args.budget),
         rounds=args.rounds,
     )
-    if args.hidden_profiles:  # after the suite, which a slow profile can't then cut short;
+    if args.plain_profiles:  # after the suite, which a slow profile can't then cut short;
         # the models whose small micro-batches bind their host first
         first = ("vgg16_cifar", "resnet18", "mobilenetv2", "resnet50")
         for name in sorted(
             profiled, key=lambda n: (n not in first, first.index(n) if n in first else 0)
         ):
             workload, sizes = profiled[name]
-            profile(name, workload, sizes, device=device, dtype=dtype, hidden=True)
+            profile(name, workload, sizes, device=device, dtype=dtype, plain=True)
     if args.late_profiles:
         for name, (workload, sizes) in profiled.items():
             began = time.time()

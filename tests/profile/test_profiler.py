@@ -18,6 +18,7 @@ from pipecast.profile.context import (
     HIDE_LEAD,
     Context,
     Hold,
+    in_place,
     in_situ,
     next_lead,
     rescale,
@@ -253,6 +254,30 @@ def test_hidden_passes_give_device_times_and_plain_passes_host_times() -> None:
     )
     assert (merged.host_forward, merged.host_backward) == (plain.host_forward, 5e-4)
     assert plain.device_from(replace(held, issue_hidden=False)) == plain
+
+
+def test_device_times_come_from_held_passes_only_where_every_size_hid() -> None:
+    """Device times interpolate between sizes, so a profile takes them from the passes
+    behind a hold at every size or at none: one size that could not be hidden leaves the
+    plain passes' device times everywhere. Host times are always the plain passes'."""
+
+    def ctx(t: float, hidden: bool = False) -> Context:
+        return Context(
+            forward=[t],
+            backward=2 * t,
+            host_forward=[3 * t],
+            host_backward=4 * t,
+            issue_hidden=hidden,
+        )
+
+    plain = {4: ctx(1e-3), 8: ctx(2e-3)}
+    held = {4: ctx(1e-4, hidden=True), 8: ctx(2e-4, hidden=True)}
+    kept = in_place(plain, held)
+    assert [kept[mb].forward for mb in (4, 8)] == [[1e-4], [2e-4]]
+    assert [kept[mb].host_forward for mb in (4, 8)] == [[3e-3], [6e-3]]
+    assert all(c.issue_hidden for c in kept.values())
+    assert in_place(plain, {**held, 8: ctx(2e-4)}) == plain  # size 8 could not be hidden
+    assert in_place(plain, {}) == plain  # hide_issue off, or a CPU
 
 
 def test_hidden_issue_is_cuda_only_and_recorded_in_the_profile() -> None:

@@ -29,8 +29,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--offload", action="store_true", help="hold one block on the device at a time")
     p.add_argument(
         "--hide-issue",
-        action="store_true",
-        help="time the device with the host's issuing hidden (CUDA; not yet the default)",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="time the device with the host's issuing hidden (CUDA; --no-hide-issue: "
+        "device times from plain passes, as profiles before it were taken)",
     )
     p.add_argument("-o", "--output", help="where to write the profile JSON")
     p.set_defaults(func=run)

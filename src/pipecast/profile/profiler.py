@@ -24,7 +24,7 @@ from pipecast.data.spec import DatasetSpec
 from pipecast.data.synthetic import synthetic_batch
 from pipecast.errors import ConfigError, DeviceError
 from pipecast.models.summary import block_name
-from pipecast.profile.context import in_situ, rescale
+from pipecast.profile.context import Context, in_place, in_situ, rescale
 from pipecast.profile.measure import (
     BlockRun,
     measure_block,
@@ -105,7 +105,8 @@ def _profile_model(
     fixed_step = optimizer_fixed(device, dtype, options)
     b_call = split_call(device, dtype, options)
     host_speed, host_issue = [hostspeed.reference()], [hostspeed.issue(device)]
-    hidden: list[bool] = []  # per micro-batch size: its passes' issuing was hidden
+    plain_passes: dict[int, Context] = {}  # per size: whole-model passes
+    held_passes: dict[int, Context] = {}  # per size: passes behind a hold (hide_issue)
     for mb in sizes:
         gc.collect()
         x, target = synthetic_batch(spec, mb, seed=options.seed, dtype=dtype)
@@ -176,17 +177,12 @@ def _profile_model(
             with quiet_gc():
                 x_in = first.to(device)
                 plain = replace(options, hide_issue=False)
-                context = in_situ(blocks, x_in, target, loss_fn, device, plain)
+                plain_passes[mb] = in_situ(blocks, x_in, target, loss_fn, device, plain)
                 if options.hide_issue and device.type == "cuda":
-                    behind = in_situ(blocks, x_in, target, loss_fn, device, options)
-                    context = context.device_from(behind)
-            hidden.append(context.issue_hidden)
-            rescale(
-                costs,
-                mb,
-                context,
-                loss_backward=loss[mb][1],
-            )
+                    held_passes[mb] = in_situ(blocks, x_in, target, loss_fn, device, options)
+    contexts = in_place(plain_passes, held_passes)
+    for mb, context in contexts.items():
+        rescale(costs, mb, context, loss_backward=loss[mb][1])
     return Profile(
         model=model_name,
         dataset=spec.name,
@@ -218,7 +214,7 @@ def _profile_model(
         host_split_call=b_call,
         host_reference=statistics.median(host_speed),
         host_issue=statistics.median(host_issue),
-        issue_hidden=bool(hidden) and all(hidden),
+        issue_hidden=bool(contexts) and all(c.issue_hidden for c in contexts.values()),
     )
 
 

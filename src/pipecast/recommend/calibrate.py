@@ -57,13 +57,15 @@ def calibrated_profile(
     Returns (profile, came_from_cache)."""
     dev = devices.resolve(device)
     name = devices.name(dev)
-    key = _key(workload.key, name, dtype, autocast, torch.__version__, sizes)
-    path = cache_dir() / f"profile-{workload.model.replace(':', '_')}-{key}.json"
-    if path.exists():
-        return Profile.load(str(path)), True
     options = ProfileOptions(
         micro_batches=sizes, device=device, dtype=dtype, autocast=autocast, warmup=2, repeats=5
     )
+    # profiles cached before device times were taken with the issuing hidden are re-taken
+    hidden = f"hide_issue={options.hide_issue}"
+    key = _key(workload.key, name, dtype, autocast, torch.__version__, sizes, hidden)
+    path = cache_dir() / f"profile-{workload.model.replace(':', '_')}-{key}.json"
+    if path.exists():
+        return Profile.load(str(path)), True
     profile = profile_model(
         workload.build(),
         workload.spec,

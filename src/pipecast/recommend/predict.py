@@ -20,10 +20,10 @@ from pipecast.training import Optimizer
 PLACEMENT: dict[str, Placement] = {"interleaved": "loop", "zb-v": "v"}
 
 ERROR_BAND = {"device": 0.11, "host": 0.29}
-"""The 80th percentile of |predicted - measured| / measured step time over 633 configurations
-of thirteen runs on twelve machines (benchmarks/results: h200x4-run9 and -run10, h200x2-run1
-to -run3 on H200, h100x4-run1 to -run8 on H100): 363 device-bound (median 4.3%), 270
-host-bound (median 15.6%; the host's own speed moves by up to 2x within minutes)."""
+"""The 80th percentile of |predicted - measured| / measured step time over 749 configurations
+of fifteen runs on fourteen machines (benchmarks/results: h200x4-run9 and -run10, h200x2-run1
+to -run3 on H200, h100x4-run1 to -run10 on H100): 424 device-bound (median 4.0%), 325
+host-bound (median 14.5%; the host's own speed moves by up to 2x within minutes)."""
 
 
 @dataclass(frozen=True, kw_only=True)
