@@ -108,10 +108,10 @@ def main() -> None:
             if plain_first
             else hidden,
         }
-        before = comparisons(repredicted(run, plain))
-        for name, profiles in sets.items():
-            print(" " + line(name, summary(comparisons(repredicted(run, profiles)))))
-        after = comparisons(repredicted(run, list(sets.values())[-1]))
+        compared = {name: comparisons(repredicted(run, ps)) for name, ps in sets.items()}
+        for name, comps in compared.items():
+            print(" " + line(name, summary(comps)))
+        before, after = compared["plain profiles "], list(compared.values())[-1]
         moved = sorted(
             zip(before, after, strict=True), key=lambda ba: -abs(ba[1].error - ba[0].error)
         )

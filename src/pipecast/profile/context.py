@@ -133,6 +133,7 @@ def in_situ(
     # start over without holds.
     passes = 2 * (options.warmup + 1 + 2 * options.repeats)
     rep = retries = 0
+    shown = False  # a kept pass's issuing was not hidden (its retries ran out)
     while rep < passes:
         marked = rep % 2 == 0
         run = one_pass(marked)
@@ -150,9 +151,11 @@ def in_situ(
                 for kept_whole in (whole, host_whole, backward, host_backward):
                     kept_whole.clear()
                 continue
-            if keep and not hidden and retries < passes:
-                retries += 1
-                continue
+            if keep and not hidden:
+                if retries < passes:
+                    retries += 1
+                    continue
+                shown = True
         rep += 1
         if keep:
             if marked:
@@ -182,7 +185,7 @@ def in_situ(
         backward_blocks=[robust(b).median for b in backward_blocks]
         if all(backward_blocks)
         else None,
-        issue_hidden=hide,
+        issue_hidden=hide and not shown,
     )
 
 
@@ -230,9 +233,10 @@ def next_lead(lead: float, issued: float, hidden: bool) -> float:
 @dataclass(slots=True)
 class Hold:
     """The hold before each pass with hide_issue, grown by next_lead up to HIDE_CAP x the
-    first pass's issue time. A pass whose host waits on its device (a sync inside it) takes
-    the host the hold plus its own issuing, so no hold outlasts it: when the longest hold
-    falls short, hiding is given up rather than grown without end."""
+    first pass's issue time. A pass whose host waits on its device (CUDA's launch queue
+    full behind the hold, or a sync inside the pass) takes the host the hold plus its own
+    issuing, so no hold outlasts it: when the longest hold falls short, hiding is given up
+    rather than grown without end (h100x4-run9: GPT's hold grew for over five minutes)."""
 
     lead: float = 0.0
     """Seconds the device is held before the next pass."""
