@@ -13,16 +13,8 @@ from pipecast.data import get_spec
 from pipecast.errors import DataError, DeviceError, ShapeError
 from pipecast.models import Workload
 from pipecast.profile import Profile, robust
-from pipecast.profile.context import (
-    HIDE_CAP,
-    HIDE_LEAD,
-    Context,
-    Hold,
-    in_place,
-    in_situ,
-    next_lead,
-    rescale,
-)
+from pipecast.profile.context import Context, in_place, in_situ, rescale
+from pipecast.profile.hold import HIDE_CAP, HIDE_LEAD, Hold, next_lead
 from pipecast.profile.measure import split_call
 from pipecast.profile.profiler import ProfileOptions, profile_model
 from pipecast.profile.types import BlockCost
