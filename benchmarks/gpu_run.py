@@ -387,9 +387,10 @@ def main() -> None:
     if args.plain_profiles:  # after the suite, which a slow profile can't then cut short;
         # the models whose small micro-batches bind their host first
         first = ("vgg16_cifar", "resnet18", "mobilenetv2", "resnet50")
-        for name in sorted(
-            profiled, key=lambda n: (n not in first, first.index(n) if n in first else 0)
-        ):
+        for name in [
+            *(n for n in first if n in profiled),
+            *(n for n in profiled if n not in first),
+        ]:
             workload, sizes = profiled[name]
             profile(name, workload, sizes, device=device, dtype=dtype, plain=True)
     if args.late_profiles:

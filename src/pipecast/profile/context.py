@@ -65,6 +65,35 @@ def in_situ(
     """Device and host seconds of every block's forward inside one whole-model pass, and of
     the whole backward and each block's share of it (marked where the gradient of each
     block's output is ready: autograd hooks record an event on the backward's stream)."""
+    context = _passes(blocks, x, target, loss_fn, device, options, hide=False)
+    assert context is not None  # only hidden passes can fail
+    return context
+
+
+def in_situ_hidden(
+    blocks: list[nn.Module],
+    x: torch.Tensor,
+    target: torch.Tensor,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    device: torch.device,
+    options: ProfileOptions,
+) -> Context | None:
+    """As in_situ, each pass behind a hold that lets the host issue all of it first
+    (ProfileOptions.hide_issue; on a GPU): their device times are the device's alone.
+    None where the issuing could not be hidden."""
+    return _passes(blocks, x, target, loss_fn, device, options, hide=device.type == "cuda")
+
+
+def _passes(
+    blocks: list[nn.Module],
+    x: torch.Tensor,
+    target: torch.Tensor,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    device: torch.device,
+    options: ProfileOptions,
+    *,
+    hide: bool,
+) -> Context | None:
     cuda = device.type == "cuda"
 
     def mark() -> object:
@@ -90,7 +119,6 @@ def in_situ(
     backward_blocks: list[list[float]] = [[] for _ in blocks]
     params = [p for b in blocks for p in b.parameters() if p.requires_grad]
 
-    hide = cuda and options.hide_issue
     hold = Hold()  # how long the device is held before a pass, with `hide`
 
     def one_pass(marked: bool) -> _Pass:
@@ -130,11 +158,11 @@ def in_situ(
     # micro-batches these passes are host-bound and noisier.
     # With `hide`, a kept pass whose hold ended before its host had issued all of it is
     # run again with a longer hold (up to as many retries as passes). A pass whose host
-    # waits on its device can't be hidden: when the longest hold falls short, the passes
-    # start over without holds.
+    # waits on its device can't be hidden: when the longest hold falls short, or the
+    # retries run out, there is no context (the profiler keeps its plain passes').
     passes = 2 * (options.warmup + 1 + 2 * options.repeats)
     rep = retries = 0
-    shown = False  # a kept pass's issuing was not hidden (its retries ran out)
+    failed = False
     while rep < passes:
         marked = rep % 2 == 0
         run = one_pass(marked)
@@ -144,19 +172,12 @@ def in_situ(
             hidden = hold.after(
                 issued=run.host_ended - run.clock[0], held=seconds(run.held, run.marks[0])
             )
-            if hold.given_up:
-                hide, rep = False, 0
-                for kept in (forward, host_forward, backward_blocks):
-                    for per_block in kept:
-                        per_block.clear()
-                for kept_whole in (whole, host_whole, backward, host_backward):
-                    kept_whole.clear()
-                continue
+            if hold.given_up or (keep and not hidden and retries == passes):
+                failed = True
+                break
             if keep and not hidden:
-                if retries < passes:
-                    retries += 1
-                    continue
-                shown = True
+                retries += 1
+                continue
         rep += 1
         if keep:
             if marked:
@@ -176,6 +197,8 @@ def in_situ(
         del run
     for p in params:
         p.grad = None
+    if failed:
+        return None
     return Context(
         forward=_shares([robust(f).median for f in forward], robust(whole).median),
         backward=robust(backward).median,
@@ -186,7 +209,7 @@ def in_situ(
         backward_blocks=[robust(b).median for b in backward_blocks]
         if all(backward_blocks)
         else None,
-        issue_hidden=hide and not shown,
+        issue_hidden=hide,
     )
 
 

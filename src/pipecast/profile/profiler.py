@@ -13,7 +13,6 @@ import datetime
 import gc
 import statistics
 from collections.abc import Callable
-from dataclasses import replace
 
 import torch
 from torch import nn
@@ -24,7 +23,7 @@ from pipecast.data.spec import DatasetSpec
 from pipecast.data.synthetic import synthetic_batch
 from pipecast.errors import ConfigError, DeviceError
 from pipecast.models.summary import block_name
-from pipecast.profile.context import Context, in_place, in_situ, rescale
+from pipecast.profile.context import Context, in_place, in_situ, in_situ_hidden, rescale
 from pipecast.profile.measure import (
     BlockRun,
     measure_block,
@@ -107,6 +106,7 @@ def _profile_model(
     host_speed, host_issue = [hostspeed.reference()], [hostspeed.issue(device)]
     plain_passes: dict[int, Context] = {}  # per size: whole-model passes
     held_passes: dict[int, Context] = {}  # per size: passes behind a hold (hide_issue)
+    hiding = options.hide_issue and device.type == "cuda"
     for mb in sizes:
         gc.collect()
         x, target = synthetic_batch(spec, mb, seed=options.seed, dtype=dtype)
@@ -176,10 +176,13 @@ def _profile_model(
             first, _ = synthetic_batch(spec, mb, seed=options.seed, dtype=dtype)
             with quiet_gc():
                 x_in = first.to(device)
-                plain = replace(options, hide_issue=False)
-                plain_passes[mb] = in_situ(blocks, x_in, target, loss_fn, device, plain)
-                if options.hide_issue and device.type == "cuda":
-                    held_passes[mb] = in_situ(blocks, x_in, target, loss_fn, device, options)
+                plain_passes[mb] = in_situ(blocks, x_in, target, loss_fn, device, options)
+                if hiding:
+                    behind = in_situ_hidden(blocks, x_in, target, loss_fn, device, options)
+                    if behind is None:  # one size not hidden keeps the plain device times
+                        hiding = False  # at every size (in_place): no more held passes
+                    else:
+                        held_passes[mb] = behind
     contexts = in_place(plain_passes, held_passes)
     for mb, context in contexts.items():
         rescale(costs, mb, context, loss_backward=loss[mb][1])
