@@ -4,7 +4,8 @@ recomputed by this checkout's code from the profiles and probe measured in the s
     cd benchmarks && python3 combine.py --comparison results/h200x4-run3/anchors.sqlite \
         --comparison-suite anchors-final --run results/h200x4-run7 --run results/h200x4-run8 \
         --run results/h200x4-run10 --run results/h200x2-run1 --run results/h200x2-run2 \
-        --run results/h200x2-run3 --run results/h200x4-run9 --run results/h100x4-run1 \
+        --run results/h200x2-run3 --run results/h200x4-run9 --run results/h200x4-run11 \
+        --run results/h100x4-run1 \
         --run results/h100x4-run2 --run results/h100x4-run3 --run results/h100x4-run4 \
         --run results/h100x4-run5 --run results/h100x4-run6 --run results/h100x4-run7 \
         --run results/h100x4-run8 --run results/h100x4-run9 --run results/h100x4-run10 \

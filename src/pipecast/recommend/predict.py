@@ -20,10 +20,12 @@ from pipecast.training import Optimizer
 PLACEMENT: dict[str, Placement] = {"interleaved": "loop", "zb-v": "v"}
 
 ERROR_BAND = {"device": 0.11, "host": 0.29}
-"""The 80th percentile of |predicted - measured| / measured step time over 749 configurations
-of fifteen runs on fourteen machines (benchmarks/results: h200x4-run9 and -run10, h200x2-run1
-to -run3 on H200, h100x4-run1 to -run10 on H100): 424 device-bound (median 4.0%), 325
-host-bound (median 14.5%; the host's own speed moves by up to 2x within minutes)."""
+"""The 80th percentile of |predicted - measured| / measured step time, rounded up to a
+whole per cent, over 865 configurations of seventeen runs on sixteen machines
+(benchmarks/results: h200x4-run9 to -run11, h200x2-run1 to -run3 on H200, h100x4-run1 to
+-run11 on H100): 489 device-bound (median 4.0%, 80th percentile 10.5%), 376 host-bound
+(median 13.9%, 80th percentile 28.3%; the host's own speed moves by up to 2x within
+minutes)."""
 
 
 @dataclass(frozen=True, kw_only=True)
