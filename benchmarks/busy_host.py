@@ -12,9 +12,11 @@ then W), outside the runtime:
 * `alone`: one rank at a time, the others waiting in a gloo barrier;
 * `together`: every rank at once;
 
-then the runtime itself on the same world (ZB-H1 and 1F1B, M=16: host seconds per action from
-its action loop), and in the driver the profiler's price for each stage (one profile at
-micro-batch 2). `hostspeed.issue` is read in each setting.
+three rounds of each (medians kept), with three readings of the host's speed in each setting
+(`hostspeed.issue`, the same with a tiny transformer in place of its model, and
+`hostspeed.reference`); then the runtime itself on the same world (ZB-H1 and 1F1B, M=16:
+host seconds per action from its action loop). Before that the driver takes one profile at
+micro-batch 2 and one probe, and predicts the runtime's two rows from them.
 
     cd benchmarks && OUT=/tmp/r python3 busy_host.py      (a CPU: tiny GPT, 2 gloo ranks)
 
