@@ -18,7 +18,8 @@ three rounds of each (medians kept), with three readings of the host's speed in 
 host seconds per action from its action loop). Before that the driver takes one profile at
 micro-batch 2 and one probe, and predicts the runtime's two rows from them.
 
-    cd benchmarks && OUT=/tmp/r python3 busy_host.py      (a CPU: tiny GPT, 2 gloo ranks)
+    cd benchmarks && OUT=/tmp/r python3 busy_host.py     (--dry-run, or without two GPUs:
+                                                         tiny GPT, 2 gloo ranks on CPU)
 
 Writes busy_host.json (every reading, ms) and prints one table.
 """
@@ -27,7 +28,9 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -53,7 +56,12 @@ from pipecast.runtime.launch import Context, spawn
 from pipecast.runtime.stage import StageModule, materialize
 from pipecast.runtime.worker import run_rank
 
-CUDA = torch.cuda.is_available() and torch.cuda.device_count() >= 2
+# --dry-run (or no two GPUs): the same flow, tiny, on CPU ranks; the spawned ranks, which
+# import this module afresh, learn it from the environment
+DRY = "--dry-run" in sys.argv or os.environ.get("PIPECAST_BUSY_HOST_DRY") == "1"
+if DRY:
+    os.environ["PIPECAST_BUSY_HOST_DRY"] = "1"
+CUDA = not DRY and torch.cuda.is_available() and torch.cuda.device_count() >= 2
 if CUDA:
     WORKLOAD = Workload(model="transformer", dataset="embeddings")
     WORLD = min(4, torch.cuda.device_count())
