@@ -39,14 +39,14 @@ import common  # noqa: F401  (puts src/ on the path)
 import torch
 import torch.distributed as dist
 from common import OUT
+from gpu_run import probe_options, profile
 
 from pipecast import devices, hostspeed
 from pipecast.bench.config import BenchConfig
 from pipecast.bench.runner import pipecast_job
 from pipecast.bench.timing import action_stats
-from pipecast.hardware.probe import ProbeOptions, probe
+from pipecast.hardware.probe import probe
 from pipecast.models.workload import Workload
-from pipecast.profile.profiler import ProfileOptions, profile_model
 from pipecast.profile.types import Profile
 from pipecast.recommend.predict import predict
 from pipecast.recommend.strategy import Strategy
@@ -242,14 +242,8 @@ def on_rank(ctx: Context) -> dict[str, Any]:
 
 def profiled() -> tuple[Profile, dict[str, Any]]:
     """The profile at MICRO, and its host price of each rank's stage (ms), in this driver."""
-    device = "cuda" if CUDA else "cpu"
-    prof = profile_model(
-        WORKLOAD.build(),
-        WORKLOAD.spec,
-        ProfileOptions(micro_batches=(MICRO,), device=device, dtype=DTYPE),  # type: ignore[arg-type]
-        model_name=WORKLOAD.model,
-        workload=WORKLOAD.to_dict(),
-    )
+    # gpu_run.py's profile: saved as OUT/profile_gpt.json, the device's cache emptied
+    prof = profile("gpt", WORKLOAD, (MICRO,), device="cuda" if CUDA else "cpu", dtype=DTYPE)
     out: dict[str, Any] = {"issue": prof.host_issue * 1e3, "stages": []}
     for r in range(WORLD):
         c = prof.stage(BOUNDS[r], BOUNDS[r + 1], MICRO)
@@ -262,23 +256,13 @@ def profiled() -> tuple[Profile, dict[str, Any]]:
         out["stages"].append(
             {"F": f * 1e3, "BW": bw * 1e3, "B": (bw if r == 0 else b) * 1e3, "W": w * 1e3}
         )
-    if CUDA:
-        torch.cuda.empty_cache()
     return prof, out
 
 
 def predicted(prof: Profile) -> dict[str, Any]:
     """The probe on this world, and what the predictor makes of the runtime's two rows
     from it and the profile (ms per step)."""
-    result = probe(
-        ProbeOptions(
-            devices=WORLD,
-            device="cuda" if CUDA else "cpu",
-            repeats=5,
-            max_bytes=256 * 2**20 if CUDA else 2**20,
-            matmul_size=0 if CUDA else 256,
-        )
-    )
+    result = probe(probe_options(WORLD, dry=not CUDA))  # gpu_run.py's probe
     cluster = result.cluster
     out: dict[str, Any] = {
         "host_issue": {str(n): v * 1e3 for n, v in cluster.host_issue.items()},
@@ -308,7 +292,6 @@ def main() -> None:
         "bounds": BOUNDS,
     }
     prof, result["profile"] = profiled()
-    prof.save(str(OUT / "profile_gpt.json"))
     print(f"profiled in {time.time() - began:.0f} s", flush=True)
     result["predicted"] = predicted(prof)
     (OUT / "busy_host.json").write_text(json.dumps(result, indent=1))
