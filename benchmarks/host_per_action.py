@@ -28,6 +28,9 @@ from combine import run_profiles
 from pipecast.bench.config import BenchConfig
 from pipecast.bench.store import Store
 from pipecast.hardware.cluster import Cluster
+from pipecast.partition import from_boundaries
+from pipecast.recommend.predict import PLACEMENT
+from pipecast.simulate.costs import costs_from_profile
 
 RESULTS = Path(__file__).resolve().parent / "results"
 RUNS = [f"h100x4-run{i}" for i in range(5, 12)] + ["h200x4-run11"]
@@ -53,32 +56,40 @@ def ratios(run: Path) -> Iterator[tuple[str, int, str, float, float, float]]:
             or float(row.predicted.get("host_share", 0.0)) < HOST_BOUND
         ):
             continue
-        micro = cfg.batch // cfg.microbatches
-        factor = cluster.host_factor(min(cfg.stages, cluster.gpus_per_node), profile.host_issue)
-        runtime = cluster.host_overhead
-        bounds = cfg.boundaries
+        part = from_boundaries(
+            list(cfg.boundaries), placement=PLACEMENT.get(cfg.schedule, "one"), ranks=cfg.stages
+        )
+        # what the simulator charged each stage (the first stage's B its whole backward),
+        # and the factor it applied to the profile's prices
+        costs = costs_from_profile(profile, part, cfg.batch // cfg.microbatches, cluster)
+        busy = len({st.devices[0] for st in part.stages})
+        factor = cluster.host_factor(min(busy, cluster.gpus_per_node), profile.host_issue)
+        runtime = costs.host_overhead
         for rank in range(cfg.stages):
-            c = profile.stage(bounds[rank], bounds[rank + 1], micro)
-            # the first stage's B is its whole backward (it sends no input gradient)
-            priced = {
-                "F": c.host_forward,
-                "B": c.host_backward if rank == 0 else c.host_backward_input,
-                "W": c.host_backward_weight,
-                "BW": c.host_backward,
-            }
-            for kind, cost in priced.items():
+            # a rank holding several stages (interleaved, ZB-V) runs as many of each
+            held = [costs.stages[s] for s, st in enumerate(part.stages) if st.devices[0] == rank]
+            for kind in ("F", "B", "W", "BW"):
+                charged = statistics.fmean(getattr(st, _HOST[kind]) for st in held)
                 count = actions[f"count_{kind}"][rank]
-                if not count or cost <= 0 or (kind == "W" and rank == 0):
+                if not count or charged <= 0:
                     continue
                 measured = actions[f"host_{kind}"][rank] / count
                 yield (
                     cfg.label(),
                     rank,
                     kind,
-                    (measured - runtime) / cost,
-                    measured / (cost * factor + runtime),
+                    (measured - runtime) / (charged / factor),
+                    measured / (charged + runtime),
                     factor,
                 )
+
+
+_HOST = {
+    "F": "host_forward",
+    "B": "host_backward_input",
+    "W": "host_backward_weight",
+    "BW": "host_backward",
+}
 
 
 def main() -> None:
