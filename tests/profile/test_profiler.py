@@ -13,7 +13,7 @@ from pipecast.data import get_spec
 from pipecast.errors import DataError, DeviceError, ShapeError
 from pipecast.models import Workload
 from pipecast.profile import Profile, robust
-from pipecast.profile.context import Context, in_place, in_situ, rescale
+from pipecast.profile.context import Context, in_place, in_situ, in_situ_hidden, rescale
 from pipecast.profile.hold import HIDE_CAP, HIDE_LEAD, Hold, next_lead
 from pipecast.profile.measure import split_call
 from pipecast.profile.profiler import ProfileOptions, profile_model
@@ -280,9 +280,8 @@ def test_hidden_issue_is_cuda_only_and_recorded_in_the_profile() -> None:
     x, target = torch.randn(64, 32), torch.randint(0, 10, (64,))
     options = ProfileOptions(device="cpu", micro_batches=(64,), warmup=1, repeats=3)
     cpu = torch.device("cpu")
-    hidden = in_situ(
-        blocks, x, target, nn.functional.cross_entropy, cpu, replace(options, hide_issue=True)
-    )
+    hidden = in_situ_hidden(blocks, x, target, nn.functional.cross_entropy, cpu, options)
+    assert hidden is not None
     assert len(hidden.forward) == 3 and all(t > 0 for t in hidden.forward)
     assert not hidden.issue_hidden
     w = Workload(model="lenet5", dataset="mnist")
