@@ -174,7 +174,8 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
                 elif a.kind == "F" and plan.forward_only:
                     last_backward.setdefault(a.stage, events[-1])
                 state.free = finish
-                state.finishes.append(finish)
+                if costs.launch_queue:
+                    state.finishes.append(finish)
                 end[a] = finish
                 available[a] = finish
                 if links is not None:
