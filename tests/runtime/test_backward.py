@@ -6,7 +6,21 @@ import pytest
 import torch
 from torch import nn
 
-from pipecast.runtime.backward import backward_full, backward_input, backward_weight
+from pipecast.runtime import backward as backward_module
+from pipecast.runtime.backward import (
+    backward_full,
+    backward_input,
+    backward_weight,
+    backward_weights,
+)
+
+
+@pytest.fixture(params=["direct", "public"])
+def engine_road(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every split test runs twice: straight into autograd's engine (the default) and
+    through torch.autograd's public functions (the road taken where the direct call fails)."""
+    monkeypatch.setattr(backward_module, "_DIRECT_ENGINE", request.param == "direct")
+    return str(request.param)
 
 
 def _reference(model: nn.Module, x: torch.Tensor, g: torch.Tensor) -> list[torch.Tensor]:
@@ -30,7 +44,7 @@ INPUTS = {"mlp": (4, 6), "conv-bn": (2, 3, 8, 8), "encoder": (2, 5, 16)}
 
 
 @pytest.mark.parametrize("name", list(STAGES))
-def test_split_equals_whole_backward(name: str) -> None:
+def test_split_equals_whole_backward(name: str, engine_road: str) -> None:
     model = STAGES[name]().double()
     x = torch.randn(*INPUTS[name], dtype=torch.float64)
     out_shape = model(x).shape
@@ -56,7 +70,7 @@ def test_split_equals_whole_backward(name: str) -> None:
         assert p.grad is not None and torch.allclose(p.grad, e)
 
 
-def test_split_accumulates_over_micro_batches() -> None:
+def test_split_accumulates_over_micro_batches(engine_road: str) -> None:
     model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)).double()
     xs = [torch.randn(2, 3, dtype=torch.float64) for _ in range(3)]
     gs = [torch.randn(2, 2, dtype=torch.float64) for _ in range(3)]
@@ -74,7 +88,7 @@ def test_split_accumulates_over_micro_batches() -> None:
         assert p.grad is not None and torch.allclose(p.grad, e)
 
 
-def test_first_stage_does_everything_in_b() -> None:
+def test_first_stage_does_everything_in_b(engine_road: str) -> None:
     model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 1))
     out = model(torch.randn(5, 3)).sum()
     grad_input, work = backward_input(out, None, None, list(model.parameters()))
@@ -82,7 +96,7 @@ def test_first_stage_does_everything_in_b() -> None:
     assert all(p.grad is not None for p in model.parameters())
 
 
-def test_parameter_off_the_input_path_is_still_covered() -> None:
+def test_parameter_off_the_input_path_is_still_covered(engine_road: str) -> None:
     class AddBias(nn.Module):
         def __init__(self) -> None:
             super().__init__()
@@ -98,4 +112,42 @@ def test_parameter_off_the_input_path_is_still_covered() -> None:
     _, work = backward_input(model(leaf), g, leaf, list(model.parameters()))
     backward_weight(work)
     for p, e in zip(model.parameters(), expected[1:], strict=True):
+        assert p.grad is not None and torch.allclose(p.grad, e)
+
+
+def test_this_torch_takes_the_direct_road() -> None:
+    """The fast road is checked once at import; on the supported torch it must be open."""
+    assert backward_module._direct_engine_works()
+    assert backward_module._DIRECT_ENGINE
+
+
+def test_whole_backward_frees_the_graph(engine_road: str) -> None:
+    """BW lets go of saved activations as it goes, as a plain .backward() does."""
+    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
+    leaf = torch.randn(2, 3).requires_grad_()
+    out = model(leaf)
+    backward_full(out, torch.ones(2, 2), leaf, list(model.parameters()))
+    with pytest.raises(RuntimeError, match="second time"):
+        backward_full(out, torch.ones(2, 2), leaf, list(model.parameters()))
+
+
+@pytest.mark.parametrize("nest", [False, True])
+def test_weights_of_an_action_from_inside_one_backward(nest: bool, engine_road: str) -> None:
+    """W of several segments and micro-batches at once, plainly or from inside one outer
+    backward (what a GPU does), gives the whole backward's weight gradients."""
+    model = STAGES["encoder"]().double()
+    params = list(model.parameters())
+    xs = [torch.randn(*INPUTS["encoder"], dtype=torch.float64) for _ in range(2)]
+    gs = [torch.randn(*INPUTS["encoder"], dtype=torch.float64) for _ in range(2)]
+    expected = [torch.zeros_like(p) for p in params]
+    for x, g in zip(xs, gs, strict=True):
+        for acc, e in zip(expected, _reference(model, x, g)[1:], strict=True):
+            acc += e
+    works = []
+    for x, g in zip(xs, gs, strict=True):
+        leaf = x.detach().requires_grad_()
+        works.append(backward_input(model(leaf), g, leaf, params)[1])
+    backward_weights(works, torch.device("cpu"), nest=nest)
+    assert all(not w.captured for w in works), "every work is spent"
+    for p, e in zip(params, expected, strict=True):
         assert p.grad is not None and torch.allclose(p.grad, e)

@@ -21,7 +21,7 @@ from pipecast.runtime.backward import (
     WeightWork,
     backward_full,
     backward_input,
-    backward_weight,
+    backward_weights,
 )
 
 
@@ -169,8 +169,7 @@ def measure_block(run: BlockRun, grad_out: torch.Tensor) -> dict[str, float]:
         held = max(held, works[0].held_bytes)
 
         def weights(works: list[WeightWork] = works) -> None:
-            for w in works:
-                backward_weight(w)
+            backward_weights(works, dev)
 
         _, t_w, h_w = devices.timed_with_host(dev, weights)
         run.clear_grads()

@@ -16,8 +16,9 @@ A stage whose input needs no gradient (the first) does its whole backward in B; 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch.autograd.graph import GradientEdge, Node
@@ -29,6 +30,63 @@ _EDGE_BACKWARD = True
 def _disable_edge_backward() -> None:
     global _EDGE_BACKWARD
     _EDGE_BACKWARD = False
+
+
+Root = torch.Tensor | GradientEdge
+
+
+def _engine_call(
+    roots: Sequence[Root],
+    seeds: Sequence[torch.Tensor],
+    inputs: Sequence[Root],
+    *,
+    accumulate: bool,
+    keep: bool = True,
+) -> tuple[torch.Tensor, ...]:
+    """One autograd call, straight into the C++ engine, keeping the graph: with `accumulate`
+    the gradients go into the inputs' .grad (as torch.autograd.backward does), else they are
+    returned (torch.autograd.grad, unreachable inputs as None); `keep=False` frees the
+    graph's buffers as it goes, as a plain backward does. The public functions first
+    check and convert their arguments in Python: on an H100 host a call on a one-Linear
+    graph took 90-117 us through them against 72-101 us straight in
+    (benchmarks/results/h100x2-split-backward), and W makes one call per node that feeds
+    weights, seven per transformer layer. Seeds must match their roots' shapes; nothing here
+    checks them."""
+    if _DIRECT_ENGINE:
+        grads: tuple[torch.Tensor, ...] = _ENGINE.run_backward(
+            tuple(roots), tuple(seeds), keep, False, tuple(inputs), True, accumulate
+        )
+        return grads
+    todo: Any = list(roots)  # the public signatures take tensors or edges, not a mix
+    wanted: Any = list(inputs)
+    if accumulate:
+        torch.autograd.backward(todo, list(seeds), retain_graph=keep, inputs=wanted)
+        return ()
+    found = torch.autograd.grad(todo, wanted, list(seeds), retain_graph=keep, allow_unused=True)
+    return tuple(found)
+
+
+_ENGINE: Any = getattr(torch.autograd.Variable, "_execution_engine", None)
+
+
+def _direct_engine_works() -> bool:
+    """Whether this torch's engine takes the call `_engine_call` makes, edges for roots
+    included, and accumulates as torch.autograd.backward would (checked once, on CPU)."""
+    if _ENGINE is None:
+        return False
+    try:
+        w = torch.ones(2, requires_grad=True)
+        y = w * 3.0
+        assert y.grad_fn is not None
+        edge = GradientEdge(y.grad_fn, 0)
+        _ENGINE.run_backward((edge,), (torch.ones(2),), True, False, (w,), True, True)
+        (g,) = _ENGINE.run_backward((y,), (torch.ones(2),), True, False, (w,), True, False)
+    except (AttributeError, TypeError, RuntimeError):
+        return False
+    return w.grad is not None and bool((w.grad == 3.0).all()) and bool((g == 3.0).all())
+
+
+_DIRECT_ENGINE = _direct_engine_works()
 
 
 @dataclass
@@ -67,22 +125,28 @@ def _accumulate(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor | N
 
 def _post_order(root: Node) -> list[Node]:
     """Nodes reachable from `root`, children before parents (iterative: stages can be deep)."""
-    order: list[Node] = []
+    return list(_children(root))
+
+
+def _children(root: Node) -> dict[Node, list[Node]]:
+    """Every node reachable from `root`, each with its children, in post order (children
+    before parents; dicts keep insertion order). Each node's next_functions is read once:
+    building that tuple is most of a walk's cost."""
+    out: dict[Node, list[Node]] = {}
     seen: set[Node] = set()
-    stack: list[tuple[Node, bool]] = [(root, False)]
+    stack: list[tuple[Node, list[Node] | None]] = [(root, None)]
     while stack:
-        node, expanded = stack.pop()
-        if expanded:
-            order.append(node)
+        node, kids = stack.pop()
+        if kids is not None:
+            out[node] = kids
             continue
         if node in seen:
             continue
         seen.add(node)
-        stack.append((node, True))
-        for child, _ in node.next_functions:
-            if child is not None and child not in seen:
-                stack.append((child, False))
-    return order
+        kids = [c for c, _ in node.next_functions if c is not None]
+        stack.append((node, kids))
+        stack.extend((c, None) for c in kids if c not in seen)
+    return out
 
 
 def _weight_nodes(
@@ -94,22 +158,28 @@ def _weight_nodes(
     leads_to_input: dict[Node, bool] = {}
     params_below: dict[Node, dict[int, torch.Tensor]] = {}
     own: dict[Node, list[torch.Tensor]] = {}
-    for node in _post_order(output.grad_fn):
-        if type(node).__name__ == _ACCUMULATE:
+    for node, children in _children(output.grad_fn).items():
+        if not children and type(node).__name__ == _ACCUMULATE:
             variable = node.variable  # type: ignore[attr-defined]
             leads_to_input[node] = variable is stage_input
             params_below[node] = {id(variable): variable} if id(variable) in by_id else {}
             continue
-        children = [c for c, _ in node.next_functions if c is not None]
-        leads_to_input[node] = any(leads_to_input[c] for c in children)
         below: dict[int, torch.Tensor] = {}
         side: dict[int, torch.Tensor] = {}
+        on_path = False
         for child in children:
-            below.update(params_below[child])
-            if not leads_to_input[child]:
-                side.update(params_below[child])
+            found = params_below[child]
+            if not found:
+                on_path = on_path or leads_to_input[child]
+                continue
+            below.update(found)
+            if leads_to_input[child]:
+                on_path = True
+            else:
+                side.update(found)
+        leads_to_input[node] = on_path
         params_below[node] = below
-        if leads_to_input[node] and side:
+        if on_path and side:
             own[node] = list(side.values())
     covered = {id(p) for ps in own.values() for p in ps}
     return own, [p for p in params if id(p) not in covered]
@@ -132,7 +202,7 @@ def backward_full(
     if not inputs or not output.requires_grad:
         return None
     # autograd accumulates into .grad itself (in C++), as .backward() does
-    torch.autograd.backward(output, _seed(output, grad_output), inputs=inputs)
+    _engine_call((output,), (_seed(output, grad_output),), inputs, accumulate=True, keep=False)
     if stage_input is not None and wants_input:
         grad_input, stage_input.grad = stage_input.grad, None
         return grad_input
@@ -163,10 +233,12 @@ def backward_input(
     handles = [node.register_prehook(capture(node)) for node in own]  # type: ignore[arg-type]
     seed = _seed(output, grad_output)
     try:
-        (grad_input,) = torch.autograd.grad(output, [stage_input], seed, retain_graph=True)
+        (grad_input,) = _engine_call((output,), (seed,), (stage_input,), accumulate=False)
     finally:
         for handle in handles:
             handle.remove()
+    if grad_input is None:
+        raise RuntimeError("the stage's output does not depend on its input")
     work = WeightWork(uncovered=uncovered)
     for node, node_params in own.items():
         if node in captured:
@@ -219,17 +291,58 @@ def backward_weight(work: WeightWork) -> None:
         seeds = [g for g in grad_outputs if g is not None]
         if _EDGE_BACKWARD:
             try:  # accumulate in C++, as .backward() does
-                torch.autograd.backward(edges, seeds, retain_graph=True, inputs=params)
+                _engine_call(edges, seeds, params, accumulate=True)
                 continue
             except TypeError:  # this torch takes no GradientEdge in backward()
                 _disable_edge_backward()
-        grads = torch.autograd.grad(edges, params, seeds, retain_graph=True, allow_unused=True)
-        _accumulate(params, grads)
-    if work.uncovered and work.output is not None:
-        grads = torch.autograd.grad(
-            work.output, work.uncovered, work.grad_output, retain_graph=True, allow_unused=True
-        )
+        _accumulate(params, _engine_call(edges, seeds, params, accumulate=False))
+    if work.uncovered and work.output is not None and work.grad_output is not None:
+        grads = _engine_call((work.output,), (work.grad_output,), work.uncovered, accumulate=False)
         _accumulate(work.uncovered, grads)
     work.captured.clear()
     work.uncovered.clear()
     work.output = work.grad_output = None
+
+
+class _OnEngineThread(torch.autograd.Function):
+    """A one-node graph whose backward calls a given function. For a GPU tensor the
+    autograd engine runs that backward on its worker thread for the device, where the
+    autograd calls the function makes run nested, on that thread, instead of each being
+    handed to it and waited for."""
+
+    @staticmethod
+    def forward(ctx: Any, anchor: torch.Tensor, fn: Callable[[], None]) -> torch.Tensor:
+        ctx.fn = fn
+        return anchor.view_as(anchor)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, None]:
+        ctx.fn()
+        return None, None
+
+
+_NEST_WEIGHTS = True
+
+
+def backward_weights(
+    works: Sequence[WeightWork], device: torch.device, *, nest: bool | None = None
+) -> None:
+    """W of one action: `backward_weight` of each of its works (one per segment). On a GPU
+    all of them run from the autograd engine's worker thread (`_OnEngineThread`): W makes
+    one autograd call per node that feeds weights, seven per transformer layer, and on an
+    H100 host such a call cost 47-70 us made there against 72-101 us handed over to it; W of
+    6 GPT layers took 4.9-5.7 ms per micro-batch against 6.6-8.7 ms before, through the
+    public functions (benchmarks/results/h100x2-split-backward). `nest` forces the choice
+    (default: on a GPU)."""
+    if not (device.type == "cuda" and _NEST_WEIGHTS if nest is None else nest):
+        for work in works:
+            backward_weight(work)
+        return
+
+    def weights() -> None:
+        for work in works:
+            backward_weight(work)
+
+    anchor = torch.empty(0, device=device, requires_grad=True)
+    out = _OnEngineThread.apply(anchor, weights)  # type: ignore[no-untyped-call]
+    _engine_call((out,), (torch.empty(0, device=device),), (anchor,), accumulate=True, keep=False)

@@ -31,7 +31,7 @@ from pipecast.runtime.backward import (
     backward_full,
     backward_input,
     backward_input_segments,
-    backward_weight,
+    backward_weights,
 )
 from pipecast.runtime.channels import Channels, cached_group
 from pipecast.runtime.config import RunConfig
@@ -208,8 +208,7 @@ class PipelineEngine:
                 if a.kind == "W":
                     mark = self.clock.begin()
                     self.watchdog.at(a, "computing weight gradients")
-                    for work in micro.works:
-                        backward_weight(work)
+                    backward_weights(micro.works, self.device)
                     del state[(a.stage, a.mb)]
                     self.clock.end(mark, self.global_rank, str(a), "W", a.stage, a.mb)
                 else:
