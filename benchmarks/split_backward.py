@@ -1,8 +1,8 @@
 """Where a split backward's host time goes, and what the runtime's way of issuing it saves.
 
-GPT ZB-H1 over 4 stages at M=16 (micro-batch 2) ran 1.6x slower than 1F1B on the 4 x H100
-and H200 runs 10 and 11 (395-418 ms against 211-249): on ranks 1-3 the runtime spent 7-13 ms
-of host time per B and per W, against 6.5-9.9 ms per whole backward. Each B makes one
+GPT ZB-H1 over 4 stages at M=16 (micro-batch 2) ran 1.5-1.6x slower than 1F1B on the 4 x
+H100 and H200 runs 10 and 11 (319-402 ms against 211-249): on ranks 1-3 the runtime spent
+6.0-9.3 ms of host time per B and per W, against 6.4-9.9 ms per whole backward. Each B makes one
 autograd call per segment (a transformer layer) and each W one per node that feeds weights
 (seven per layer), so W is mostly the fixed cost of an autograd call.
 
