@@ -38,6 +38,7 @@ from common import OUT, dump, log
 from pipecast import devices
 from pipecast.bench.config import BenchConfig
 from pipecast.bench.runner import pipecast_job
+from pipecast.bench.timing import action_stats
 from pipecast.models.workload import Workload
 from pipecast.runtime import backward as backward_module
 from pipecast.runtime.backward import (
@@ -198,18 +199,14 @@ def _row(ctx: Context, cfg: BenchConfig, road: str) -> dict[str, Any]:
     _roads(road)
     report = run_rank(ctx, pipecast_job(cfg))
     _roads("runtime")
+    stats = action_stats(report.steps, report.events)
+    # every rank runs M actions of each kind its schedule has
+    kinds = ("F", "B", "W") if cfg.schedule == "zb-h1" else ("F", "BW")
     steps = sorted(s.seconds for s in report.steps)
-    per: dict[str, float] = {}
-    for kind in ("F", "B", "W", "BW"):
-        count = sum(1 for a in cfg_actions(cfg, report.pipeline_rank) if a == kind)
-        if count:
-            per[kind] = statistics.median(s.host.get(kind, 0.0) for s in report.steps) / count
-    return {"step": steps[len(steps) // 2], "host_per_action": per}
-
-
-def cfg_actions(cfg: BenchConfig, rank: int) -> list[str]:
-    plan = pipecast_job(cfg).plan
-    return [a.kind for a in plan.actions[rank]]
+    return {
+        "step": steps[len(steps) // 2],  # as the bench takes a row's step
+        "host_per_action": {k: stats[f"host_{k}"] / M for k in kinds},
+    }
 
 
 def runtime_rows() -> list[dict[str, Any]]:
