@@ -317,3 +317,15 @@ def test_rescale_shares_the_backward_as_marked_in_context() -> None:
     unmarked = [{8: alone}, {8: alone}]
     rescale(unmarked, 8, replace(ctx, backward_blocks=None), loss_backward=1.0)
     assert unmarked[0][8].backward == unmarked[1][8].backward == pytest.approx(4.0)
+
+
+def test_profile_prices_the_runtimes_own_backward_calls() -> None:
+    """The profile times B, W and BW with the very functions the runtime's engine issues,
+    so a change to how the runtime makes its autograd calls moves the prices with it."""
+    from pipecast.profile import measure
+    from pipecast.runtime import backward, engine
+
+    for name in ("backward_full", "backward_input", "backward_weights"):
+        assert getattr(measure, name) is getattr(backward, name)
+    for name in ("backward_full", "backward_weights", "backward_input_segments"):
+        assert getattr(engine, name) is getattr(backward, name)
