@@ -40,6 +40,7 @@ from pipecast.bench.config import BenchConfig
 from pipecast.bench.runner import pipecast_job
 from pipecast.bench.timing import action_stats
 from pipecast.models.workload import Workload
+from pipecast.runtime import autograd_calls
 from pipecast.runtime import backward as backward_module
 from pipecast.runtime.backward import (
     backward_full,
@@ -111,7 +112,7 @@ def readings(st: StageModule, x: torch.Tensor) -> tuple[dict[str, float], dict[s
     try:
         for repeat in range(REPEATS + 1):
             for road in roads:
-                backward_module._DIRECT_ENGINE = road != "public"
+                autograd_calls._DIRECT_ENGINE = road != "public"
                 t = {k: [] for k in kinds}
 
                 kept = []
@@ -157,7 +158,7 @@ def readings(st: StageModule, x: torch.Tensor) -> tuple[dict[str, float], dict[s
                         runs[f"{k}_{road}"].append(sum(t[k]) / len(t[k]))
     finally:
         backward_module._weight_nodes = find
-        backward_module._DIRECT_ENGINE = backward_module._direct_engine_works()
+        autograd_calls._DIRECT_ENGINE = autograd_calls._direct_engine_works()
     return {k: statistics.median(v) * 1e3 for k, v in runs.items()}, same
 
 
@@ -173,15 +174,13 @@ def call_cost(road: str, calls: int = 200) -> float:
             if road == "public":
                 torch.autograd.backward(y, seed, retain_graph=True, inputs=[layer.weight])
             else:
-                backward_module._engine_call((y,), (seed,), (layer.weight,), accumulate=True)
+                autograd_calls.engine_call((y,), (seed,), (layer.weight,), accumulate=True)
 
     times = []
     for _ in range(REPEATS + 1):
         began = time.perf_counter()
         if road == "nested":  # from inside one outer backward, as the runtime's W
-            anchor = torch.empty(0, device=DEVICE, requires_grad=True)
-            out = backward_module._OnEngineThread.apply(anchor, many)
-            out.backward(torch.empty(0, device=DEVICE))
+            autograd_calls.on_engine_thread(many, DEVICE)
         else:
             many()
         devices.synchronize(DEVICE)
@@ -191,7 +190,7 @@ def call_cost(road: str, calls: int = 200) -> float:
 
 def _roads(road: str) -> None:
     """Set this process's autograd road: 'public' (before this change) or 'runtime'."""
-    backward_module._DIRECT_ENGINE = road == "runtime" and backward_module._direct_engine_works()
+    autograd_calls._DIRECT_ENGINE = road == "runtime" and autograd_calls._direct_engine_works()
     backward_module._NEST_WEIGHTS = road == "runtime"
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from pipecast.runtime import backward as backward_module
+from pipecast.runtime import autograd_calls
 from pipecast.runtime.backward import (
     backward_full,
     backward_input,
@@ -19,7 +19,7 @@ from pipecast.runtime.backward import (
 def engine_road(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Every split test runs twice: straight into autograd's engine (the default) and
     through torch.autograd's public functions (the road taken where the direct call fails)."""
-    monkeypatch.setattr(backward_module, "_DIRECT_ENGINE", request.param == "direct")
+    monkeypatch.setattr(autograd_calls, "_DIRECT_ENGINE", request.param == "direct")
     return str(request.param)
 
 
@@ -117,8 +117,8 @@ def test_parameter_off_the_input_path_is_still_covered(engine_road: str) -> None
 
 def test_this_torch_takes_the_direct_road() -> None:
     """The fast road is checked once at import; on the supported torch it must be open."""
-    assert backward_module._direct_engine_works()
-    assert backward_module._DIRECT_ENGINE
+    assert autograd_calls._direct_engine_works()
+    assert autograd_calls._DIRECT_ENGINE
 
 
 def test_whole_backward_frees_the_graph(engine_road: str) -> None:
@@ -151,3 +151,11 @@ def test_weights_of_an_action_from_inside_one_backward(nest: bool, engine_road: 
     assert all(not w.captured for w in works), "every work is spent"
     for p, e in zip(params, expected, strict=True):
         assert p.grad is not None and torch.allclose(p.grad, e)
+
+
+def test_an_error_inside_the_engine_thread_comes_out_as_itself() -> None:
+    def fails() -> None:
+        raise ValueError("inside W")
+
+    with pytest.raises(ValueError, match="inside W"):
+        autograd_calls.on_engine_thread(fails, torch.device("cpu"))

@@ -16,12 +16,13 @@ A stage whose input needs no gradient (the first) does its whole backward in B; 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 from torch.autograd.graph import GradientEdge, Node
+
+from pipecast.runtime.autograd_calls import engine_call, on_engine_thread
 
 _ACCUMULATE = "AccumulateGrad"
 _EDGE_BACKWARD = True
@@ -30,63 +31,6 @@ _EDGE_BACKWARD = True
 def _disable_edge_backward() -> None:
     global _EDGE_BACKWARD
     _EDGE_BACKWARD = False
-
-
-Root = torch.Tensor | GradientEdge
-
-
-def _engine_call(
-    roots: Sequence[Root],
-    seeds: Sequence[torch.Tensor],
-    inputs: Sequence[Root],
-    *,
-    accumulate: bool,
-    keep: bool = True,
-) -> tuple[torch.Tensor, ...]:
-    """One autograd call, straight into the C++ engine, keeping the graph: with `accumulate`
-    the gradients go into the inputs' .grad (as torch.autograd.backward does), else they are
-    returned (torch.autograd.grad, unreachable inputs as None); `keep=False` frees the
-    graph's buffers as it goes, as a plain backward does. The public functions first
-    check and convert their arguments in Python: on an H100 host a call on a one-Linear
-    graph took 90-117 us through them against 72-101 us straight in
-    (benchmarks/results/h100x2-split-backward), and W makes one call per node that feeds
-    weights, seven per transformer layer. Seeds must match their roots' shapes; nothing here
-    checks them."""
-    if _DIRECT_ENGINE:
-        grads: tuple[torch.Tensor, ...] = _ENGINE.run_backward(
-            tuple(roots), tuple(seeds), keep, False, tuple(inputs), True, accumulate
-        )
-        return grads
-    todo: Any = list(roots)  # the public signatures take tensors or edges, not a mix
-    wanted: Any = list(inputs)
-    if accumulate:
-        torch.autograd.backward(todo, list(seeds), retain_graph=keep, inputs=wanted)
-        return ()
-    found = torch.autograd.grad(todo, wanted, list(seeds), retain_graph=keep, allow_unused=True)
-    return tuple(found)
-
-
-_ENGINE: Any = getattr(torch.autograd.Variable, "_execution_engine", None)
-
-
-def _direct_engine_works() -> bool:
-    """Whether this torch's engine takes the call `_engine_call` makes, edges for roots
-    included, and accumulates as torch.autograd.backward would (checked once, on CPU)."""
-    if _ENGINE is None:
-        return False
-    try:
-        w = torch.ones(2, requires_grad=True)
-        y = w * 3.0
-        assert y.grad_fn is not None
-        edge = GradientEdge(y.grad_fn, 0)
-        _ENGINE.run_backward((edge,), (torch.ones(2),), True, False, (w,), True, True)
-        (g,) = _ENGINE.run_backward((y,), (torch.ones(2),), True, False, (w,), True, False)
-    except (AttributeError, TypeError, RuntimeError):
-        return False
-    return w.grad is not None and bool((w.grad == 3.0).all()) and bool((g == 3.0).all())
-
-
-_DIRECT_ENGINE = _direct_engine_works()
 
 
 @dataclass
@@ -202,7 +146,7 @@ def backward_full(
     if not inputs or not output.requires_grad:
         return None
     # autograd accumulates into .grad itself (in C++), as .backward() does
-    _engine_call((output,), (_seed(output, grad_output),), inputs, accumulate=True, keep=False)
+    engine_call((output,), (_seed(output, grad_output),), inputs, accumulate=True, keep=False)
     if stage_input is not None and wants_input:
         grad_input, stage_input.grad = stage_input.grad, None
         return grad_input
@@ -233,7 +177,7 @@ def backward_input(
     handles = [node.register_prehook(capture(node)) for node in own]  # type: ignore[arg-type]
     seed = _seed(output, grad_output)
     try:
-        (grad_input,) = _engine_call((output,), (seed,), (stage_input,), accumulate=False)
+        (grad_input,) = engine_call((output,), (seed,), (stage_input,), accumulate=False)
     finally:
         for handle in handles:
             handle.remove()
@@ -291,34 +235,17 @@ def backward_weight(work: WeightWork) -> None:
         seeds = [g for g in grad_outputs if g is not None]
         if _EDGE_BACKWARD:
             try:  # accumulate in C++, as .backward() does
-                _engine_call(edges, seeds, params, accumulate=True)
+                engine_call(edges, seeds, params, accumulate=True)
                 continue
             except TypeError:  # this torch takes no GradientEdge in backward()
                 _disable_edge_backward()
-        _accumulate(params, _engine_call(edges, seeds, params, accumulate=False))
+        _accumulate(params, engine_call(edges, seeds, params, accumulate=False))
     if work.uncovered and work.output is not None and work.grad_output is not None:
-        grads = _engine_call((work.output,), (work.grad_output,), work.uncovered, accumulate=False)
+        grads = engine_call((work.output,), (work.grad_output,), work.uncovered, accumulate=False)
         _accumulate(work.uncovered, grads)
     work.captured.clear()
     work.uncovered.clear()
     work.output = work.grad_output = None
-
-
-class _OnEngineThread(torch.autograd.Function):
-    """A one-node graph whose backward calls a given function. For a GPU tensor the
-    autograd engine runs that backward on its worker thread for the device, where the
-    autograd calls the function makes run nested, on that thread, instead of each being
-    handed to it and waited for."""
-
-    @staticmethod
-    def forward(ctx: Any, anchor: torch.Tensor, fn: Callable[[], None]) -> torch.Tensor:
-        ctx.fn = fn
-        return anchor.view_as(anchor)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, None]:
-        ctx.fn()
-        return None, None
 
 
 _NEST_WEIGHTS = True
@@ -328,13 +255,15 @@ def backward_weights(
     works: Sequence[WeightWork], device: torch.device, *, nest: bool | None = None
 ) -> None:
     """W of one action: `backward_weight` of each of its works (one per segment). On a GPU
-    all of them run from the autograd engine's worker thread (`_OnEngineThread`): W makes
+    all of them run from the autograd engine's worker thread (`on_engine_thread`): W makes
     one autograd call per node that feeds weights, seven per transformer layer, and on an
     H100 host such a call cost 47-70 us made there against 72-101 us handed over to it; W of
     6 GPT layers took 4.9-5.7 ms per micro-batch against 6.6-8.7 ms before, through the
     public functions (benchmarks/results/h100x2-split-backward). `nest` forces the choice
     (default: on a GPU)."""
-    if not (device.type == "cuda" and _NEST_WEIGHTS if nest is None else nest):
+    if nest is None:
+        nest = device.type == "cuda" and _NEST_WEIGHTS
+    if not nest:
         for work in works:
             backward_weight(work)
         return
@@ -343,6 +272,4 @@ def backward_weights(
         for work in works:
             backward_weight(work)
 
-    anchor = torch.empty(0, device=device, requires_grad=True)
-    out = _OnEngineThread.apply(anchor, weights)  # type: ignore[no-untyped-call]
-    _engine_call((out,), (torch.empty(0, device=device),), (anchor,), accumulate=True, keep=False)
+    on_engine_thread(weights, device)

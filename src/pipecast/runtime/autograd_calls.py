@@ -1,0 +1,100 @@
+"""How pipecast makes its autograd calls: straight into the C++ engine, and, where many
+calls come together, from the engine's own worker thread for the device.
+
+A split backward makes many small autograd calls: B one per segment, W one per node that
+feeds weights (seven per transformer layer), so at small micro-batches their fixed cost is
+much of a pipeline's host time. torch.autograd's public functions first check and convert
+their arguments in Python; for a GPU tensor the engine then hands the graph's nodes to its
+worker thread for that device and the caller waits. `engine_call` skips the first (checked
+once, at import, against what the public functions give); `on_engine_thread` lets a batch of
+calls run on that thread, nested, without a hand-over each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch.autograd.graph import GradientEdge
+
+Root = torch.Tensor | GradientEdge
+
+
+def engine_call(
+    roots: Sequence[Root],
+    seeds: Sequence[torch.Tensor],
+    inputs: Sequence[Root],
+    *,
+    accumulate: bool,
+    keep: bool = True,
+) -> tuple[torch.Tensor, ...]:
+    """One autograd call, straight into the C++ engine, keeping the graph: with `accumulate`
+    the gradients go into the inputs' .grad (as torch.autograd.backward does), else they are
+    returned (as torch.autograd.grad does, unreachable inputs as None); `keep=False` frees
+    the graph's buffers as it goes, as a plain backward does. On an H100 host a call on a
+    one-Linear graph took 90-117 us through the public functions and 72-101 us straight in
+    (benchmarks/results/h100x2-split-backward). Seeds must match their roots' shapes;
+    nothing here checks them. Where this torch's engine takes no such call, the public
+    functions make it."""
+    if _DIRECT_ENGINE:
+        grads: tuple[torch.Tensor, ...] = _ENGINE.run_backward(
+            tuple(roots), tuple(seeds), keep, False, tuple(inputs), True, accumulate
+        )
+        return grads
+    todo: Any = list(roots)  # the public signatures take tensors or edges, not a mix
+    wanted: Any = list(inputs)
+    if accumulate:
+        torch.autograd.backward(todo, list(seeds), retain_graph=keep, inputs=wanted)
+        return ()
+    found = torch.autograd.grad(todo, wanted, list(seeds), retain_graph=keep, allow_unused=True)
+    return tuple(found)
+
+
+_ENGINE: Any = getattr(torch.autograd.Variable, "_execution_engine", None)
+
+
+def _direct_engine_works() -> bool:
+    """Whether this torch's engine takes the call `engine_call` makes, edges for roots
+    included, and accumulates as torch.autograd.backward would (checked once, on CPU)."""
+    if _ENGINE is None:
+        return False
+    try:
+        w = torch.ones(2, requires_grad=True)
+        y = w * 3.0
+        assert y.grad_fn is not None
+        edge = GradientEdge(y.grad_fn, 0)
+        _ENGINE.run_backward((edge,), (torch.ones(2),), True, False, (w,), True, True)
+        (g,) = _ENGINE.run_backward((y,), (torch.ones(2),), True, False, (w,), True, False)
+    except (AttributeError, TypeError, RuntimeError):
+        return False
+    return w.grad is not None and bool((w.grad == 3.0).all()) and bool((g == 3.0).all())
+
+
+_DIRECT_ENGINE = _direct_engine_works()
+
+
+class _OnEngineThread(torch.autograd.Function):
+    """A one-node graph whose backward calls a given function. For a GPU tensor the
+    autograd engine runs that backward on its worker thread for the device, where the
+    autograd calls the function makes run nested, on that thread, instead of each being
+    handed to it and waited for."""
+
+    @staticmethod
+    def forward(ctx: Any, anchor: torch.Tensor, fn: Callable[[], None]) -> torch.Tensor:
+        ctx.fn = fn
+        return anchor.view_as(anchor)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, None]:
+        ctx.fn()
+        return None, None
+
+
+def on_engine_thread(fn: Callable[[], None], device: torch.device) -> None:
+    """fn(), called from the backward of a one-node graph on `device`: on a GPU, from the
+    autograd engine's worker thread for it, where the autograd calls fn makes run nested.
+    An exception in fn comes out here, as itself."""
+    anchor = torch.empty(0, device=device, requires_grad=True)
+    out = _OnEngineThread.apply(anchor, fn)  # type: ignore[no-untyped-call]
+    engine_call((out,), (torch.empty(0, device=device),), (anchor,), accumulate=True, keep=False)
