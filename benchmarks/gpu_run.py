@@ -4,7 +4,7 @@ workloads (issue 6), the recommender's accuracy configurations on 1/2/4 GPUs (is
 GPipe study's splits x micro-batches and part of the thesis's data- against pipeline-parallel
 comparison (issue 8). Every result goes to a SQLite store as it completes.
 
-    OUT=/tmp/run python3 benchmarks/gpu_run.py --budget 500
+    OUT=/tmp/run python3 benchmarks/gpu_run.py --budget 500     (every file also in all.tgz)
     python3 benchmarks/gpu_run.py --dry-run      # the same flow, tiny, on CPU ranks
 """
 
@@ -15,7 +15,7 @@ import time
 from dataclasses import replace
 
 import torch
-from common import OUT, dump, left, log
+from common import OUT, dump, left, log, pack
 
 from pipecast import devices
 from pipecast.bench.config import BenchConfig
@@ -409,4 +409,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    finally:
+        pack()
