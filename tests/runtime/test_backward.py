@@ -159,3 +159,23 @@ def test_an_error_inside_the_engine_thread_comes_out_as_itself() -> None:
 
     with pytest.raises(ValueError, match="inside W"):
         autograd_calls.on_engine_thread(fails, torch.device("cpu"))
+
+
+def test_a_gpu_w_with_nothing_to_do_makes_no_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first stage's W is empty: on a GPU it must not pay a trip to the engine's
+    thread for nothing."""
+    import pipecast.runtime.backward as backward_module
+
+    def no_trip(fn: object, device: object) -> None:
+        raise AssertionError("went to the engine's thread with nothing to do")
+
+    monkeypatch.setattr(backward_module, "on_engine_thread", no_trip)
+    model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 1))
+    _, work = backward_input(model(torch.randn(5, 3)).sum(), None, None, list(model.parameters()))
+    assert not work.pending
+    backward_weights([work, work], torch.device("cuda"))
+    leaf = torch.randn(5, 3).requires_grad_()
+    _, busy = backward_input(model(leaf).sum(), None, leaf, list(model.parameters()))
+    assert busy.pending
+    with pytest.raises(AssertionError, match="nothing to do"):
+        backward_weights([busy], torch.device("cuda"))

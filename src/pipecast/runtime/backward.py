@@ -56,6 +56,11 @@ class WeightWork:
     output: torch.Tensor | None = None
     grad_output: torch.Tensor | None = None
 
+    @property
+    def pending(self) -> bool:
+        """Whether W has anything left to compute."""
+        return bool(self.captured) or bool(self.uncovered and self.output is not None)
+
 
 def _accumulate(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor | None]) -> None:
     for p, g in zip(params, grads, strict=True):
@@ -260,9 +265,10 @@ def backward_weights(
     H100 host such a call cost 47-70 us made there against 72-101 us handed over to it; W of
     6 GPT layers took 4.9-5.7 ms per micro-batch against 6.6-8.7 ms before, through the
     public functions (benchmarks/results/h100x2-split-backward). `nest` forces the choice
-    (default: on a GPU)."""
+    (default: on a GPU, where there is any work: the hand-over itself cost the first stage,
+    whose W is empty, 0.5-0.7 ms per action there)."""
     if nest is None:
-        nest = device.type == "cuda" and _NEST_WEIGHTS
+        nest = device.type == "cuda" and _NEST_WEIGHTS and any(w.pending for w in works)
     if not nest:
         for work in works:
             backward_weight(work)
