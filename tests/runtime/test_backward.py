@@ -119,6 +119,10 @@ def test_this_torch_takes_the_direct_road() -> None:
     """The fast road is checked once at import; on the supported torch it must be open."""
     assert autograd_calls._direct_engine_works()
     assert autograd_calls._DIRECT_ENGINE
+    with torch.no_grad():  # pipecast imported where autograd is off finds the same
+        assert autograd_calls._direct_engine_works()
+    with torch.inference_mode():
+        assert autograd_calls._direct_engine_works()
 
 
 def test_whole_backward_frees_the_graph(engine_road: str) -> None:
@@ -159,6 +163,13 @@ def test_an_error_inside_the_engine_thread_comes_out_as_itself() -> None:
 
     with pytest.raises(ValueError, match="inside W"):
         autograd_calls.on_engine_thread(fails, torch.device("cpu"))
+
+
+def test_the_engine_thread_runs_for_a_caller_with_autograd_off() -> None:
+    ran = []
+    with torch.no_grad():
+        autograd_calls.on_engine_thread(lambda: ran.append(True), torch.device("cpu"))
+    assert ran == [True]
 
 
 def test_a_gpu_w_with_nothing_to_do_makes_no_call(monkeypatch: pytest.MonkeyPatch) -> None:

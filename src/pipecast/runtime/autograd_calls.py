@@ -56,16 +56,19 @@ _ENGINE: Any = getattr(torch.autograd.Variable, "_execution_engine", None)
 
 def _direct_engine_works() -> bool:
     """Whether this torch's engine takes the call `engine_call` makes, edges for roots
-    included, and accumulates as torch.autograd.backward would (checked once, on CPU)."""
+    included, and accumulates as torch.autograd.backward would (checked once, on CPU, with
+    autograd on whatever mode the importer is in)."""
     if _ENGINE is None:
         return False
     try:
-        w = torch.ones(2, requires_grad=True)
-        y = w * 3.0
-        assert y.grad_fn is not None
-        edge = GradientEdge(y.grad_fn, 0)
-        _ENGINE.run_backward((edge,), (torch.ones(2),), True, False, (w,), True, True)
-        (g,) = _ENGINE.run_backward((y,), (torch.ones(2),), True, False, (w,), True, False)
+        with torch.inference_mode(False), torch.enable_grad():
+            w = torch.ones(2, requires_grad=True)
+            y = w * 3.0
+            if y.grad_fn is None:
+                return False
+            edge = GradientEdge(y.grad_fn, 0)
+            _ENGINE.run_backward((edge,), (torch.ones(2),), True, False, (w,), True, True)
+            (g,) = _ENGINE.run_backward((y,), (torch.ones(2),), True, False, (w,), True, False)
     except (AttributeError, TypeError, RuntimeError):
         return False
     return w.grad is not None and bool((w.grad == 3.0).all()) and bool((g == 3.0).all())
@@ -95,6 +98,7 @@ def on_engine_thread(fn: Callable[[], None], device: torch.device) -> None:
     """fn(), called from the backward of a one-node graph on `device`: on a GPU, from the
     autograd engine's worker thread for it, where the autograd calls fn makes run nested.
     An exception in fn comes out here, as itself."""
-    anchor = torch.empty(0, device=device, requires_grad=True)
-    out = _OnEngineThread.apply(anchor, fn)  # type: ignore[no-untyped-call]
+    with torch.enable_grad():  # the one-node graph needs recording, whatever the caller's mode
+        anchor = torch.empty(0, device=device, requires_grad=True)
+        out = _OnEngineThread.apply(anchor, fn)  # type: ignore[no-untyped-call]
     engine_call((out,), (torch.empty(0, device=device),), (anchor,), accumulate=True, keep=False)
