@@ -14,6 +14,7 @@ from pipecast.runtime.backward import (
     backward_input,
     backward_input_segments,
     backward_weight,
+    backward_weights,
 )
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.stage import StageModule
@@ -55,8 +56,10 @@ def test_a_cut_moves_past_a_block_that_begins_in_place() -> None:
     assert [len(ps) for ps in stage.part_params] == [8, 10]
 
 
+@pytest.mark.parametrize("nest", [False, True])
 @pytest.mark.parametrize("recompute", [False, True])
-def test_a_cut_stage_gives_the_gradients_of_one_whole_backward(recompute: bool) -> None:
+def test_a_cut_stage_gives_the_gradients_of_one_whole_backward(recompute: bool, nest: bool) -> None:
+    """Also with W issued from inside one outer backward, as a GPU issues it (`nest`)."""
     x = torch.randn(5, 6, dtype=torch.float64)
     g = torch.randn(5, 3, dtype=torch.float64)
     ref = _stage_blocks()
@@ -74,8 +77,7 @@ def test_a_cut_stage_gives_the_gradients_of_one_whole_backward(recompute: bool) 
         assert grad_in is not None and torch.allclose(grad_in, grad_in_ref)
         assert all(p.grad is None for p in stage.params), "B must not touch weight gradients"
         works += ws
-    for work in works:
-        backward_weight(work)
+    backward_weights(works, torch.device("cpu"), nest=nest)
     for p, r in zip(stage.params, ref.parameters(), strict=True):
         assert r.grad is not None and p.grad is not None
         assert torch.allclose(p.grad, 2 * r.grad)
