@@ -9,7 +9,7 @@ from torch import nn
 
 from pipecast.runtime.backward import (
     Cut,
-    _post_order,
+    _children,
     backward_full,
     backward_input,
     backward_input_segments,
@@ -106,7 +106,7 @@ def _reach(layers: int, cut: bool) -> int:
         _, works = backward_input_segments(out, None, leaf, cuts, stage.part_params)
     else:
         works = [backward_input(stage.forward(leaf), None, leaf, stage.params)[1]]
-    return max(len(_post_order(node)) for w in works for node, _, _ in w.captured)
+    return max(len(_children(node)) for w in works for node, _, _ in w.captured)
 
 
 def test_a_w_call_walks_only_its_own_segment() -> None:

@@ -45,10 +45,27 @@ def engine_call(
     todo: Any = list(roots)  # the public signatures take tensors or edges, not a mix
     wanted: Any = list(inputs)
     if accumulate:
-        torch.autograd.backward(todo, list(seeds), retain_graph=keep, inputs=wanted)
-        return ()
+        try:
+            torch.autograd.backward(todo, list(seeds), retain_graph=keep, inputs=wanted)
+            return ()
+        except TypeError:  # this torch's backward() takes no GradientEdge: grad() does
+            pass
     found = torch.autograd.grad(todo, wanted, list(seeds), retain_graph=keep, allow_unused=True)
+    if accumulate:
+        accumulate_into(wanted, found)
+        return ()
     return tuple(found)
+
+
+def accumulate_into(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor | None]) -> None:
+    """Add `grads` into `params`' .grad, as autograd's own accumulation would."""
+    for p, g in zip(params, grads, strict=True):
+        if g is None:
+            continue
+        if p.grad is None:
+            p.grad = g.detach().clone() if g.requires_grad else g
+        else:
+            p.grad.add_(g)
 
 
 _ENGINE: Any = getattr(torch.autograd.Variable, "_execution_engine", None)

@@ -22,15 +22,9 @@ from dataclasses import dataclass, field
 import torch
 from torch.autograd.graph import GradientEdge, Node
 
-from pipecast.runtime.autograd_calls import engine_call, on_engine_thread
+from pipecast.runtime.autograd_calls import accumulate_into, engine_call, on_engine_thread
 
 _ACCUMULATE = "AccumulateGrad"
-_EDGE_BACKWARD = True
-
-
-def _disable_edge_backward() -> None:
-    global _EDGE_BACKWARD
-    _EDGE_BACKWARD = False
 
 
 @dataclass
@@ -60,21 +54,6 @@ class WeightWork:
     def pending(self) -> bool:
         """Whether W has anything left to compute."""
         return bool(self.captured) or bool(self.uncovered and self.output is not None)
-
-
-def _accumulate(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor | None]) -> None:
-    for p, g in zip(params, grads, strict=True):
-        if g is None:
-            continue
-        if p.grad is None:
-            p.grad = g.detach().clone() if g.requires_grad else g
-        else:
-            p.grad.add_(g)
-
-
-def _post_order(root: Node) -> list[Node]:
-    """Nodes reachable from `root`, children before parents (iterative: stages can be deep)."""
-    return list(_children(root))
 
 
 def _children(root: Node) -> dict[Node, list[Node]]:
@@ -238,16 +217,10 @@ def backward_weight(work: WeightWork) -> None:
             continue
         edges = [GradientEdge(node, i) for i in slots]
         seeds = [g for g in grad_outputs if g is not None]
-        if _EDGE_BACKWARD:
-            try:  # accumulate in C++, as .backward() does
-                engine_call(edges, seeds, params, accumulate=True)
-                continue
-            except TypeError:  # this torch takes no GradientEdge in backward()
-                _disable_edge_backward()
-        _accumulate(params, engine_call(edges, seeds, params, accumulate=False))
+        engine_call(edges, seeds, params, accumulate=True)  # into .grad, in C++
     if work.uncovered and work.output is not None and work.grad_output is not None:
         grads = engine_call((work.output,), (work.grad_output,), work.uncovered, accumulate=False)
-        _accumulate(work.uncovered, grads)
+        accumulate_into(work.uncovered, grads)
     work.captured.clear()
     work.uncovered.clear()
     work.output = work.grad_output = None
@@ -269,13 +242,12 @@ def backward_weights(
     whose W is empty, 0.5-0.7 ms per action there)."""
     if nest is None:
         nest = device.type == "cuda" and _NEST_WEIGHTS and any(w.pending for w in works)
-    if not nest:
-        for work in works:
-            backward_weight(work)
-        return
 
     def weights() -> None:
         for work in works:
             backward_weight(work)
 
-    on_engine_thread(weights, device)
+    if nest:
+        on_engine_thread(weights, device)
+    else:
+        weights()
