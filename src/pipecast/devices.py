@@ -14,6 +14,7 @@ from typing import TypeVar
 
 import torch
 
+from pipecast import cpubind
 from pipecast.errors import DeviceError
 
 T = TypeVar("T")
@@ -146,17 +147,6 @@ def free_memory(device: torch.device) -> int:
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def parse_cpulist(text: str) -> set[int]:
-    """'0-3,8,10-11' -> {0, 1, 2, 3, 8, 10, 11} (the kernel's cpulist format)."""
-    cpus: set[int] = set()
-    for part in text.strip().split(","):
-        if not part:
-            continue
-        low, _, high = part.partition("-")
-        cpus.update(range(int(low), int(high or low) + 1))
-    return cpus
-
-
 def local_cpus(device: torch.device) -> set[int]:
     """The CPUs on the GPU's own NUMA node that this process may use (empty: unknown). A
     host issuing kernels from the far socket pays for every launch crossing it."""
@@ -170,16 +160,33 @@ def local_cpus(device: torch.device) -> set[int]:
     path = f"/sys/bus/pci/devices/{domain:04x}:{bus:02x}:{slot:02x}.0/local_cpulist"
     try:
         with open(path) as f:
-            cpus = parse_cpulist(f.read())
+            cpus = cpubind.parse_cpulist(f.read())
     except (OSError, ValueError):
         return set()
     return cpus & os.sched_getaffinity(0)
 
 
-def pin_host(device: torch.device) -> int:
-    """Keep this process (and the threads it starts from now on) on the GPU's NUMA node;
-    the number of CPUs it may use, 0 where nothing was changed."""
-    cpus = local_cpus(device)
+def rank_cpus(device: torch.device, local_world: int) -> set[int]:
+    """This rank's share of its GPU's NUMA node: the node's whole cores split in turn among
+    the first `local_world` GPUs on that node (empty: unknown)."""
+    mine = local_cpus(device)
+    if not mine:
+        return set()
+    sharers = [i for i in range(local_world) if local_cpus(torch.device("cuda", i)) == mine]
+    index = device.index or 0
+    if index not in sharers:
+        return mine
+    return cpubind.share(cpubind.cores(mine), len(sharers), sharers.index(index))
+
+
+def pin_host(device: torch.device, local_world: int = 0) -> int:
+    """Keep this process (and the threads it starts from now on) on the GPU's NUMA node,
+    or with `local_world` ranks on this machine and `PIPECAST_CPU_BIND=rank` on this rank's
+    share of it; the number of CPUs it may use, 0 where nothing was changed."""
+    mode = cpubind.policy() if local_world else "node"
+    if mode == "off":
+        return 0
+    cpus = rank_cpus(device, local_world) if mode == "rank" else local_cpus(device)
     if not cpus:
         return 0
     os.sched_setaffinity(0, cpus)

@@ -1,4 +1,4 @@
-"""The device layer's host placement: parsing the kernel's CPU lists, pinning only on GPUs."""
+"""The device layer's host placement: pinning only on GPUs."""
 
 from __future__ import annotations
 
@@ -8,12 +8,6 @@ import pytest
 import torch
 
 from pipecast import devices
-
-
-def test_parse_cpulist() -> None:
-    assert devices.parse_cpulist("0-3,8,10-11\n") == {0, 1, 2, 3, 8, 10, 11}
-    assert devices.parse_cpulist("5") == {5}
-    assert devices.parse_cpulist("") == set()
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="Linux affinity calls")

@@ -84,11 +84,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _device_for(backend: Backend, local_rank: int) -> torch.device:
+def _device_for(backend: Backend, local_rank: int, world: int) -> torch.device:
     if backend == "nccl":
         torch.cuda.set_device(local_rank)
         device = torch.device("cuda", local_rank)
-        devices.pin_host(device)  # before NCCL starts its threads, so they inherit it
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+        devices.pin_host(device, local_world)  # before NCCL starts its threads: they inherit it
         return device
     return torch.device("cpu")
 
@@ -105,7 +106,7 @@ def process_group(
     """Join the process group for the duration of the block; tear it down after."""
     for key, value in _SAFE_ENV.items():
         os.environ.setdefault(key, value)
-    device = _device_for(backend, local_rank)
+    device = _device_for(backend, local_rank, world)
     kwargs: dict[str, Any] = {}
     if backend == "nccl":
         kwargs["device_id"] = device

@@ -1,0 +1,259 @@
+"""Does where a rank's host runs explain its slow spells? (issue 7's host-bound misses)
+
+The same configuration measured minutes apart on one machine moved by up to 2x where the host
+binds, and the fixed pure-Python loop of `pipecast.hostspeed` read ~8.5 ms in some spells and
+~14 ms in others. This script asks whether those spells belong to CPUs:
+
+1. the machine's CPU topology (cores, hyperthreads, each GPU's NUMA node);
+2. the loop pinned to each CPU in turn, several sweeps: is a CPU's speed its own, and steady?
+3. the loop unpinned and pinned to one CPU, sample by sample, with the CPU each sample ran on;
+4. with 2+ GPUs: host-bound rows through the runtime with each rank on its GPU's node
+   (`PIPECAST_CPU_BIND=node`, the default) and on its own share of whole cores (`rank`),
+   alternating over three rounds, each rank's loop speed and CPU read before every row.
+
+    OUT=/tmp/cpus python3 benchmarks/host_cpus.py [--dry-run]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import statistics
+import subprocess
+import time
+from typing import Any
+
+import common  # noqa: F401  (puts src/ on the path)
+import torch
+from common import dump, log, pack
+
+from pipecast import cpubind, devices, hostspeed
+from pipecast.bench.config import BenchConfig
+from pipecast.bench.runner import pipecast_job
+from pipecast.models.workload import Workload
+from pipecast.runtime.launch import Context, spawn
+from pipecast.runtime.worker import run_rank
+
+_libc = ctypes.CDLL(None)
+
+
+def on_cpu() -> int:
+    return int(_libc.sched_getcpu())
+
+
+def loop_ms() -> float:
+    return hostspeed.reference(repeats=1) * 1e3
+
+
+def facts() -> dict[str, Any]:
+    allowed = sorted(os.sched_getaffinity(0))
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    out: dict[str, Any] = {
+        "torch": torch.__version__,
+        "cpu_count": os.cpu_count(),
+        "allowed": len(allowed),
+        "cores": [sorted(c) for c in cpubind.cores(allowed)],
+        "gpu_local_cpus": [
+            sorted(devices.local_cpus(torch.device("cuda", i))) for i in range(gpus)
+        ],
+        "rank_cpus": [
+            sorted(devices.rank_cpus(torch.device("cuda", i), gpus)) for i in range(gpus)
+        ],
+    }
+    for cmd in (["lscpu"], ["nvidia-smi", "topo", "-m"]):
+        try:
+            out[cmd[0]] = subprocess.run(cmd, capture_output=True, text=True, timeout=20).stdout
+        except (OSError, subprocess.SubprocessError) as exc:
+            out[cmd[0]] = f"unavailable: {exc}"
+    try:
+        with open("/proc/cpuinfo") as f:
+            mhz = [float(line.split(":")[1]) for line in f if line.startswith("cpu MHz")]
+        out["cpuinfo_mhz"] = [min(mhz), statistics.median(mhz), max(mhz)] if mhz else []
+    except OSError:
+        pass
+    return out
+
+
+def sweeps(count: int) -> list[dict[str, Any]]:
+    """The loop pinned to each allowed CPU in turn, `count` sweeps (median of 3 per CPU)."""
+    before = os.sched_getaffinity(0)
+    out = []
+    try:
+        for s in range(count):
+            began = time.time()
+            per = {}
+            for cpu in sorted(before):
+                os.sched_setaffinity(0, {cpu})
+                per[cpu] = round(statistics.median(loop_ms() for _ in range(3)), 2)
+            out.append({"sweep": s, "seconds": round(time.time() - began, 1), "ms": per})
+            values = list(per.values())
+            log(
+                f"sweep {s}: loop {min(values):.1f}-{max(values):.1f} ms over "
+                f"{len(values)} CPUs, median {statistics.median(values):.1f}"
+            )
+    finally:
+        os.sched_setaffinity(0, before)
+    return out
+
+
+def series(seconds: float, cpus: set[int] | None) -> list[list[float]]:
+    """[seconds since start, loop ms, CPU] samples for `seconds`, on `cpus` (None: as given)."""
+    before = os.sched_getaffinity(0)
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+    out = []
+    try:
+        start = time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            ms = loop_ms()
+            out.append([round(time.perf_counter() - start, 3), round(ms, 2), on_cpu()])
+    finally:
+        os.sched_setaffinity(0, before)
+    values = [v for _, v, _ in out]
+    log(
+        f"series on {'all' if not cpus else sorted(cpus)}: {len(values)} samples, "
+        f"{min(values):.1f}-{max(values):.1f} ms, quartiles "
+        f"{[round(q, 1) for q in statistics.quantiles(values, n=4)]}, "
+        f"{len({c for *_, c in out})} CPUs seen"
+    )
+    return out
+
+
+M_SMALL = (1, 4)
+
+
+def rows(dry: bool) -> list[BenchConfig]:
+    device, dtype = ("cpu", "fp32") if dry else ("cuda", "bf16")
+    vggc = Workload(model="lenet5" if dry else "vgg16", dataset="mnist" if dry else "cifar10")
+    r50 = Workload(
+        model="resnet18" if dry else "resnet50", dataset="cifar10" if dry else "imagenet"
+    )
+    base = BenchConfig(
+        suite="host-cpus",
+        system="pipecast",
+        workload=vggc,
+        gpus=2,
+        batch=16 if dry else 128,
+        schedule="gpipe",
+        device=device,
+        dtype=dtype,  # type: ignore[arg-type]
+        steps=2 if dry else 10,
+        warmup=1 if dry else 3,
+    )
+    out = [
+        BenchConfig(
+            **{**base.__dict__, "microbatches": m, "boundaries": (0, 6, 12) if dry else (0, 20, 40)}
+        )
+        for m in M_SMALL
+    ]
+    out.append(
+        BenchConfig(
+            **{
+                **base.__dict__,
+                "workload": r50,
+                "schedule": "zb-h1",
+                "microbatches": 4,
+                "boundaries": (0, 4, 11) if dry else (0, 7, 19),
+            }
+        )
+    )
+    return out
+
+
+def _rank(ctx: Context, configs: list[BenchConfig]) -> list[dict[str, Any]]:
+    out = []
+    for cfg in configs:
+        host = [loop_ms() for _ in range(3)]
+        cpu = on_cpu()
+        report = run_rank(ctx, pipecast_job(cfg))
+        times = sorted(s.seconds for s in report.steps)
+        out.append(
+            {
+                "label": cfg.label(),
+                "step_ms": times[len(times) // 2] * 1e3,
+                "loop_ms_before": round(statistics.median(host), 2),
+                "cpu": cpu,
+                "cpu_after": on_cpu(),
+                "allowed": len(os.sched_getaffinity(0)),
+            }
+        )
+    return out
+
+
+def runtime_rounds(dry: bool, rounds: int) -> list[dict[str, Any]]:
+    configs = rows(dry)
+    out = []
+    for r in range(rounds):
+        for mode in ("node", "rank") if r % 2 == 0 else ("rank", "node"):
+            os.environ[cpubind.ENV] = mode
+            began = time.time()
+            ranks = spawn(_rank, 2, (configs,), backend="gloo" if dry else "nccl", timeout_s=200)
+            for i, cfg in enumerate(configs):
+                step = max(rank[i]["step_ms"] for rank in ranks)
+                per_rank = [
+                    {k: rank[i][k] for k in ("loop_ms_before", "cpu", "cpu_after", "allowed")}
+                    for rank in ranks
+                ]
+                log(f"round {r} {mode:4s} {cfg.label()}: {step:.1f} ms; ranks {per_rank}")
+                out.append(
+                    {
+                        "round": r,
+                        "mode": mode,
+                        "label": cfg.label(),
+                        "step_ms": step,
+                        "ranks": per_rank,
+                    }
+                )
+            log(f"round {r} {mode}: {time.time() - began:.1f} s")
+    os.environ.pop(cpubind.ENV, None)
+    return out
+
+
+def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
+    by: dict[str, dict[str, list[float]]] = {}
+    for row in results:
+        by.setdefault(row["label"], {}).setdefault(row["mode"], []).append(row["step_ms"])
+    return {
+        label: {
+            mode: {
+                "median": round(statistics.median(v), 2),
+                "min": round(min(v), 2),
+                "max": round(max(v), 2),
+            }
+            for mode, v in modes.items()
+        }
+        for label, modes in by.items()
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dry-run", action="store_true")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--sweeps", type=int, default=4)
+    ap.add_argument("--series-s", type=float, default=10.0)
+    args = ap.parse_args()
+    result: dict[str, Any] = {"facts": facts()}
+    log(f"facts: {result['facts']['cpu_count']} CPUs, {len(result['facts']['cores'])} cores")
+    dump("host_cpus.json", result)
+    result["sweeps"] = sweeps(args.sweeps)
+    dump("host_cpus.json", result)
+    first = min(os.sched_getaffinity(0))
+    result["series_unpinned"] = series(args.series_s, None)
+    result["series_one_cpu"] = series(args.series_s, {first})
+    dump("host_cpus.json", result)
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if args.dry_run or gpus >= 2:
+        result["runtime"] = runtime_rounds(args.dry_run, args.rounds)
+        result["summary"] = summary(result["runtime"])
+        log(f"summary: {result['summary']}")
+    dump("host_cpus.json", result)
+    log("done")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        pack()
