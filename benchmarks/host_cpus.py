@@ -8,10 +8,13 @@ binds, and the fixed pure-Python loop of `pipecast.hostspeed` read ~8.5 ms in so
 2. the loop pinned to each CPU in turn, several sweeps: is a CPU's speed its own, and steady?
 3. the loop unpinned and pinned to one CPU, sample by sample, with the CPU each sample ran on;
 4. with 2+ GPUs: host-bound rows through the runtime with each rank on its GPU's node
-   (`PIPECAST_CPU_BIND=node`, the default) and on its own share of whole cores (`rank`),
-   alternating over three rounds, each rank's loop speed and CPU read before every row.
+   (`PIPECAST_CPU_BIND=node`, the default), on its own share of whole cores (`rank`) and
+   on the first N cores of that share (`rank:N`), the policies in turn over several
+   rounds; in every rank, before the rows, the host cost of a whole backward on a tiny
+   graph (back to back, and with the host asleep 0.5 ms between calls), and each rank's
+   loop speed and CPU before every row.
 
-    OUT=/tmp/cpus python3 benchmarks/host_cpus.py [--dry-run]
+    OUT=/tmp/cpus python3 benchmarks/host_cpus.py [--dry-run] [--modes node,rank,rank:1]
 """
 
 from __future__ import annotations
@@ -120,7 +123,25 @@ def series(seconds: float, cpus: set[int] | None) -> list[list[float]]:
     return out
 
 
-M_SMALL = (1, 4)
+M_SMALL = (1, 4, 16)
+
+
+def call_us(device: torch.device, pause_s: float, calls: int = 200) -> float:
+    """Median host microseconds of a whole backward through one small Linear, with the host
+    asleep `pause_s` between calls (the runtime's other work lets autograd's thread idle)."""
+    layer = torch.nn.Linear(64, 64, device=device)
+    x = torch.randn(8, 64, device=device)
+    times = []
+    for i in range(calls + 10):
+        loss = layer(x).sum()
+        if pause_s:
+            time.sleep(pause_s)
+        began = time.perf_counter()
+        loss.backward()
+        if i >= 10:
+            times.append(time.perf_counter() - began)
+    devices.synchronize(device)
+    return round(statistics.median(times) * 1e6, 1)
 
 
 def rows(dry: bool) -> list[BenchConfig]:
@@ -147,6 +168,26 @@ def rows(dry: bool) -> list[BenchConfig]:
         )
         for m in M_SMALL
     ]
+    gpt = Workload(
+        model="transformer",
+        dataset="embeddings",
+        seq_len=16 if dry else 1024,
+        width=32 if dry else 2048,
+        layers=8 if dry else 24,
+        heads=4 if dry else 16,
+    )
+    out.append(
+        BenchConfig(
+            **{
+                **base.__dict__,
+                "workload": gpt,
+                "batch": 32,
+                "schedule": "1f1b",
+                "microbatches": 16,
+                "boundaries": (0, 4, 8) if dry else (0, 12, 24),
+            }
+        )
+    )
     out.append(
         BenchConfig(
             **{
@@ -161,7 +202,8 @@ def rows(dry: bool) -> list[BenchConfig]:
     return out
 
 
-def _rank(ctx: Context, configs: list[BenchConfig]) -> list[dict[str, Any]]:
+def _rank(ctx: Context, configs: list[BenchConfig]) -> dict[str, Any]:
+    calls = {"back_to_back": call_us(ctx.device, 0.0), "paused": call_us(ctx.device, 5e-4)}
     out = []
     for cfg in configs:
         host = [loop_ms() for _ in range(3)]
@@ -178,17 +220,21 @@ def _rank(ctx: Context, configs: list[BenchConfig]) -> list[dict[str, Any]]:
                 "allowed": len(os.sched_getaffinity(0)),
             }
         )
-    return out
+    return {"rows": out, "call_us": calls}
 
 
-def runtime_rounds(dry: bool, rounds: int) -> list[dict[str, Any]]:
+def runtime_rounds(dry: bool, rounds: int, modes: list[str]) -> list[dict[str, Any]]:
     configs = rows(dry)
     out = []
     for r in range(rounds):
-        for mode in ("node", "rank") if r % 2 == 0 else ("rank", "node"):
+        for mode in modes if r % 2 == 0 else modes[::-1]:
             os.environ[cpubind.ENV] = mode
             began = time.time()
-            ranks = spawn(_rank, 2, (configs,), backend="gloo" if dry else "nccl", timeout_s=200)
+            results = spawn(_rank, 2, (configs,), backend="gloo" if dry else "nccl", timeout_s=200)
+            ranks = [res["rows"] for res in results]
+            calls = [res["call_us"] for res in results]
+            log(f"round {r} {mode}: whole-backward call us per rank {calls}")
+            out.append({"round": r, "mode": mode, "call_us": calls})
             for i, cfg in enumerate(configs):
                 step = max(rank[i]["step_ms"] for rank in ranks)
                 per_rank = [
@@ -213,6 +259,8 @@ def runtime_rounds(dry: bool, rounds: int) -> list[dict[str, Any]]:
 def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
     by: dict[str, dict[str, list[float]]] = {}
     for row in results:
+        if "label" not in row:
+            continue
         by.setdefault(row["label"], {}).setdefault(row["mode"], []).append(row["step_ms"])
     return {
         label: {
@@ -233,6 +281,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--sweeps", type=int, default=4)
     ap.add_argument("--series-s", type=float, default=10.0)
+    ap.add_argument("--modes", default="node,rank", help="PIPECAST_CPU_BIND values, in turn")
     args = ap.parse_args()
     result: dict[str, Any] = {"facts": facts()}
     log(f"facts: {result['facts']['cpu_count']} CPUs, {len(result['facts']['cores'])} cores")
@@ -240,12 +289,13 @@ def main() -> None:
     result["sweeps"] = sweeps(args.sweeps)
     dump("host_cpus.json", result)
     first = min(os.sched_getaffinity(0))
-    result["series_unpinned"] = series(args.series_s, None)
-    result["series_one_cpu"] = series(args.series_s, {first})
+    if args.series_s > 0:
+        result["series_unpinned"] = series(args.series_s, None)
+        result["series_one_cpu"] = series(args.series_s, {first})
     dump("host_cpus.json", result)
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if args.dry_run or gpus >= 2:
-        result["runtime"] = runtime_rounds(args.dry_run, args.rounds)
+        result["runtime"] = runtime_rounds(args.dry_run, args.rounds, args.modes.split(","))
         result["summary"] = summary(result["runtime"])
         log(f"summary: {result['summary']}")
     dump("host_cpus.json", result)

@@ -6,7 +6,8 @@ NCCL's), and the scheduler moves them between cores; `share` gives each rank who
 its own (a core's hyperthreads stay together), so no two ranks meet on one core.
 
 `PIPECAST_CPU_BIND` picks the policy for the runtime's ranks: `node` (the GPU's NUMA node,
-the default), `rank` (the rank's share of that node) or `off` (what the process was given).
+the default), `rank` (the rank's share of that node), `rank:N` (the first N cores of that
+share) or `off` (what the process was given).
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ ENV = "PIPECAST_CPU_BIND"
 POLICIES = ("node", "rank", "off")
 
 
-def policy() -> str:
+def policy() -> tuple[str, int]:
+    """(`node`, `rank` or `off`; the most cores a rank takes, 0 for its whole share)."""
     value = os.environ.get(ENV, "node").strip().lower() or "node"
-    if value not in POLICIES:
-        raise ConfigError(f"{ENV}={value!r}: use one of {', '.join(POLICIES)}")
-    return value
+    mode, _, count = value.partition(":")
+    if mode not in POLICIES or (count and (mode != "rank" or not count.isdigit())):
+        raise ConfigError(f"{ENV}={value!r}: use node, rank, rank:N (N cores a rank) or off")
+    return mode, int(count or 0)
 
 
 def parse_cpulist(text: str) -> set[int]:
@@ -53,9 +56,10 @@ def cores(cpus: Iterable[int], root: str = "/sys/devices/system/cpu") -> list[fr
     return [frozenset(g) for _, g in sorted(groups.items())]
 
 
-def share(groups: list[frozenset[int]], parts: int, index: int) -> set[int]:
+def share(groups: list[frozenset[int]], parts: int, index: int, limit: int = 0) -> set[int]:
     """Part `index` of `parts` near-equal runs of whole cores (the first parts get one more
-    where they don't divide); every core when there are fewer cores than parts."""
+    where they don't divide), its first `limit` cores where that is above 0; every core when
+    there are fewer cores than parts."""
     if parts < 1 or not 0 <= index < parts:
         raise ConfigError(f"CPU share {index} of {parts} does not exist")
     if len(groups) < parts:
@@ -63,4 +67,4 @@ def share(groups: list[frozenset[int]], parts: int, index: int) -> set[int]:
     size, extra = divmod(len(groups), parts)
     start = index * size + min(index, extra)
     chosen = groups[start : start + size + (index < extra)]
-    return set().union(*chosen)
+    return set().union(*(chosen[:limit] if limit > 0 else chosen))

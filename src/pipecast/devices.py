@@ -166,9 +166,10 @@ def local_cpus(device: torch.device) -> set[int]:
     return cpus & os.sched_getaffinity(0)
 
 
-def rank_cpus(device: torch.device, local_world: int) -> set[int]:
+def rank_cpus(device: torch.device, local_world: int, limit: int = 0) -> set[int]:
     """This rank's share of its GPU's NUMA node: the node's whole cores split in turn among
-    the first `local_world` GPUs on that node (empty: unknown)."""
+    the first `local_world` GPUs on that node, the share's first `limit` cores where that
+    is above 0 (empty: unknown)."""
     mine = local_cpus(device)
     if not mine:
         return set()
@@ -176,17 +177,17 @@ def rank_cpus(device: torch.device, local_world: int) -> set[int]:
     index = device.index or 0
     if index not in sharers:
         return mine
-    return cpubind.share(cpubind.cores(mine), len(sharers), sharers.index(index))
+    return cpubind.share(cpubind.cores(mine), len(sharers), sharers.index(index), limit)
 
 
 def pin_host(device: torch.device, local_world: int = 0) -> int:
     """Keep this process (and the threads it starts from now on) on the GPU's NUMA node,
-    or with `local_world` ranks on this machine and `PIPECAST_CPU_BIND=rank` on this rank's
-    share of it; the number of CPUs it may use, 0 where nothing was changed."""
-    mode = cpubind.policy() if local_world else "node"
+    or with `local_world` ranks on this machine and `PIPECAST_CPU_BIND=rank[:N]` on this
+    rank's share of it; the number of CPUs it may use, 0 where nothing was changed."""
+    mode, limit = cpubind.policy() if local_world else ("node", 0)
     if mode == "off":
         return 0
-    cpus = rank_cpus(device, local_world) if mode == "rank" else local_cpus(device)
+    cpus = rank_cpus(device, local_world, limit) if mode == "rank" else local_cpus(device)
     if not cpus:
         return 0
     os.sched_setaffinity(0, cpus)

@@ -50,6 +50,7 @@ def test_shares_are_disjoint_whole_cores_covering_the_node(tmp_path: Path) -> No
     assert [len(s) for s in three] == [4, 2, 2]  # 4 cores over 3 ranks: 2, 1, 1
     assert set().union(*three) == set(range(8))
     assert sum(len(s) for s in three) == 8  # disjoint
+    assert cpubind.share(groups, 2, 1, limit=1) == {2, 6}  # the share's first core
     # more ranks than cores: each rank keeps the whole node rather than nothing
     assert cpubind.share(groups, 5, 4) == set(range(8))
     with pytest.raises(ConfigError):
@@ -58,9 +59,12 @@ def test_shares_are_disjoint_whole_cores_covering_the_node(tmp_path: Path) -> No
 
 def test_policy_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(cpubind.ENV, raising=False)
-    assert cpubind.policy() == "node"
+    assert cpubind.policy() == ("node", 0)
     monkeypatch.setenv(cpubind.ENV, "Rank")
-    assert cpubind.policy() == "rank"
-    monkeypatch.setenv(cpubind.ENV, "cores")
-    with pytest.raises(ConfigError, match="PIPECAST_CPU_BIND='cores'"):
-        cpubind.policy()
+    assert cpubind.policy() == ("rank", 0)
+    monkeypatch.setenv(cpubind.ENV, "rank:2")
+    assert cpubind.policy() == ("rank", 2)
+    for bad in ("cores", "node:2", "rank:x"):
+        monkeypatch.setenv(cpubind.ENV, bad)
+        with pytest.raises(ConfigError, match=f"PIPECAST_CPU_BIND='{bad}'"):
+            cpubind.policy()
