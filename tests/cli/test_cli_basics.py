@@ -32,6 +32,10 @@ def test_models_table(capsys: pytest.CaptureFixture[str]) -> None:
         (["models", "--model", "tests.user_models:not_a_model"], "must be an nn.Sequential"),
         (["data", "--dataset", "mnist"], "needs --data-dir"),
         (["data", "--dataset", "mnist", "--data-dir", "/nonexistent"], "not found"),
+        (
+            ["train", "--model", "lenet5", "--partition", "0,6,12", "--cuda-graphs"],
+            "CUDA graphs need --device cuda",
+        ),
     ],
 )
 def test_bad_input_is_one_line_exit_2(

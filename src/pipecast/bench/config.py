@@ -33,6 +33,8 @@ class BenchConfig:
     """pipecast only: when sends are posted (see RunConfig)."""
     cut_backward: bool = True
     """pipecast only: split-backward stages run as one graph per segment (see RunConfig)."""
+    cuda_graphs: bool = False
+    """pipecast only: stages replayed as CUDA graphs after the first step (see RunConfig)."""
     accuracy_steps: int = 0
     """> 0: train on the real digits set for this many steps and record top-1 error."""
     tags: dict[str, str] = field(default_factory=dict)
@@ -44,6 +46,8 @@ class BenchConfig:
         d["boundaries"] = list(self.boundaries)
         if self.cut_backward:  # the default leaves the keys of stored rows as they were
             del d["cut_backward"]
+        if not self.cuda_graphs:
+            del d["cuda_graphs"]
         return d
 
     @classmethod
@@ -77,5 +81,7 @@ class BenchConfig:
             notes.append("eager-sends")
         if self.system == "pipecast" and not self.cut_backward:
             notes.append("uncut")
+        if self.system == "pipecast" and self.cuda_graphs:
+            notes.append("graphs")
         text = f"{head} {who} {self.schedule} {rep}{self.stages}st M={self.microbatches}"
         return " ".join([text, *(n for n in notes if n)])

@@ -60,6 +60,7 @@ def pipecast_job(cfg: BenchConfig, *, capture: bool = False) -> TrainJob:
             record_events=cfg.device == "cuda",
             send_timing=cfg.send_timing,
             cut_backward=cfg.cut_backward,
+            cuda_graphs=cfg.cuda_graphs,
             timeout_s=120,
         ),
         device="cuda" if cfg.device == "cuda" else "cpu",

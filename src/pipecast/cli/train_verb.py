@@ -41,6 +41,13 @@ def add_run_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
     p.add_argument("--optimizer", choices=("sgd", "momentum", "adam"), default="sgd")
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--recompute", choices=("none", "all", "all-but-last"), default="none")
+    if not inference:
+        p.add_argument(
+            "--cuda-graphs",
+            action="store_true",
+            help="replay each stage's forward and backward as CUDA graphs after the first "
+            "step (GPU; gpipe, 1f1b, interleaved): for small micro-batches",
+        )
     p.add_argument("--timeout", type=float, default=300.0, help="seconds any wait may take")
     p.add_argument("--out-dir", default="pipecast-out", help="where traces go")
 
@@ -66,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
         lr=args.lr,
         recompute=args.recompute,
         timeout_s=args.timeout,
+        cuda_graphs=getattr(args, "cuda_graphs", False),
     )
     with console.status(
         "planning (quick profile and partition)" if args.partition == "auto" else "planning"

@@ -24,7 +24,7 @@ import torch.distributed as dist
 
 from pipecast import devices
 from pipecast.errors import ConfigError, PipecastError
-from pipecast.runtime import allreduce, microbatch
+from pipecast.runtime import allreduce, graphs, microbatch
 from pipecast.runtime.backward import (
     Cut,
     WeightWork,
@@ -53,6 +53,8 @@ class _Micro:
     weights: dict[str, torch.Tensor] | None = None
     cuts: list[Cut] = field(default_factory=list)
     works: list[WeightWork] = field(default_factory=list)
+    slot: int | None = None
+    """The CUDA-graph slot its forward replayed (None: eager)."""
 
 
 @dataclass
@@ -135,6 +137,15 @@ class PipelineEngine:
         )
         self._deferred: dict[int, list[tuple[int, tuple[int, str, int], torch.Tensor]]] = {}
         self._last_backward = {s: self._last_backward_index(s) for s in stages}
+        graphs.check(plan, config, device.type)
+        self._slot_of, self._slot_count = (
+            graphs.slots(plan.actions[pipeline_rank]) if config.cuda_graphs else ({}, {})
+        )
+        self._graphs: dict[int, graphs.StageGraphs] = {}
+        self._graph_key: tuple[Any, ...] | None = None
+        """The step shapes the graphs were captured for; other shapes run eagerly."""
+        self._samples: dict[int, tuple[torch.Tensor, bool]] = {}
+        self._shape_key: tuple[Any, ...] = ()
 
     def close(self) -> None:
         self.watchdog.__exit__()
@@ -178,6 +189,7 @@ class PipelineEngine:
         outputs: list[torch.Tensor] = []
         pending_reduce: list[allreduce.Bucket] = []
         self._deferred.clear()
+        graphed = self._graph_key is not None and self._shape_key == self._graph_key
         host: dict[str, float] = {}
         loop_began = tick = time.perf_counter()
         host_before = loop_began - began
@@ -189,7 +201,12 @@ class PipelineEngine:
             if a.kind == "F":
                 x = self._input(a, in_mbs, local)
                 mark = self.clock.begin()
-                out, micro = self._forward(a, st, x)
+                if graphed:
+                    out, micro = self._forward_graphed(a, st, x)
+                else:
+                    out, micro = self._forward(a, st, x)
+                    if self.config.cuda_graphs and a.stage not in self._samples:
+                        self._sample(a, x, micro)
                 if st.last and not plan.forward_only:
                     assert tg_mbs is not None and self.loss_fn is not None
                     scale = microbatch.size(tg_mbs[a.mb]) / total
@@ -243,6 +260,9 @@ class PipelineEngine:
         marks = self.clock.take()
         loss_value = float(loss_sum.item()) * self.replicas if loss_sum is not None else None
         devices.synchronize(self.device)
+        if self.config.cuda_graphs and self._graph_key is None:
+            self.watchdog.at(None, "capturing CUDA graphs")
+            self._capture()
         self.watchdog.idle()
         return StepResult(
             loss=loss_value,
@@ -258,9 +278,9 @@ class PipelineEngine:
         )
 
     def zero_grad(self) -> None:
-        for st in self.stages.values():
-            if st.optimizer is not None:
-                st.optimizer.zero_grad(set_to_none=True)
+        for s, st in self.stages.items():
+            if st.optimizer is not None:  # a graph accumulates into .grad's own memory
+                st.optimizer.zero_grad(set_to_none=s not in self._graphs)
 
     # ---- pieces ------------------------------------------------------------------------
 
@@ -285,6 +305,7 @@ class PipelineEngine:
         key = tuple(
             tuple(code.tolist()),
         )
+        self._shape_key = key
         self._known = key in self._seen_shapes
         self._seen_shapes.add(key)
         if int(code[0]) < 1:
@@ -333,6 +354,33 @@ class PipelineEngine:
             out = st.forward(leaf if leaf is not None else x, recompute=recompute, weights=weights)
         return out, _Micro(leaf=leaf, out=out, weights=weights, cuts=cuts)
 
+    def _sample(self, a: Action, x: Any, micro: _Micro) -> None:
+        """Keep the stage's first input of this step: the graphs are captured for it."""
+        if not isinstance(x, torch.Tensor):
+            raise ConfigError("cuda_graphs: a stage's input must be one tensor")
+        self._samples[a.stage] = (x.detach(), micro.leaf is not None)
+
+    def _capture(self) -> None:
+        """After the first (eager) step: capture every stage's slots for its shapes."""
+        for s, st in self.stages.items():
+            sample, input_grad = self._samples[s]
+            g = graphs.StageGraphs(st.forward, st.params, list(st.module.buffers()), self.device)
+            g.capture(sample, self._slot_count[s], input_grad)
+            self._graphs[s] = g
+        self._samples.clear()
+        self._graph_key = self._shape_key
+
+    def _forward_graphed(
+        self, a: Action, st: StageModule, x: torch.Tensor
+    ) -> tuple[torch.Tensor, _Micro]:
+        self.watchdog.at(a, "computing the forward (CUDA graph)")
+        slot = self._slot_of[(a.stage, a.mb)]
+        out = self._graphs[a.stage].forward(slot, x)
+        if st.last:  # the loss runs eagerly from the graph's output
+            leaf = out.detach().requires_grad_(True)
+            return leaf, _Micro(leaf=leaf, out=leaf, slot=slot)
+        return out, _Micro(leaf=None, out=out, slot=slot)
+
     def _flush_deferred(self) -> None:
         """Post every deferred send. Called before any blocking receive: a rank never waits
         while holding back a tensor someone may need, so the waits are exactly those of
@@ -376,6 +424,11 @@ class PipelineEngine:
         self, a: Action, st: StageModule, micro: _Micro, grad: torch.Tensor | None
     ) -> torch.Tensor | None:
         assert micro.out is not None
+        if micro.slot is not None:
+            if st.last:  # the loss's gradient at the graph's output, then the graph
+                grad = backward_full(micro.out, None, micro.leaf, [])
+            micro.out = micro.leaf = None
+            return self._graphs[a.stage].backward(micro.slot, grad)
         params = list(micro.weights.values()) if micro.weights is not None else st.params
         if a.kind == "BW":
             grad_in = backward_full(micro.out, grad, micro.leaf, params)

@@ -10,6 +10,7 @@ from torch import nn
 from pipecast.errors import ConfigError
 from pipecast.models.workload import Workload
 from pipecast.partition.types import Partition
+from pipecast.runtime import graphs
 from pipecast.runtime.config import RunConfig
 from pipecast.schedule.action import Plan
 
@@ -70,3 +71,4 @@ class TrainJob:
             )
         if self.steps < 1:
             raise ConfigError(f"steps must be at least 1, got {self.steps}")
+        graphs.check(self.plan, self.config, self.device)

@@ -1,0 +1,179 @@
+"""CUDA graphs for a stage's forward and whole backward: one launch per action.
+
+Where the host binds (small micro-batches, eager PyTorch), a step lasts as long as the host
+takes to issue its kernels one by one. A CUDA graph replays a captured stage pass with one
+launch, so the device runs it at its own pace.
+
+A graph reads and writes fixed addresses, so each micro-batch a stage holds at once needs a
+graph pair of its own: `slots` walks a rank's plan and gives every (stage, micro-batch) the
+lowest slot free at its forward, freed by its backward (GPipe holds M, 1F1B at most as many
+as stages remain). Each slot captures into a memory pool of its own, so slots replay in any
+order. Parameter gradients accumulate inside the graph into each parameter's `.grad`, which
+therefore must keep its address: graphed stages zero gradients in place, never to None.
+
+The engine runs its first step eagerly, then captures every slot from that step's shapes
+(`StageGraphs.capture`); a later step with other shapes runs eagerly. Not graphed: split
+backwards (B and W are separate autograd calls), recomputation, PipeDream's stashed weights,
+autocast, CPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from pipecast.errors import ConfigError
+from pipecast.runtime.autograd_calls import engine_call
+from pipecast.runtime.config import RunConfig
+from pipecast.schedule.action import Action, Plan
+
+
+def unsupported(plan: Plan, config: RunConfig, device: str) -> str | None:
+    """Why this run can't use CUDA graphs (None: it can)."""
+    if device != "cuda":
+        return "CUDA graphs need --device cuda"
+    if plan.split_backward:
+        return (
+            f"schedule {plan.name} splits the backward; graphs need a whole one "
+            "(gpipe, 1f1b, interleaved)"
+        )
+    if plan.async_updates:
+        return "PipeDream's stashed weights can't be graphed"
+    if plan.forward_only:
+        return "forward-only plans are not graphed"
+    if config.recompute != "none":
+        return "recomputation can't be graphed: a graph keeps its activations anyway"
+    if config.autocast:
+        return "autocast can't be graphed here: use --dtype without autocast"
+    return None
+
+
+def check(plan: Plan, config: RunConfig, device: str) -> None:
+    """ConfigError when `config.cuda_graphs` asks for what this run can't graph."""
+    if config.cuda_graphs and (reason := unsupported(plan, config, device)):
+        raise ConfigError(f"cuda_graphs: {reason}")
+
+
+def slots(actions: Sequence[Action]) -> tuple[dict[tuple[int, int], int], dict[int, int]]:
+    """(stage, micro-batch) -> slot, and slots needed per stage, for one rank's actions:
+    each forward takes its stage's lowest free slot, each whole backward frees it."""
+    free: dict[int, list[int]] = {}
+    count: dict[int, int] = {}
+    held: dict[tuple[int, int], int] = {}
+    out: dict[tuple[int, int], int] = {}
+    for a in actions:
+        key = (a.stage, a.mb)
+        if a.kind == "F":
+            pool = free.setdefault(a.stage, [])
+            if pool:
+                slot = min(pool)
+                pool.remove(slot)
+            else:
+                slot = count.get(a.stage, 0)
+                count[a.stage] = slot + 1
+            held[key] = out[key] = slot
+        elif a.kind == "BW":
+            if key not in held:
+                raise ConfigError(f"action {a} frees a slot its forward never took")
+            free.setdefault(a.stage, []).append(held.pop(key))
+        else:
+            raise ConfigError(f"action {a}: CUDA graphs need whole backwards")
+    return out, count
+
+
+@dataclass
+class _Slot:
+    forward: torch.cuda.CUDAGraph
+    backward: torch.cuda.CUDAGraph
+    inp: torch.Tensor
+    out: torch.Tensor
+    grad_out: torch.Tensor
+    grad_in: torch.Tensor | None
+
+
+class StageGraphs:
+    """The captured forward and backward of one stage, one pair per slot."""
+
+    def __init__(
+        self,
+        run: Callable[[torch.Tensor], torch.Tensor],
+        params: Sequence[torch.Tensor],
+        buffers: Sequence[torch.Tensor],
+        device: torch.device,
+    ) -> None:
+        self.run, self.params, self.buffers, self.device = run, list(params), list(buffers), device
+        self._slots: list[_Slot] = []
+
+    @property
+    def ready(self) -> bool:
+        return bool(self._slots)
+
+    def capture(self, sample: torch.Tensor, count: int, input_grad: bool) -> None:
+        """Capture `count` slots for inputs shaped like `sample` (`input_grad`: the stage
+        sends its input gradient back). Warms up once on the capture stream first; the
+        module's buffers (BatchNorm's running statistics) are put back afterwards."""
+        for p in self.params:  # accumulated in place inside the graph: the address must stay
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        saved = [b.detach().clone() for b in self.buffers]
+        grads = [_grad(p).detach().clone() for p in self.params]
+        stream = torch.cuda.Stream(self.device)  # type: ignore[no-untyped-call]
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            x = torch.zeros_like(sample).requires_grad_(input_grad)
+            out = self.run(x)
+            wanted = [x, *self.params] if input_grad else list(self.params)
+            torch.autograd.grad(out, wanted, torch.zeros_like(out), allow_unused=True)
+            del out
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        torch.cuda.synchronize(self.device)
+        for _ in range(count):
+            self._slots.append(self._capture_one(sample, input_grad, stream))
+        torch.cuda.synchronize(self.device)
+        with torch.no_grad():
+            for b, v in zip(self.buffers, saved, strict=True):
+                b.copy_(v)
+            for p, g in zip(self.params, grads, strict=True):
+                _grad(p).copy_(g)
+
+    def _capture_one(
+        self, sample: torch.Tensor, input_grad: bool, stream: torch.cuda.Stream
+    ) -> _Slot:
+        pool = torch.cuda.graph_pool_handle()
+        fwd, bwd = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+        inp = torch.zeros_like(sample).requires_grad_(input_grad)
+        with torch.cuda.graph(fwd, pool=pool, stream=stream, capture_error_mode="thread_local"):
+            out = self.run(inp)
+        grad_out = torch.zeros_like(out)
+        wanted = [inp, *self.params] if input_grad else list(self.params)
+        with torch.cuda.graph(bwd, pool=pool, stream=stream, capture_error_mode="thread_local"):
+            engine_call((out,), (grad_out,), wanted, accumulate=True, keep=False)
+        grad_in = inp.grad if input_grad else None
+        return _Slot(fwd, bwd, inp.detach(), out.detach(), grad_out, grad_in)
+
+    def forward(self, slot: int, x: torch.Tensor) -> torch.Tensor:
+        """Replay `slot`'s forward on `x`; the output is the slot's own buffer, valid until
+        the slot's next forward."""
+        s = self._slots[slot]
+        s.inp.copy_(x)
+        s.forward.replay()
+        return s.out
+
+    def backward(self, slot: int, grad_out: torch.Tensor | None) -> torch.Tensor | None:
+        """Replay `slot`'s backward from `grad_out`: parameter gradients accumulate into
+        .grad; returns a copy of the input gradient (the slot's next forward may reuse the
+        memory while a send still reads it), or None for a first stage."""
+        s = self._slots[slot]
+        if grad_out is None:
+            raise ConfigError("a graphed backward needs its output's gradient")
+        s.grad_out.copy_(grad_out)
+        s.backward.replay()
+        return s.grad_in.clone() if s.grad_in is not None else None
+
+
+def _grad(p: torch.Tensor) -> torch.Tensor:
+    if p.grad is None:
+        raise ConfigError("a graphed stage's parameter lost its .grad")
+    return p.grad
