@@ -95,7 +95,12 @@ def equivalence() -> list[dict[str, Any]]:
     for cfg in equivalence_configs():
         eager = spawn(_equal_rank, 2, (cfg,), backend=backend, timeout_s=200)
         graphed_cfg = cfg if DRY else replace(cfg, cuda_graphs=True)
-        graphed = spawn(_equal_rank, 2, (graphed_cfg,), backend=backend, timeout_s=200)
+        try:
+            graphed = spawn(_equal_rank, 2, (graphed_cfg,), backend=backend, timeout_s=200)
+        except Exception as exc:  # report and go on: the speed rows still say something
+            log(f"equal {graphed_cfg.label()}: FAILED {str(exc)[:2000]}")
+            out.append({"label": graphed_cfg.label(), "error": str(exc)[:4000]})
+            continue
         row = {
             "label": graphed_cfg.label(),
             "params_worst_rel": _worst(_merge(eager, "params"), _merge(graphed, "params")),
@@ -188,7 +193,14 @@ def speed(rounds: int) -> list[dict[str, Any]]:
         for graphed in (False, True) if r % 2 == 0 else (True, False):
             todo = [replace(c, cuda_graphs=graphed and not DRY) for c in configs]
             began = time.time()
-            ranks = spawn(_speed_rank, 2, (todo,), backend="gloo" if DRY else "nccl", timeout_s=300)
+            try:
+                ranks = spawn(
+                    _speed_rank, 2, (todo,), backend="gloo" if DRY else "nccl", timeout_s=300
+                )
+            except Exception as exc:
+                log(f"round {r} graphed={graphed}: FAILED {str(exc)[:2000]}")
+                out.append({"round": r, "graphed": graphed, "error": str(exc)[:4000]})
+                continue
             for i, cfg in enumerate(todo):
                 row = {
                     "round": r,
@@ -212,6 +224,8 @@ def speed(rounds: int) -> list[dict[str, Any]]:
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     by: dict[str, dict[str, list[float]]] = {}
     for row in rows:
+        if "error" in row:
+            continue
         label = row["label"].removesuffix(" graphs")
         by.setdefault(label, {}).setdefault("graphed" if row["graphed"] else "eager", []).append(
             row["step_ms"]
