@@ -8,8 +8,10 @@ A graph reads and writes fixed addresses, so each micro-batch a stage holds at o
 graph pair of its own: `slots` walks a rank's plan and gives every (stage, micro-batch) the
 lowest slot free at its forward, freed by its backward (GPipe holds M, 1F1B at most as many
 as stages remain). Each slot captures into a memory pool of its own, so slots replay in any
-order. Parameter gradients accumulate inside the graph into each parameter's `.grad`, which
-therefore must keep its address: graphed stages zero gradients in place, never to None.
+order. Parameter gradients are added inside the graph to each parameter's `.grad`, which
+therefore must keep its address: graphed stages zero gradients in place, never to None. A
+slot's pool holds its activations and, while its backward runs, a copy of the stage's
+parameter gradients.
 
 The engine runs its first step eagerly, then captures every slot from that step's shapes
 (`StageGraphs.capture`); a later step with other shapes runs eagerly. Not graphed: split
@@ -149,8 +151,17 @@ class StageGraphs:
         grad_out = torch.zeros_like(out)
         wanted = [inp, *self.params] if input_grad else list(self.params)
         with torch.cuda.graph(bwd, pool=pool, stream=stream, capture_error_mode="thread_local"):
-            engine_call((out,), (grad_out,), wanted, accumulate=True, keep=False)
-        grad_in = inp.grad if input_grad else None
+            # gradients returned, then added inside the graph: letting autograd accumulate
+            # would run each parameter's AccumulateGrad on the stream it was made on (the
+            # default one, in the eager first step), which a capture may not touch
+            found = engine_call((out,), (grad_out,), wanted, accumulate=False, keep=False)
+            grads = found[1:] if input_grad else found
+            pairs = [
+                (_grad(p), g) for p, g in zip(self.params, grads, strict=True) if g is not None
+            ]
+            if pairs:
+                torch._foreach_add_([a for a, _ in pairs], [b for _, b in pairs])
+        grad_in = found[0] if input_grad else None
         return _Slot(fwd, bwd, inp.detach(), out.detach(), grad_out, grad_in)
 
     def forward(self, slot: int, x: torch.Tensor) -> torch.Tensor:
