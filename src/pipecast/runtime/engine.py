@@ -13,6 +13,7 @@ using the weights its forward used.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -86,6 +87,12 @@ class StepResult:
         """The step's actions with their start and end (device times on GPU) from the
         step's start; reading them the first time waits for the device."""
         return self.marks.resolve() if self.marks is not None else []
+
+
+def _forward_with(
+    st: StageModule, x: torch.Tensor, weights: dict[str, torch.Tensor]
+) -> torch.Tensor:
+    return st.forward(x, weights=weights)
 
 
 class PipelineEngine:
@@ -364,7 +371,10 @@ class PipelineEngine:
         """After the first (eager) step: capture every stage's slots for its shapes."""
         for s, st in self.stages.items():
             sample, input_grad = self._samples[s]
-            g = graphs.StageGraphs(st.forward, st.params, list(st.module.buffers()), self.device)
+            named = {n: p for n, p in st.module.named_parameters() if p.requires_grad}
+            g = graphs.StageGraphs(
+                functools.partial(_forward_with, st), named, list(st.module.buffers()), self.device
+            )
             g.capture(sample, self._slot_count[s], input_grad)
             self._graphs[s] = g
         self._samples.clear()

@@ -21,7 +21,7 @@ autocast, CPU.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -93,6 +93,8 @@ class _Slot:
     out: torch.Tensor
     grad_out: torch.Tensor
     grad_in: torch.Tensor | None
+    aliases: list[torch.Tensor]
+    """The leaves the graph differentiates (the parameters' memory, kept referenced)."""
 
 
 class StageGraphs:
@@ -100,12 +102,15 @@ class StageGraphs:
 
     def __init__(
         self,
-        run: Callable[[torch.Tensor], torch.Tensor],
-        params: Sequence[torch.Tensor],
+        run: Callable[[torch.Tensor, dict[str, torch.Tensor]], torch.Tensor],
+        params: Mapping[str, torch.Tensor],
         buffers: Sequence[torch.Tensor],
         device: torch.device,
     ) -> None:
-        self.run, self.params, self.buffers, self.device = run, list(params), list(buffers), device
+        """`run(x, weights)`: the stage's forward with `weights` in place of its parameters
+        (`params`, by name; those that need gradients)."""
+        self.run, self.named, self.device = run, dict(params), device
+        self.params, self.buffers = list(self.named.values()), list(buffers)
         self._slots: list[_Slot] = []
 
     @property
@@ -125,7 +130,7 @@ class StageGraphs:
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(stream):
             x = torch.zeros_like(sample).requires_grad_(input_grad)
-            out = self.run(x)
+            out = self.run(x, self.named)
             wanted = [x, *self.params] if input_grad else list(self.params)
             torch.autograd.grad(out, wanted, torch.zeros_like(out), allow_unused=True)
             del out
@@ -146,14 +151,19 @@ class StageGraphs:
         pool = torch.cuda.graph_pool_handle()
         fwd, bwd = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
         inp = torch.zeros_like(sample).requires_grad_(input_grad)
+        # The graph differentiates fresh leaves that share the parameters' memory (so it
+        # reads every optimizer update): autograd ends a backward by syncing with the stream
+        # each leaf's gradient node was made on, and the parameters' own were made on the
+        # default stream in the eager step, which no capture may touch (2 x H100: "operation
+        # would make the legacy stream depend on a capturing blocking stream").
+        aliases = {name: p.detach().requires_grad_(True) for name, p in self.named.items()}
         with torch.cuda.graph(fwd, pool=pool, stream=stream, capture_error_mode="thread_local"):
-            out = self.run(inp)
+            out = self.run(inp, aliases)
         grad_out = torch.zeros_like(out)
-        wanted = [inp, *self.params] if input_grad else list(self.params)
+        leaves = list(aliases.values())
+        wanted = [inp, *leaves] if input_grad else leaves
         with torch.cuda.graph(bwd, pool=pool, stream=stream, capture_error_mode="thread_local"):
-            # gradients returned, then added inside the graph: letting autograd accumulate
-            # would run each parameter's AccumulateGrad on the stream it was made on (the
-            # default one, in the eager first step), which a capture may not touch
+            # the gradients come back from autograd and are added to .grad inside the graph
             found = engine_call((out,), (grad_out,), wanted, accumulate=False, keep=False)
             grads = found[1:] if input_grad else found
             pairs = [
@@ -162,7 +172,7 @@ class StageGraphs:
             if pairs:
                 torch._foreach_add_([a for a, _ in pairs], [b for _, b in pairs])
         grad_in = found[0] if input_grad else None
-        return _Slot(fwd, bwd, inp.detach(), out.detach(), grad_out, grad_in)
+        return _Slot(fwd, bwd, inp.detach(), out.detach(), grad_out, grad_in, leaves)
 
     def forward(self, slot: int, x: torch.Tensor) -> torch.Tensor:
         """Replay `slot`'s forward on `x`; the output is the slot's own buffer, valid until
