@@ -61,7 +61,10 @@ def equivalence_configs() -> list[BenchConfig]:
     return out
 
 
-def _equal_rank(ctx: Context, cfg: BenchConfig) -> dict[str, Any]:
+def _equal_rank(ctx: Context, cfg: BenchConfig, deterministic: bool) -> dict[str, Any]:
+    if deterministic:  # cuDNN's default algorithms may add in any order
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
     job = pipecast_job(cfg, capture=True)
     job = replace(job, exact_init=True)
     report = run_rank(ctx, job)
@@ -79,6 +82,15 @@ def _merge(ranks: list[dict[str, Any]], key: str) -> dict[str, torch.Tensor]:
     return out
 
 
+def _overall(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    """|a - b| over |a|, every tensor together (a tensor of near-zero values, such as a
+    bias a few small updates from zero, can't inflate it as it does `_worst`)."""
+    if set(a) != set(b):
+        return float("inf")
+    diff = torch.cat([(a[k] - b[k]).flatten().double() for k in a])
+    return float(diff.norm() / torch.cat([a[k].flatten().double() for k in a]).norm())
+
+
 def _worst(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
     if set(a) != set(b):
         return float("inf")
@@ -89,14 +101,22 @@ def _worst(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
     return worst
 
 
-def equivalence() -> list[dict[str, Any]]:
+def equivalence(match: str, deterministic: bool) -> list[dict[str, Any]]:
+    """Each configuration eager twice (how far eager runs differ from each other) and
+    graphed once."""
     out = []
     backend = "gloo" if DRY else "nccl"
     for cfg in equivalence_configs():
-        eager = spawn(_equal_rank, 2, (cfg,), backend=backend, timeout_s=200)
+        if match not in cfg.label():
+            continue
+        args = (cfg, deterministic)
+        eager = spawn(_equal_rank, 2, args, backend=backend, timeout_s=200)
+        again = spawn(_equal_rank, 2, args, backend=backend, timeout_s=200)
         graphed_cfg = cfg if DRY else replace(cfg, cuda_graphs=True)
         try:
-            graphed = spawn(_equal_rank, 2, (graphed_cfg,), backend=backend, timeout_s=200)
+            graphed = spawn(
+                _equal_rank, 2, (graphed_cfg, deterministic), backend=backend, timeout_s=200
+            )
         except Exception as exc:  # report and go on: the speed rows still say something
             log(f"equal {graphed_cfg.label()}: FAILED {str(exc)[:2000]}")
             out.append({"label": graphed_cfg.label(), "error": str(exc)[:4000]})
@@ -105,12 +125,20 @@ def equivalence() -> list[dict[str, Any]]:
             "label": graphed_cfg.label(),
             "params_worst_rel": _worst(_merge(eager, "params"), _merge(graphed, "params")),
             "grads_worst_rel": _worst(_merge(eager, "grads"), _merge(graphed, "grads")),
+            "params_rel": _overall(_merge(eager, "params"), _merge(graphed, "params")),
+            "grads_rel": _overall(_merge(eager, "grads"), _merge(graphed, "grads")),
+            "eager_again_params_rel": _overall(_merge(eager, "params"), _merge(again, "params")),
+            "eager_again_grads_rel": _overall(_merge(eager, "grads"), _merge(again, "grads")),
+            "deterministic": deterministic,
             "params": len(_merge(eager, "params")),
             "loss_eager": [x for r in eager for x in r["loss"] if x is not None],
             "loss_graphed": [x for r in graphed for x in r["loss"] if x is not None],
         }
         log(
-            f"equal {row['label']}: params {row['params_worst_rel']:.2e}, grads "
+            f"equal {row['label']}: params {row['params_rel']:.2e} (eager twice "
+            f"{row['eager_again_params_rel']:.2e}), grads {row['grads_rel']:.2e} (eager twice "
+            f"{row['eager_again_grads_rel']:.2e}); worst tensor params "
+            f"{row['params_worst_rel']:.2e}, grads "
             f"{row['grads_worst_rel']:.2e} over {row['params']} tensors; losses "
             f"{[round(x, 5) for x in row['loss_eager']]} / "
             f"{[round(x, 5) for x in row['loss_graphed']]}"
@@ -251,6 +279,9 @@ def main() -> None:
     ap.add_argument("--dry-run", action="store_true")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--skip-equivalence", action="store_true")
+    ap.add_argument("--equivalence-only", action="store_true")
+    ap.add_argument("--match", default="", help="only equivalence configurations so labelled")
+    ap.add_argument("--deterministic", action="store_true", help="cuDNN deterministic")
     args = ap.parse_args()
     DRY = args.dry_run
     result: dict[str, Any] = {
@@ -258,8 +289,10 @@ def main() -> None:
         "device": torch.cuda.get_device_name(0) if not DRY else "cpu",
     }
     if not args.skip_equivalence:
-        result["equivalence"] = equivalence()
+        result["equivalence"] = equivalence(args.match, args.deterministic)
         dump("cuda_graphs.json", result)
+    if args.equivalence_only:
+        return
     result["speed"] = speed(args.rounds)
     result["summary"] = summary(result["speed"])
     log(f"summary: {result['summary']}")
