@@ -13,6 +13,7 @@ from pipecast.runtime import graphs
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.job import TrainJob
 from pipecast.schedule.generators import make_plan
+from pipecast.schedule.slots import slots
 
 
 def _held_apart(plan_name: str, ranks: int, m: int) -> dict[int, dict[int, int]]:
@@ -21,7 +22,7 @@ def _held_apart(plan_name: str, ranks: int, m: int) -> dict[int, dict[int, int]]
     plan = make_plan(plan_name, ranks, m)
     counts = {}
     for rank, actions in enumerate(plan.actions):
-        slot_of, count = graphs.slots(actions)
+        slot_of, count = slots(actions)
         live: dict[tuple[int, int], int] = {}
         for a in actions:
             if a.kind == "F":
@@ -56,7 +57,7 @@ def test_interleaved_counts_each_virtual_stage() -> None:
 def test_split_backwards_have_no_slots() -> None:
     plan = make_plan("zb-h1", 2, 4)
     with pytest.raises(ConfigError, match="whole backwards"):
-        graphs.slots(plan.actions[1])
+        slots(plan.actions[1])
 
 
 @pytest.mark.parametrize(

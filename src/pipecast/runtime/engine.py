@@ -41,6 +41,7 @@ from pipecast.runtime.send_plan import post_positions
 from pipecast.runtime.stage import StageModule
 from pipecast.runtime.watchdog import Watchdog
 from pipecast.schedule.action import Action, Plan
+from pipecast.schedule.slots import slots
 from pipecast.schedule.validate import validate
 from pipecast.simulate.timeline import Event
 
@@ -146,7 +147,7 @@ class PipelineEngine:
         self._last_backward = {s: self._last_backward_index(s) for s in stages}
         graphs.check(plan, config, device.type)
         self._slot_of, self._slot_count = (
-            graphs.slots(plan.actions[pipeline_rank]) if config.cuda_graphs else ({}, {})
+            slots(plan.actions[pipeline_rank]) if config.cuda_graphs else ({}, {})
         )
         self._graphs: dict[int, graphs.StageGraphs] = {}
         self._graph_key: tuple[Any, ...] | None = None

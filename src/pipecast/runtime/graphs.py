@@ -5,9 +5,8 @@ takes to issue its kernels one by one. A CUDA graph replays a captured stage pas
 launch, so the device runs it at its own pace.
 
 A graph reads and writes fixed addresses, so each micro-batch a stage holds at once needs a
-graph pair of its own: `slots` walks a rank's plan and gives every (stage, micro-batch) the
-lowest slot free at its forward, freed by its backward (GPipe holds M, 1F1B at most as many
-as stages remain). Each slot captures into a memory pool of its own, so slots replay in any
+graph pair of its own (`pipecast.schedule.slots` counts them: GPipe holds M, 1F1B at most as
+many as stages remain). Each slot captures into a memory pool of its own, so slots replay in any
 order. Parameter gradients are added inside the graph to each parameter's `.grad`, which
 therefore must keep its address: graphed stages zero gradients in place, never to None. A
 slot's pool holds its activations and, while its backward runs, a copy of the stage's
@@ -29,7 +28,7 @@ import torch
 from pipecast.errors import ConfigError
 from pipecast.runtime.autograd_calls import engine_call
 from pipecast.runtime.config import RunConfig
-from pipecast.schedule.action import Action, Plan
+from pipecast.schedule.action import Plan
 
 
 def unsupported(plan: Plan, config: RunConfig, device: str) -> str | None:
@@ -56,33 +55,6 @@ def check(plan: Plan, config: RunConfig, device: str) -> None:
     """ConfigError when `config.cuda_graphs` asks for what this run can't graph."""
     if config.cuda_graphs and (reason := unsupported(plan, config, device)):
         raise ConfigError(f"cuda_graphs: {reason}")
-
-
-def slots(actions: Sequence[Action]) -> tuple[dict[tuple[int, int], int], dict[int, int]]:
-    """(stage, micro-batch) -> slot, and slots needed per stage, for one rank's actions:
-    each forward takes its stage's lowest free slot, each whole backward frees it."""
-    free: dict[int, list[int]] = {}
-    count: dict[int, int] = {}
-    held: dict[tuple[int, int], int] = {}
-    out: dict[tuple[int, int], int] = {}
-    for a in actions:
-        key = (a.stage, a.mb)
-        if a.kind == "F":
-            pool = free.setdefault(a.stage, [])
-            if pool:
-                slot = min(pool)
-                pool.remove(slot)
-            else:
-                slot = count.get(a.stage, 0)
-                count[a.stage] = slot + 1
-            held[key] = out[key] = slot
-        elif a.kind == "BW":
-            if key not in held:
-                raise ConfigError(f"action {a} frees a slot its forward never took")
-            free.setdefault(a.stage, []).append(held.pop(key))
-        else:
-            raise ConfigError(f"action {a}: CUDA graphs need whole backwards")
-    return out, count
 
 
 @dataclass
