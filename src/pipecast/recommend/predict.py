@@ -208,6 +208,7 @@ def predict(
         overlap_comm=overlap_comm,
         recompute=strategy.recompute,
         optimizer=optimizer,
+        cuda_graphs=strategy.cuda_graphs,
     )
     ddp = ddp_buckets and strategy.kind == "data" and strategy.replicas > 1
     if ddp:

@@ -25,6 +25,8 @@ class Strategy:
     partition: str = "balanced"
     """Partition method, or explicit boundaries '0,4,10,21,40'."""
     recompute: Recompute = "none"
+    cuda_graphs: bool = False
+    """Stages replayed as CUDA graphs after the first step (pipecast's runtime on GPUs)."""
 
     @property
     def gpus(self) -> int:
@@ -44,6 +46,8 @@ class Strategy:
             text += f", M={self.microbatches}, {self.partition}"
         if self.recompute != "none":
             text += f", recompute {self.recompute}"
+        if self.cuda_graphs:
+            text += ", CUDA graphs"
         return text
 
     def to_dict(self) -> dict[str, Any]:

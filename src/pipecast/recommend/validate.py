@@ -63,7 +63,13 @@ def job_for(
         batch=pred.batch,
         workload=workload,
         replicas=pred.strategy.replicas,
-        config=RunConfig(**{**config.__dict__, "recompute": pred.strategy.recompute}),
+        config=RunConfig(
+            **{
+                **config.__dict__,
+                "recompute": pred.strategy.recompute,
+                "cuda_graphs": pred.strategy.cuda_graphs,
+            }
+        ),
         device="cuda" if device.startswith("cuda") else "cpu",
         steps=steps,
         warmup_steps=warmup_steps,

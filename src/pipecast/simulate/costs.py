@@ -68,6 +68,10 @@ class Costs:
     """What-if, off by default: a send begins only when its receiver's host reaches the
     action that consumes it (posts the receive), and the sender's device starts nothing
     more until then (work queued behind a waiting NCCL send on a shared hardware queue)."""
+    cuda_graphs: bool = False
+    """Stages replayed as CUDA graphs (pipecast.runtime.graphs): an action costs its host
+    only the runtime's overhead, and each in-flight slot keeps its activations, workspace
+    and a copy of the stage's gradients for the whole step."""
     extra: dict[str, float] = field(default_factory=dict)
 
     @classmethod
@@ -103,9 +107,11 @@ def costs_from_profile(
     overlap_comm: bool = True,
     recompute: Recompute = "none",
     optimizer: Optimizer = "sgd",
+    cuda_graphs: bool = False,
 ) -> Costs:
     """Costs of `partition` at `micro_batch` on `cluster` (replica 0's devices carry the
-    pipeline's transfers; each stage's replicas all-reduce its gradients)."""
+    pipeline's transfers; each stage's replicas all-reduce its gradients), `cuda_graphs`:
+    the stages replayed as CUDA graphs (see Costs)."""
     stages = []
     busy = len({d for st in partition.stages for d in st.devices})
     slow = cluster.host_factor(min(busy, cluster.gpus_per_node), profile.host_issue)
@@ -159,4 +165,5 @@ def costs_from_profile(
         optimizer=optimizer,
         host_overhead=cluster.host_overhead,
         floor_bytes=profile.floor_bytes,
+        cuda_graphs=cuda_graphs,
     )

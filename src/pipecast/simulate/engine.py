@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from pipecast.errors import ConfigError
 from pipecast.schedule.action import Action, Plan
+from pipecast.schedule.slots import slots
 from pipecast.schedule.validate import dependencies
 from pipecast.simulate.costs import Costs, StageTimes
 from pipecast.simulate.timeline import Event, Timeline
@@ -70,7 +71,10 @@ def _duration(action: Action, st: StageTimes, costs: Costs, plan: Plan) -> float
 
 
 def _host(action: Action, st: StageTimes, costs: Costs, plan: Plan) -> float:
-    """Host seconds to issue `action`: its ops, and the runtime's own work per action."""
+    """Host seconds to issue `action`: its ops, and the runtime's own work per action (a
+    graphed action's ops are one launch)."""
+    if costs.cuda_graphs:
+        return costs.host_overhead
     if action.kind == "F":
         return st.host_forward + costs.host_overhead
     extra = st.host_forward if _recomputes(action, costs, plan) else 0.0
@@ -109,6 +113,13 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
         )
         static[r] += int(st.param_bytes * factor)
     static = [b + costs.floor_bytes for b in static]
+    if costs.cuda_graphs:  # every slot's pool is held for the whole step
+        for r, actions in enumerate(plan.actions):
+            _, count = slots(actions)
+            for s, n in count.items():
+                st = costs.stages[s]
+                grads = int(st.param_bytes * costs.grad_bytes_factor)
+                static[r] += n * (st.activation_bytes + st.workspace_bytes + grads)
     end: dict[Action, float] = {}
     available: dict[Action, float] = {}  # when an action's output is usable by its consumer
     link_free: dict[tuple[int, int], float] = {}
@@ -152,10 +163,11 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
                 # NCCL keeps those until the transfer is done on the device, and a host that
                 # runs ahead of its device meanwhile allocates the next actions' tensors.
                 state.in_flight = [(b, t) for b, t in state.in_flight if t > issue]
-                held = _held(a, st, costs, plan)
+                held = 0 if costs.cuda_graphs else _held(a, st, costs, plan)
                 if a.kind == "F":
                     state.memory += held
-                transient = st.workspace_bytes + sum(b for b, _ in state.in_flight)
+                workspace = 0 if costs.cuda_graphs else st.workspace_bytes
+                transient = workspace + sum(b for b, _ in state.in_flight)
                 if a.kind in ("B", "BW"):
                     # the gradient received for the stage's output and the one it computes
                     # for its input, held until its send completes
