@@ -60,12 +60,15 @@ def main() -> None:
         )
         pred = predict(profile, cluster, strategy, batch)
         measured = statistics.median(float(r["step_ms"]) for r in found)  # type: ignore[arg-type]
-        reserved = [max(float(v) for v in col) for col in zip(*(r["reserved_gib"] for r in found))]  # type: ignore[misc]
+        reserved = [
+            max(float(v) for v in col)
+            for col in zip(*(r["reserved_gib"] for r in found), strict=False)
+        ]  # type: ignore[misc]
         print(
             f"{label:52s} {'graphed' if graphed else 'eager':8s} {measured:9.2f} "
             f"{pred.step_time * 1e3:9.2f} {pred.step_time * 1e3 / measured - 1:+7.1%} "
-            f"{str([round(x, 2) for x in reserved]):>24s} "
-            f"{str([round(b / 2**30, 2) for b in pred.timeline.peak_memory]):>14s}"
+            f"{[round(x, 2) for x in reserved]!s:>24s} "
+            f"{[round(b / 2**30, 2) for b in pred.timeline.peak_memory]!s:>14s}"
         )
 
 
