@@ -67,6 +67,7 @@ class StepResult:
     marks: StepMarks | None = None
     """The step's timed actions, resolved into `events` when first read."""
     peak_allocated: int = 0
+    """Peak bytes allocated; with CUDA graphs replayed, their pools counted whole."""
     peak_reserved: int = 0
     outputs: list[torch.Tensor] = field(default_factory=list)
     """Forward-only plans: the last stage's outputs, one per micro-batch."""
@@ -276,7 +277,8 @@ class PipelineEngine:
             loss=loss_value,
             seconds=time.perf_counter() - began,
             marks=marks,
-            peak_allocated=devices.peak_allocated(self.device),
+            peak_allocated=devices.peak_allocated(self.device)
+            + (sum(g.pool_bytes for g in self._graphs.values()) if graphed else 0),
             peak_reserved=devices.peak_reserved(self.device),
             outputs=outputs,
             host=host,

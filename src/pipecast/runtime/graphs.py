@@ -84,6 +84,9 @@ class StageGraphs:
         self.run, self.named, self.device = run, dict(params), device
         self.params, self.buffers = list(self.named.values()), list(buffers)
         self._slots: list[_Slot] = []
+        self.pool_bytes = 0
+        """Device memory the slots' pools reserved when captured (the caching allocator
+        counts a pool's freed blocks as reserved, not allocated)."""
 
     @property
     def ready(self) -> bool:
@@ -108,9 +111,12 @@ class StageGraphs:
             del out
         torch.cuda.current_stream(self.device).wait_stream(stream)
         torch.cuda.synchronize(self.device)
+        torch.cuda.empty_cache()
+        before = torch.cuda.memory_reserved(self.device)
         for _ in range(count):
             self._slots.append(self._capture_one(sample, input_grad, stream))
         torch.cuda.synchronize(self.device)
+        self.pool_bytes = torch.cuda.memory_reserved(self.device) - before
         with torch.no_grad():
             for b, v in zip(self.buffers, saved, strict=True):
                 b.copy_(v)
