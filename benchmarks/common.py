@@ -91,3 +91,59 @@ def dry_pipelines(suite: str, schedules: tuple[str, ...]) -> Any:
         )
         for schedule in schedules
     ]
+
+
+def two_gpu_rows(suite: str, dry: bool) -> Any:
+    """The host-bound 2-GPU configurations the host studies share (host_cpus.py,
+    cuda_graphs.py), by name: 'vggc' (VGG-16/CIFAR-10 GPipe, M=1: set M), 'r18' and 'r50'
+    (1F1B, M=4: ResNet-18 and ResNet-50 on ImageNet) and 'gpt' (24 layers of width 2048,
+    batch 32, 1F1B, M=16), bf16, the median of 10 steps after 3; with `dry`, tiny stand-ins
+    on CPU ranks: dict[str, BenchConfig]."""
+    from dataclasses import replace
+
+    from pipecast.bench.config import BenchConfig
+    from pipecast.models.workload import Workload
+
+    vggc = BenchConfig(
+        suite=suite,
+        system="pipecast",
+        workload=Workload(
+            model="lenet5" if dry else "vgg16", dataset="mnist" if dry else "cifar10"
+        ),
+        gpus=2,
+        batch=32 if dry else 128,
+        schedule="gpipe",
+        boundaries=(0, 6, 12) if dry else (0, 20, 40),
+        device="cpu" if dry else "cuda",
+        dtype="fp32" if dry else "bf16",
+        steps=2 if dry else 10,
+        warmup=1 if dry else 3,
+    )
+    imagenet = "cifar10" if dry else "imagenet"
+    pipe = replace(vggc, schedule="1f1b", microbatches=4)
+    gpt = Workload(
+        model="transformer",
+        dataset="embeddings",
+        seq_len=16 if dry else 1024,
+        width=32 if dry else 2048,
+        layers=6 if dry else 24,
+        heads=4 if dry else 16,
+    )
+    return {
+        "vggc": vggc,
+        "r18": replace(
+            pipe, workload=Workload(model="resnet18", dataset=imagenet), boundaries=(0, 3, 11)
+        ),
+        "r50": replace(
+            pipe,
+            workload=Workload(model="resnet18" if dry else "resnet50", dataset=imagenet),
+            boundaries=(0, 4, 11) if dry else (0, 7, 19),
+        ),
+        "gpt": replace(
+            pipe,
+            workload=gpt,
+            batch=32,
+            microbatches=16,
+            boundaries=(0, 3, 6) if dry else (0, 12, 24),
+        ),
+    }

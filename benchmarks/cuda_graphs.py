@@ -21,7 +21,7 @@ from typing import Any
 
 import common  # noqa: F401  (puts src/ on the path)
 import torch
-from common import dump, log, pack
+from common import dump, log, pack, two_gpu_rows
 
 from pipecast.bench.config import BenchConfig
 from pipecast.bench.runner import pipecast_job
@@ -148,52 +148,9 @@ def equivalence(match: str, deterministic: bool) -> list[dict[str, Any]]:
 
 
 def speed_configs() -> list[BenchConfig]:
-    device, dtype = ("cpu", "fp32") if DRY else ("cuda", "bf16")
-    vggc = Workload(model="lenet5" if DRY else "vgg16", dataset="mnist" if DRY else "cifar10")
-    base = BenchConfig(
-        suite="cuda-graphs",
-        system="pipecast",
-        workload=vggc,
-        gpus=2,
-        batch=32 if DRY else 128,
-        schedule="gpipe",
-        device=device,
-        dtype=dtype,  # type: ignore[arg-type]
-        steps=2 if DRY else 10,
-        warmup=1 if DRY else 3,
-        boundaries=(0, 6, 12) if DRY else (0, 20, 40),
-    )
-    out = [replace(base, microbatches=m) for m in (1, 4, 16, 32)]
-    r18 = Workload(model="resnet18", dataset="cifar10" if DRY else "imagenet")
-    r50 = Workload(model="resnet18" if DRY else "resnet50", dataset=r18.dataset)
-    out.append(replace(base, workload=r18, schedule="1f1b", microbatches=4, boundaries=(0, 3, 11)))
-    out.append(
-        replace(
-            base,
-            workload=r50,
-            schedule="1f1b",
-            microbatches=4,
-            boundaries=(0, 4, 11) if DRY else (0, 7, 19),
-        )
-    )
-    gpt = (
-        _tiny_gpt()
-        if DRY
-        else Workload(
-            model="transformer", dataset="embeddings", seq_len=1024, width=2048, layers=24, heads=16
-        )
-    )
-    out.append(
-        replace(
-            base,
-            workload=gpt,
-            batch=32,
-            schedule="1f1b",
-            microbatches=16,
-            boundaries=(0, 3, 6) if DRY else (0, 12, 24),
-        )
-    )
-    return out
+    rows = two_gpu_rows("cuda-graphs", DRY)
+    out = [replace(rows["vggc"], microbatches=m) for m in (1, 4, 16, 32)]
+    return [*out, rows["r18"], rows["r50"], rows["gpt"]]
 
 
 def _speed_rank(ctx: Context, configs: list[BenchConfig]) -> list[dict[str, Any]]:

@@ -25,16 +25,16 @@ import os
 import statistics
 import subprocess
 import time
+from dataclasses import replace
 from typing import Any
 
 import common  # noqa: F401  (puts src/ on the path)
 import torch
-from common import dump, log, pack
+from common import dump, log, pack, two_gpu_rows
 
 from pipecast import cpubind, devices, hostspeed
 from pipecast.bench.config import BenchConfig
 from pipecast.bench.runner import pipecast_job
-from pipecast.models.workload import Workload
 from pipecast.runtime.launch import Context, spawn
 from pipecast.runtime.worker import run_rank
 
@@ -145,61 +145,9 @@ def call_us(device: torch.device, pause_s: float, calls: int = 200) -> float:
 
 
 def rows(dry: bool) -> list[BenchConfig]:
-    device, dtype = ("cpu", "fp32") if dry else ("cuda", "bf16")
-    vggc = Workload(model="lenet5" if dry else "vgg16", dataset="mnist" if dry else "cifar10")
-    r50 = Workload(
-        model="resnet18" if dry else "resnet50", dataset="cifar10" if dry else "imagenet"
-    )
-    base = BenchConfig(
-        suite="host-cpus",
-        system="pipecast",
-        workload=vggc,
-        gpus=2,
-        batch=16 if dry else 128,
-        schedule="gpipe",
-        device=device,
-        dtype=dtype,  # type: ignore[arg-type]
-        steps=2 if dry else 10,
-        warmup=1 if dry else 3,
-    )
-    out = [
-        BenchConfig(
-            **{**base.__dict__, "microbatches": m, "boundaries": (0, 6, 12) if dry else (0, 20, 40)}
-        )
-        for m in M_SMALL
-    ]
-    gpt = Workload(
-        model="transformer",
-        dataset="embeddings",
-        seq_len=16 if dry else 1024,
-        width=32 if dry else 2048,
-        layers=8 if dry else 24,
-        heads=4 if dry else 16,
-    )
-    out.append(
-        BenchConfig(
-            **{
-                **base.__dict__,
-                "workload": gpt,
-                "batch": 32,
-                "schedule": "1f1b",
-                "microbatches": 16,
-                "boundaries": (0, 4, 8) if dry else (0, 12, 24),
-            }
-        )
-    )
-    out.append(
-        BenchConfig(
-            **{
-                **base.__dict__,
-                "workload": r50,
-                "schedule": "zb-h1",
-                "microbatches": 4,
-                "boundaries": (0, 4, 11) if dry else (0, 7, 19),
-            }
-        )
-    )
-    return out
+    shared = two_gpu_rows("host-cpus", dry)
+    out = [replace(shared["vggc"], microbatches=m) for m in M_SMALL]
+    return [*out, shared["gpt"], replace(shared["r50"], schedule="zb-h1")]
 
 
 def _rank(ctx: Context, configs: list[BenchConfig]) -> dict[str, Any]:

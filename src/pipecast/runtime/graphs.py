@@ -88,10 +88,6 @@ class StageGraphs:
         """Device memory the slots' pools reserved when captured (the caching allocator
         counts a pool's freed blocks as reserved, not allocated)."""
 
-    @property
-    def ready(self) -> bool:
-        return bool(self._slots)
-
     def capture(self, sample: torch.Tensor, count: int, input_grad: bool) -> None:
         """Capture `count` slots for inputs shaped like `sample` (`input_grad`: the stage
         sends its input gradient back). Warms up once on the capture stream first; the
