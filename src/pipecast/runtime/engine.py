@@ -378,7 +378,14 @@ class PipelineEngine:
             g = graphs.StageGraphs(
                 functools.partial(_forward_with, st), named, list(st.module.buffers()), self.device
             )
-            g.capture(sample, self._slot_count[s], input_grad)
+            try:
+                g.capture(sample, self._slot_count[s], input_grad)
+            except RuntimeError as exc:  # CUDA's capture errors among them
+                first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+                raise PipecastError(
+                    f"capturing stage {s} as CUDA graphs failed ({type(exc).__name__}: "
+                    f"{first}); run without cuda_graphs (--cuda-graphs)"
+                ) from exc
             self._graphs[s] = g
         self._samples.clear()
         self._graph_key = self._shape_key

@@ -97,6 +97,16 @@ class StageGraphs:
                 p.grad = torch.zeros_like(p)
         saved = [b.detach().clone() for b in self.buffers]
         grads = [_grad(p).detach().clone() for p in self.params]
+        try:
+            self._capture_all(sample, count, input_grad)
+        finally:  # the warm-up's pass moved BatchNorm's statistics
+            with torch.no_grad():
+                for b, v in zip(self.buffers, saved, strict=True):
+                    b.copy_(v)
+                for p, g in zip(self.params, grads, strict=True):
+                    _grad(p).copy_(g)
+
+    def _capture_all(self, sample: torch.Tensor, count: int, input_grad: bool) -> None:
         stream = torch.cuda.Stream(self.device)  # type: ignore[no-untyped-call]
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(stream):
@@ -113,11 +123,6 @@ class StageGraphs:
             self._slots.append(self._capture_one(sample, input_grad, stream))
         torch.cuda.synchronize(self.device)
         self.pool_bytes = torch.cuda.memory_reserved(self.device) - before
-        with torch.no_grad():
-            for b, v in zip(self.buffers, saved, strict=True):
-                b.copy_(v)
-            for p, g in zip(self.params, grads, strict=True):
-                _grad(p).copy_(g)
 
     def _capture_one(
         self, sample: torch.Tensor, input_grad: bool, stream: torch.cuda.Stream
