@@ -4,6 +4,8 @@ benchmarks/cuda_graphs.py checks it against eager runs)."""
 from __future__ import annotations
 
 import pytest
+import torch
+from tests.runtime.helpers import assert_close, merged, pipeline_job, reference_step, run
 
 from pipecast.bench.config import BenchConfig
 from pipecast.errors import ConfigError
@@ -14,6 +16,8 @@ from pipecast.runtime.config import RunConfig
 from pipecast.runtime.job import TrainJob
 from pipecast.schedule.generators import make_plan
 from pipecast.schedule.slots import slots
+
+LENET = Workload(model="lenet5", dataset="mnist")  # 12 blocks, no batch norm, no dropout
 
 
 def _held_apart(plan_name: str, ranks: int, m: int) -> dict[int, dict[int, int]]:
@@ -107,3 +111,48 @@ def test_bench_keys_of_eager_rows_are_unchanged() -> None:
     assert '"cuda_graphs": true' in graphed.key
     assert graphed.label().endswith("graphs") and not base.label().endswith("graphs")
     assert BenchConfig.from_dict(graphed.to_dict()) == graphed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("schedule", "ranks", "m", "bounds", "replicas"),
+    [
+        ("gpipe", 2, 4, [0, 6, 12], 1),
+        ("1f1b", 3, 6, [0, 4, 8, 12], 1),
+        ("interleaved", 2, 4, [0, 3, 6, 9, 12], 1),
+        ("1f1b", 2, 3, [0, 6, 12], 2),
+    ],
+)
+def test_graphed_steps_match_single_process(
+    monkeypatch: pytest.MonkeyPatch,
+    schedule: str,
+    ranks: int,
+    m: int,
+    bounds: list[int],
+    replicas: int,
+) -> None:
+    """The engine's graphed path on CPU ranks, with each slot's fixed buffers played by
+    SlotStandIn: the first step eager, then two through the slots."""
+    monkeypatch.setenv(graphs.STAND_IN_ENV, "1")
+    batch, steps = 12, 3
+    config = RunConfig(lr=0.1, timeout_s=60, cuda_graphs=True)
+    job = pipeline_job(
+        LENET,
+        schedule,
+        ranks,
+        m,
+        bounds,
+        batch=batch,
+        steps=steps,
+        replicas=replicas,
+        config=config,
+    )
+    result = run(job)
+    torch.manual_seed(0)
+    want_params, want_grads = reference_step(LENET.build(), LENET, batch, steps=steps)
+    for replica in range(replicas):
+        assert_close(
+            {k: v for r in result.reports if r.replica == replica for k, v in r.grads.items()},
+            want_grads,
+        )
+    assert_close(merged(result, "params"), want_params)

@@ -150,7 +150,7 @@ class PipelineEngine:
         self._slot_of, self._slot_count = (
             slots(plan.actions[pipeline_rank]) if config.cuda_graphs else ({}, {})
         )
-        self._graphs: dict[int, graphs.StageGraphs] = {}
+        self._graphs: dict[int, graphs.Graphs] = {}
         self._graph_key: tuple[Any, ...] | None = None
         """The step shapes the graphs were captured for; other shapes run eagerly."""
         self._samples: dict[int, tuple[torch.Tensor, bool]] = {}
@@ -375,7 +375,7 @@ class PipelineEngine:
         for s, st in self.stages.items():
             sample, input_grad = self._samples[s]
             named = {n: p for n, p in st.module.named_parameters() if p.requires_grad}
-            g = graphs.StageGraphs(
+            g = graphs.stage_graphs(
                 functools.partial(_forward_with, st), named, list(st.module.buffers()), self.device
             )
             try:

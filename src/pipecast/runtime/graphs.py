@@ -20,8 +20,10 @@ autocast, CPU.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -30,10 +32,17 @@ from pipecast.runtime.autograd_calls import engine_call
 from pipecast.runtime.config import RunConfig
 from pipecast.schedule.action import Plan
 
+STAND_IN_ENV = "PIPECAST_GRAPHS_STAND_IN"
+"""Set to 1 (tests), CPU ranks take `cuda_graphs` with `SlotStandIn` in place of graphs."""
+
+
+def _stand_in() -> bool:
+    return os.environ.get(STAND_IN_ENV) == "1"
+
 
 def unsupported(plan: Plan, config: RunConfig, device: str) -> str | None:
     """Why this run can't use CUDA graphs (None: it can)."""
-    if device != "cuda":
+    if device != "cuda" and not _stand_in():
         return "CUDA graphs need --device cuda"
     if plan.split_backward:
         return (
@@ -57,6 +66,34 @@ def check(plan: Plan, config: RunConfig, device: str) -> None:
         raise ConfigError(f"cuda_graphs: {reason}")
 
 
+Run = Callable[[torch.Tensor, dict[str, torch.Tensor]], torch.Tensor]
+"""A stage's forward with the given tensors in place of its parameters (by name)."""
+
+
+class Graphs(Protocol):
+    """A stage's per-slot forward and backward (StageGraphs, or SlotStandIn on CPU)."""
+
+    pool_bytes: int
+
+    def capture(self, sample: torch.Tensor, count: int, input_grad: bool) -> None: ...
+
+    def forward(self, slot: int, x: torch.Tensor) -> torch.Tensor: ...
+
+    def backward(self, slot: int, grad_out: torch.Tensor | None) -> torch.Tensor | None: ...
+
+
+def stage_graphs(
+    run: Run,
+    params: Mapping[str, torch.Tensor],
+    buffers: Sequence[torch.Tensor],
+    device: torch.device,
+) -> Graphs:
+    """CUDA graphs for a stage on a GPU; the stand-in on CPU ranks (tests)."""
+    if device.type == "cuda":
+        return StageGraphs(run, params, buffers, device)
+    return SlotStandIn(run, params)
+
+
 @dataclass
 class _Slot:
     forward: torch.cuda.CUDAGraph
@@ -74,7 +111,7 @@ class StageGraphs:
 
     def __init__(
         self,
-        run: Callable[[torch.Tensor, dict[str, torch.Tensor]], torch.Tensor],
+        run: Run,
         params: Mapping[str, torch.Tensor],
         buffers: Sequence[torch.Tensor],
         device: torch.device,
@@ -171,6 +208,68 @@ class StageGraphs:
         s.grad_out.copy_(grad_out)
         s.backward.replay()
         return s.grad_in.clone() if s.grad_in is not None else None
+
+
+@dataclass
+class _StandInSlot:
+    inp: torch.Tensor
+    out: torch.Tensor | None = None
+    grad_in: torch.Tensor | None = None
+    live: tuple[torch.Tensor, list[torch.Tensor], torch.Tensor] | None = None
+
+
+class SlotStandIn:
+    """What the engine sees of StageGraphs, without CUDA, for tests on CPU ranks
+    (`PIPECAST_GRAPHS_STAND_IN=1`): each slot keeps fixed buffers for its input, output and
+    input gradient, as a captured graph does, and runs the stage eagerly into them, from
+    fresh leaves that share the parameters' memory, adding the gradients to .grad. An engine
+    that read a slot's output after the slot's next forward, or zeroed gradients to None,
+    gets other numbers than an eager run."""
+
+    def __init__(self, run: Run, params: Mapping[str, torch.Tensor]) -> None:
+        self.run, self.named = run, dict(params)
+        self.pool_bytes = 0
+        self._slots: list[_StandInSlot] = []
+        self._input_grad = False
+
+    def capture(self, sample: torch.Tensor, count: int, input_grad: bool) -> None:
+        for p in self.named.values():
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        self._input_grad = input_grad
+        self._slots = [_StandInSlot(torch.zeros_like(sample)) for _ in range(count)]
+
+    def forward(self, slot: int, x: torch.Tensor) -> torch.Tensor:
+        s = self._slots[slot]
+        s.inp.copy_(x)
+        leaf = s.inp.detach().requires_grad_(self._input_grad)
+        aliases = {name: p.detach().requires_grad_(True) for name, p in self.named.items()}
+        out = self.run(leaf, aliases)
+        s.live = (leaf, list(aliases.values()), out)
+        if s.out is None:
+            s.out = torch.empty_like(out)
+        s.out.copy_(out.detach())
+        return s.out
+
+    def backward(self, slot: int, grad_out: torch.Tensor | None) -> torch.Tensor | None:
+        s = self._slots[slot]
+        if grad_out is None or s.live is None:
+            raise ConfigError("a graphed backward needs its forward and its output's gradient")
+        leaf, leaves, out = s.live
+        wanted = [leaf, *leaves] if self._input_grad else leaves
+        found = torch.autograd.grad(out, wanted, grad_out, allow_unused=True)
+        grads = found[1:] if self._input_grad else found
+        with torch.no_grad():
+            for p, g in zip(self.named.values(), grads, strict=True):
+                if g is not None:
+                    _grad(p).add_(g)
+        s.live = None
+        if not self._input_grad:
+            return None
+        if s.grad_in is None:
+            s.grad_in = torch.empty_like(found[0])
+        s.grad_in.copy_(found[0])
+        return s.grad_in.clone()
 
 
 def _grad(p: torch.Tensor) -> torch.Tensor:
