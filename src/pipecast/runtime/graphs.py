@@ -15,7 +15,9 @@ parameter gradients.
 The engine runs its first step eagerly, then captures every slot from that step's shapes
 (`StageGraphs.capture`); a later step with other shapes runs eagerly. Not graphed: split
 backwards (B and W are separate autograd calls), recomputation, PipeDream's stashed weights,
-autocast, CPU.
+autocast, CPU. On CPU ranks `SlotStandIn` plays the graphs for tests (the engine's side of
+them against a single process); the capture itself is checked on GPUs by
+benchmarks/cuda_graphs.py.
 """
 
 from __future__ import annotations
