@@ -36,6 +36,10 @@ def test_models_table(capsys: pytest.CaptureFixture[str]) -> None:
             ["train", "--model", "lenet5", "--partition", "0,6,12", "--cuda-graphs"],
             "CUDA graphs need --device cuda",
         ),
+        (
+            ["recommend", "--device", "cpu", "--cuda-graphs", "--validate", "1"],
+            "which need GPUs",
+        ),
     ],
 )
 def test_bad_input_is_one_line_exit_2(

@@ -12,6 +12,8 @@ from pipecast.errors import ConfigError
 from pipecast.hardware.presets import describe
 from pipecast.models import Workload
 from pipecast.profile.profiler import ProfileOptions, profile_model
+from pipecast.profile.types import Profile
+from pipecast.recommend.enumerate import GRAPHED_SCHEDULES, strategies, with_graphs
 from pipecast.recommend.predict import ERROR_BAND, predict
 from pipecast.recommend.rank import explain, recommend
 from pipecast.recommend.strategy import Strategy
@@ -289,3 +291,56 @@ def test_close_calls_are_the_strategies_within_error_of_the_best() -> None:
     assert len(rec.close_calls(limit=2)) <= 2
     if len(close) > 1:
         assert "--validate auto" in rec.reason()
+
+
+def _host_bound(p: Profile) -> Profile:
+    """`p` with every block's host taking 5x its device time to issue each pass."""
+    blocks = tuple(
+        replace(
+            b,
+            costs={
+                mb: replace(
+                    c,
+                    host_forward=5 * c.forward,
+                    host_backward=5 * c.backward,
+                    host_backward_input=5 * c.backward_input,
+                    host_backward_weight=5 * c.backward_weight,
+                )
+                for mb, c in b.costs.items()
+            },
+        )
+        for b in p.blocks
+    )
+    return replace(p, blocks=blocks)
+
+
+def test_graphed_twins_only_where_the_runtime_can_graph() -> None:
+    eager = list(strategies(4, 64, blocks=12))
+    both = list(with_graphs(iter(eager)))
+    graphed = [s for s in both if s.cuda_graphs]
+    assert [s for s in both if not s.cuda_graphs] == eager
+    assert graphed and all(
+        s.recompute == "none" and (s.kind in ("single", "data") or s.schedule in GRAPHED_SCHEDULES)
+        for s in graphed
+    )
+    assert not any(s.cuda_graphs and s.schedule in ("zb-h1", "zb-v") and s.stages > 1 for s in both)
+    assert all(Strategy(**{**s.to_dict(), "cuda_graphs": False}) in eager for s in graphed)
+    assert "CUDA graphs" in graphed[0].label()
+
+
+def test_recommend_weighs_graphs_only_when_asked() -> None:
+    p = _host_bound(make_profile([1e-3] * 12, params=[10**6] * 12))
+    plain = recommend(p, GPUS, 64)
+    assert not any(pred.strategy.cuda_graphs for pred in plain.ranked)
+    rec = recommend(p, GPUS, 64, cuda_graphs=True)
+    by_strategy = {pred.strategy: pred for pred in rec.ranked}
+    host_bound = 0
+    for strategy, pred in by_strategy.items():
+        if strategy.cuda_graphs:  # never slower than its eager twin; faster where the host binds
+            twin = by_strategy[Strategy(**{**strategy.to_dict(), "cuda_graphs": False})]
+            assert pred.step_time <= twin.step_time * (1 + 1e-9)
+            if twin.host_bound:
+                host_bound += 1
+                assert pred.step_time < 0.9 * twin.step_time
+    assert host_bound > 0
+    assert rec.best.strategy.cuda_graphs

@@ -61,6 +61,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default="balanced",
         help="partition methods to consider, comma-separated (e.g. balanced,blocks)",
     )
+    p.add_argument(
+        "--cuda-graphs",
+        action="store_true",
+        help="also rank every strategy the runtime can replay as CUDA graphs (GPU; predicted "
+        "from eager device times, so less sure: use with --validate)",
+    )
     p.add_argument("--top", type=int, default=12, help="rows to show")
     p.add_argument(
         "--validate",
@@ -85,6 +91,11 @@ def run(args: argparse.Namespace) -> int:
     device = args.device
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.cuda_graphs and args.validate and device != "cuda":
+        raise ConfigError(
+            "--cuda-graphs with --validate would run CUDA graphs, which need GPUs: "
+            "drop --validate to rank them here"
+        )
     if args.model is None:  # a sensible default: ResNet-50 on GPUs, a small job on a CPU
         args.model, args.dataset = (
             ("resnet50", "imagenet") if device == "cuda" else ("resnet18", "cifar10")
@@ -136,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
         memory_margin=args.memory_margin,
         epoch_samples=epoch,
         methods=methods,
+        cuda_graphs=args.cuda_graphs,
     )
     print_recommendation(rec, args.top)
     measured: list[Measured] = []

@@ -8,6 +8,18 @@ from pipecast.recommend.strategy import Strategy
 from pipecast.training import Recompute
 
 PIPELINE_SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-v")
+GRAPHED_SCHEDULES = ("gpipe", "1f1b", "interleaved")
+"""Schedules with a whole backward, which the runtime can replay as CUDA graphs."""
+
+
+def with_graphs(strategies: Iterator[Strategy]) -> Iterator[Strategy]:
+    """Each strategy, followed by its CUDA-graphed twin where the runtime can graph it
+    (a whole backward, no recomputation)."""
+    for s in strategies:
+        yield s
+        whole = s.kind in ("single", "data") or s.schedule in GRAPHED_SCHEDULES
+        if whole and s.recompute == "none":
+            yield Strategy(**{**s.to_dict(), "cuda_graphs": True})
 
 
 def gpu_counts(gpus: int) -> list[int]:

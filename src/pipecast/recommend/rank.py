@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pipecast.errors import ConfigError, PipecastError
 from pipecast.hardware.cluster import Cluster
 from pipecast.profile.types import Profile
-from pipecast.recommend.enumerate import strategies
+from pipecast.recommend.enumerate import strategies, with_graphs
 from pipecast.recommend.predict import Prediction, predict
 from pipecast.recommend.strategy import Strategy
 from pipecast.training import Optimizer
@@ -62,8 +62,11 @@ def recommend(
     epoch_samples: int = 0,
     methods: tuple[str, ...] = ("balanced",),
     schedules: tuple[str, ...] | None = None,
+    cuda_graphs: bool = False,
 ) -> Recommendation:
-    """Rank every strategy on up to `gpus` GPUs (default: the whole cluster)."""
+    """Rank every strategy on up to `gpus` GPUs (default: the whole cluster); with
+    `cuda_graphs`, each that the runtime can graph also as CUDA graphs (predicted from eager
+    profiles' device times: less sure than eager strategies; --validate measures)."""
     gpus = gpus or cluster.world
     if gpus > cluster.world:
         raise ConfigError(f"{gpus} GPUs requested but the cluster has {cluster.world}")
@@ -72,7 +75,8 @@ def recommend(
     kwargs = {"schedules": schedules} if schedules else {}
     fits, rejected = [], []
     without_recompute: set[Strategy] = set()
-    for strategy in strategies(gpus, batch, blocks=profile.num_blocks, methods=methods, **kwargs):  # type: ignore[arg-type]
+    todo = strategies(gpus, batch, blocks=profile.num_blocks, methods=methods, **kwargs)  # type: ignore[arg-type]
+    for strategy in with_graphs(todo) if cuda_graphs else todo:
         base = Strategy(**{**strategy.to_dict(), "recompute": "none"})
         if strategy.recompute != "none" and base in without_recompute:
             continue  # recomputation only where it is needed to fit
