@@ -115,12 +115,13 @@ def test_bench_keys_of_eager_rows_are_unchanged() -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("schedule", "ranks", "m", "bounds", "replicas"),
+    ("schedule", "ranks", "m", "bounds", "replicas", "batch"),
     [
-        ("gpipe", 2, 4, [0, 6, 12], 1),
-        ("1f1b", 3, 6, [0, 4, 8, 12], 1),
-        ("interleaved", 2, 4, [0, 3, 6, 9, 12], 1),
-        ("1f1b", 2, 3, [0, 6, 12], 2),
+        ("gpipe", 2, 4, [0, 6, 12], 1, 12),
+        ("1f1b", 3, 6, [0, 4, 8, 12], 1, 12),
+        ("interleaved", 2, 4, [0, 3, 6, 9, 12], 1, 12),
+        ("1f1b", 2, 3, [0, 6, 12], 2, 12),
+        ("1f1b", 2, 4, [0, 6, 12], 1, 10),  # micro-batches of 3, 3, 2, 2: the 2s run eagerly
     ],
 )
 def test_graphed_steps_match_single_process(
@@ -130,11 +131,12 @@ def test_graphed_steps_match_single_process(
     m: int,
     bounds: list[int],
     replicas: int,
+    batch: int,
 ) -> None:
     """The engine's graphed path on CPU ranks, with each slot's fixed buffers played by
     SlotStandIn: the first step eager, then two through the slots."""
     monkeypatch.setenv(graphs.STAND_IN_ENV, "1")
-    batch, steps = 12, 3
+    steps = 3
     config = RunConfig(lr=0.1, timeout_s=60, cuda_graphs=True)
     job = pipeline_job(
         LENET,

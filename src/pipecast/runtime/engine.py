@@ -210,7 +210,7 @@ class PipelineEngine:
             if a.kind == "F":
                 x = self._input(a, in_mbs, local)
                 mark = self.clock.begin()
-                if graphed:
+                if graphed and isinstance(x, torch.Tensor) and self._graphs[a.stage].fits(x):
                     out, micro = self._forward_graphed(a, st, x)
                 else:
                     out, micro = self._forward(a, st, x)

@@ -79,6 +79,8 @@ class Graphs(Protocol):
 
     def capture(self, sample: torch.Tensor, count: int, input_grad: bool) -> None: ...
 
+    def fits(self, x: torch.Tensor) -> bool: ...
+
     def forward(self, slot: int, x: torch.Tensor) -> torch.Tensor: ...
 
     def backward(self, slot: int, grad_out: torch.Tensor | None) -> torch.Tensor | None: ...
@@ -123,6 +125,7 @@ class StageGraphs:
         self.run, self.named, self.device = run, dict(params), device
         self.params, self.buffers = list(self.named.values()), list(buffers)
         self._slots: list[_Slot] = []
+        self._shape: tuple[tuple[int, ...], torch.dtype] | None = None
         self.pool_bytes = 0
         """Device memory the slots' pools reserved when captured (the caching allocator
         counts a pool's freed blocks as reserved, not allocated)."""
@@ -136,6 +139,7 @@ class StageGraphs:
                 p.grad = torch.zeros_like(p)
         saved = [b.detach().clone() for b in self.buffers]
         grads = [_grad(p).detach().clone() for p in self.params]
+        self._shape = (tuple(sample.shape), sample.dtype)
         try:
             self._capture_all(sample, count, input_grad)
         finally:  # the warm-up's pass moved BatchNorm's statistics
@@ -192,6 +196,11 @@ class StageGraphs:
         grad_in = found[0] if input_grad else None
         return _Slot(fwd, bwd, inp.detach(), out.detach(), grad_out, grad_in, leaves)
 
+    def fits(self, x: torch.Tensor) -> bool:
+        """Whether `x` has the captured input's shape and dtype (a micro-batch of another
+        size, where the batch does not divide evenly, runs eagerly)."""
+        return self._shape == (tuple(x.shape), x.dtype)
+
     def forward(self, slot: int, x: torch.Tensor) -> torch.Tensor:
         """Replay `slot`'s forward on `x`; the output is the slot's own buffer, valid until
         the slot's next forward."""
@@ -233,6 +242,7 @@ class SlotStandIn:
         self.pool_bytes = 0
         self._slots: list[_StandInSlot] = []
         self._input_grad = False
+        self._shape: tuple[tuple[int, ...], torch.dtype] | None = None
 
     def capture(self, sample: torch.Tensor, count: int, input_grad: bool) -> None:
         for p in self.named.values():
@@ -240,6 +250,10 @@ class SlotStandIn:
                 p.grad = torch.zeros_like(p)
         self._input_grad = input_grad
         self._slots = [_StandInSlot(torch.zeros_like(sample)) for _ in range(count)]
+        self._shape = (tuple(sample.shape), sample.dtype)
+
+    def fits(self, x: torch.Tensor) -> bool:
+        return self._shape == (tuple(x.shape), x.dtype)
 
     def forward(self, slot: int, x: torch.Tensor) -> torch.Tensor:
         s = self._slots[slot]
