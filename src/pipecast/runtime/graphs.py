@@ -12,6 +12,12 @@ therefore must keep its address: graphed stages zero gradients in place, never t
 slot's pool holds its activations and, while its backward runs, a copy of the stage's
 parameter gradients.
 
+Why not `torch.cuda.make_graphed_callables`: it graphs a module once, by replacing that
+module's forward, so one stage could hold one micro-batch at a time, and it differentiates
+the parameters themselves, whose gradient nodes (made in an eager step on the default
+stream) a capture may not touch. The captures below use torch's own CUDAGraph, pools and
+autograd engine.
+
 The engine runs its first step eagerly, then captures every slot from that step's shapes
 (`StageGraphs.capture`); a later step with other shapes runs eagerly. Not graphed: split
 backwards (B and W are separate autograd calls), recomputation, PipeDream's stashed weights,
