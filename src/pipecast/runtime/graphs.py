@@ -13,10 +13,9 @@ slot's pool holds its activations and, while its backward runs, a copy of the st
 parameter gradients.
 
 Why not `torch.cuda.make_graphed_callables`: it graphs a module once, by replacing that
-module's forward, so one stage could hold one micro-batch at a time, and it differentiates
-the parameters themselves, whose gradient nodes (made in an eager step on the default
-stream) a capture may not touch. The captures below use torch's own CUDAGraph, pools and
-autograd engine.
+module's forward, so one stage could hold one micro-batch at a time; and it differentiates
+the parameters themselves, which failed to capture here after an eager step (see
+`_capture_one`). The captures below use torch's own CUDAGraph, pools and autograd engine.
 
 The engine runs its first step eagerly, then captures every slot from that step's shapes
 (`StageGraphs.capture`); a later step with other shapes runs eagerly. Not graphed: split
