@@ -154,6 +154,12 @@ def main() -> None:
         "compares)",
     )
     ap.add_argument(
+        "--graphs",
+        action="store_true",
+        help="add a CUDA-graphed twin of every pipecast configuration the runtime can graph "
+        "(whole backward, no recomputation), predicted with the graphed model",
+    )
+    ap.add_argument(
         "--rounds",
         type=int,
         default=2,
@@ -367,6 +373,16 @@ def main() -> None:
     configs += [c for c in anchor + extra + seeds + thesis_cfgs if c.gpus == 1]
     if args.no_torch:
         configs = [c for c in configs if c.system != "torch"]
+    if args.graphs and not dry:  # the graphed twins after the whole eager suite
+        configs += [
+            replace(c, cuda_graphs=True)
+            for c in configs
+            if c.system == "pipecast"
+            and c.schedule in ("gpipe", "1f1b", "interleaved")
+            and c.recompute == "none"
+            and c.cut_backward
+            and not c.accuracy_steps
+        ]
     configs = list({c.key: c for c in configs if c.gpus <= gpus}.values())
     if dry:
         configs = [replace(c, device="cpu", dtype="fp32", steps=2, warmup=1) for c in configs]

@@ -8,6 +8,7 @@ import torch
 from tests.runtime.helpers import assert_close, merged, pipeline_job, reference_step, run
 
 from pipecast.bench.config import BenchConfig
+from pipecast.bench.predictions import strategy_of
 from pipecast.errors import ConfigError
 from pipecast.models.workload import Workload
 from pipecast.partition.types import from_boundaries
@@ -158,3 +159,23 @@ def test_graphed_steps_match_single_process(
             want_grads,
         )
     assert_close(merged(result, "params"), want_params)
+
+
+def test_bench_predicts_a_graphed_configuration_as_graphed() -> None:
+    base = BenchConfig(
+        suite="s",
+        system="pipecast",
+        workload=LENET,
+        gpus=2,
+        batch=8,
+        schedule="gpipe",
+        microbatches=4,
+        boundaries=(0, 6, 12),
+    )
+    graphed = BenchConfig(**{**base.__dict__, "cuda_graphs": True})
+    eager_strategy, graphed_strategy = strategy_of(base), strategy_of(graphed)
+    assert eager_strategy is not None and graphed_strategy is not None
+    assert not eager_strategy.cuda_graphs and graphed_strategy.cuda_graphs
+    one = BenchConfig(**{**graphed.__dict__, "gpus": 1, "boundaries": (0, 12)})
+    single = strategy_of(one)
+    assert single is not None and single.kind == "single" and single.cuda_graphs

@@ -21,7 +21,12 @@ def strategy_of(cfg: BenchConfig) -> Strategy | None:
     if cfg.system == "pipecast":
         if cfg.stages == 1:
             kind = "single" if cfg.replicas == 1 else "data"
-            return Strategy(kind=kind, replicas=cfg.replicas, microbatches=cfg.microbatches)  # type: ignore[arg-type]
+            return Strategy(
+                kind=kind,  # type: ignore[arg-type]
+                replicas=cfg.replicas,
+                microbatches=cfg.microbatches,
+                cuda_graphs=cfg.cuda_graphs,
+            )
         return Strategy(
             kind="pipeline" if cfg.replicas == 1 else "hybrid",
             stages=cfg.stages,
@@ -30,6 +35,7 @@ def strategy_of(cfg: BenchConfig) -> Strategy | None:
             microbatches=cfg.microbatches,
             partition=",".join(map(str, cfg.boundaries)),
             recompute=cfg.recompute,
+            cuda_graphs=cfg.cuda_graphs,
         )
     return None
 
