@@ -46,7 +46,8 @@ def add_run_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
             "--cuda-graphs",
             action="store_true",
             help="replay each stage's forward and backward as CUDA graphs after the first "
-            "step (GPU; gpipe, 1f1b, interleaved): for small micro-batches",
+            "step, which captures them (keep --warmup-steps at 1 or more); GPU; gpipe, 1f1b, "
+            "interleaved: for small micro-batches",
         )
     p.add_argument("--timeout", type=float, default=300.0, help="seconds any wait may take")
     p.add_argument("--out-dir", default="pipecast-out", help="where traces go")
