@@ -13,7 +13,6 @@ using the weights its forward used.
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,7 +40,6 @@ from pipecast.runtime.send_plan import post_positions
 from pipecast.runtime.stage import StageModule
 from pipecast.runtime.watchdog import Watchdog
 from pipecast.schedule.action import Action, Plan
-from pipecast.schedule.slots import slots
 from pipecast.schedule.validate import validate
 from pipecast.simulate.timeline import Event
 
@@ -89,12 +87,6 @@ class StepResult:
         """The step's actions with their start and end (device times on GPU) from the
         step's start; reading them the first time waits for the device."""
         return self.marks.resolve() if self.marks is not None else []
-
-
-def _forward_with(
-    st: StageModule, x: torch.Tensor, weights: dict[str, torch.Tensor]
-) -> torch.Tensor:
-    return st.forward(x, weights=weights)
 
 
 class PipelineEngine:
@@ -147,13 +139,7 @@ class PipelineEngine:
         self._deferred: dict[int, list[tuple[int, tuple[int, str, int], torch.Tensor]]] = {}
         self._last_backward = {s: self._last_backward_index(s) for s in stages}
         graphs.check(plan, config, device.type)
-        self._slot_of, self._slot_count = (
-            slots(plan.actions[pipeline_rank]) if config.cuda_graphs else ({}, {})
-        )
-        self._graphs: dict[int, graphs.Graphs] = {}
-        self._graph_key: tuple[Any, ...] | None = None
-        """The step shapes the graphs were captured for; other shapes run eagerly."""
-        self._samples: dict[int, tuple[torch.Tensor, bool]] = {}
+        self._graphs = graphs.RankGraphs(plan.actions[pipeline_rank], config.cuda_graphs, device)
         self._shape_key: tuple[Any, ...] = ()
 
     def close(self) -> None:
@@ -198,7 +184,7 @@ class PipelineEngine:
         outputs: list[torch.Tensor] = []
         pending_reduce: list[allreduce.Bucket] = []
         self._deferred.clear()
-        graphed = self._graph_key is not None and self._shape_key == self._graph_key
+        graphed = self._graphs.active(self._shape_key)
         host: dict[str, float] = {}
         loop_began = tick = time.perf_counter()
         host_before = loop_began - began
@@ -210,12 +196,13 @@ class PipelineEngine:
             if a.kind == "F":
                 x = self._input(a, in_mbs, local)
                 mark = self.clock.begin()
-                if graphed and isinstance(x, torch.Tensor) and self._graphs[a.stage].fits(x):
-                    out, micro = self._forward_graphed(a, st, x)
+                slot = self._graphs.slot(a.stage, a.mb, x) if graphed else None
+                if slot is not None:
+                    out, micro = self._forward_graphed(a, st, x, slot)
                 else:
                     out, micro = self._forward(a, st, x)
-                    if self.config.cuda_graphs and a.stage not in self._samples:
-                        self._sample(a, x, micro)
+                    if self._graphs.pending:
+                        self._graphs.record(a.stage, x, micro.leaf is not None)
                 if st.last and not plan.forward_only:
                     assert tg_mbs is not None and self.loss_fn is not None
                     scale = microbatch.size(tg_mbs[a.mb]) / total
@@ -269,16 +256,16 @@ class PipelineEngine:
         marks = self.clock.take()
         loss_value = float(loss_sum.item()) * self.replicas if loss_sum is not None else None
         devices.synchronize(self.device)
-        if self.config.cuda_graphs and self._graph_key is None:
+        if self._graphs.pending:
             self.watchdog.at(None, "capturing CUDA graphs")
-            self._capture()
+            self._graphs.capture(self.stages, self._shape_key)
         self.watchdog.idle()
         return StepResult(
             loss=loss_value,
             seconds=time.perf_counter() - began,
             marks=marks,
             peak_allocated=devices.peak_allocated(self.device)
-            + (sum(g.pool_bytes for g in self._graphs.values()) if graphed else 0),
+            + (self._graphs.pool_bytes if graphed else 0),
             peak_reserved=devices.peak_reserved(self.device),
             outputs=outputs,
             host=host,
@@ -290,7 +277,7 @@ class PipelineEngine:
     def zero_grad(self) -> None:
         for s, st in self.stages.items():
             if st.optimizer is not None:  # a graph accumulates into .grad's own memory
-                st.optimizer.zero_grad(set_to_none=s not in self._graphs)
+                st.optimizer.zero_grad(set_to_none=not self._graphs.holds(s))
 
     # ---- pieces ------------------------------------------------------------------------
 
@@ -364,38 +351,11 @@ class PipelineEngine:
             out = st.forward(leaf if leaf is not None else x, recompute=recompute, weights=weights)
         return out, _Micro(leaf=leaf, out=out, weights=weights, cuts=cuts)
 
-    def _sample(self, a: Action, x: Any, micro: _Micro) -> None:
-        """Keep the stage's first input of this step: the graphs are captured for it."""
-        if not isinstance(x, torch.Tensor):
-            raise ConfigError("cuda_graphs: a stage's input must be one tensor")
-        self._samples[a.stage] = (x.detach(), micro.leaf is not None)
-
-    def _capture(self) -> None:
-        """After the first (eager) step: capture every stage's slots for its shapes."""
-        for s, st in self.stages.items():
-            sample, input_grad = self._samples[s]
-            named = {n: p for n, p in st.module.named_parameters() if p.requires_grad}
-            g = graphs.stage_graphs(
-                functools.partial(_forward_with, st), named, list(st.module.buffers()), self.device
-            )
-            try:
-                g.capture(sample, self._slot_count[s], input_grad)
-            except RuntimeError as exc:  # CUDA's capture errors among them
-                first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
-                raise PipecastError(
-                    f"capturing stage {s} as CUDA graphs failed ({type(exc).__name__}: "
-                    f"{first}); run without cuda_graphs (--cuda-graphs)"
-                ) from exc
-            self._graphs[s] = g
-        self._samples.clear()
-        self._graph_key = self._shape_key
-
     def _forward_graphed(
-        self, a: Action, st: StageModule, x: torch.Tensor
+        self, a: Action, st: StageModule, x: torch.Tensor, slot: int
     ) -> tuple[torch.Tensor, _Micro]:
         self.watchdog.at(a, "computing the forward (CUDA graph)")
-        slot = self._slot_of[(a.stage, a.mb)]
-        out = self._graphs[a.stage].forward(slot, x)
+        out = self._graphs.forward(a.stage, slot, x)
         if st.last:  # the loss runs eagerly from the graph's output
             leaf = out.detach().requires_grad_(True)
             return leaf, _Micro(leaf=leaf, out=leaf, slot=slot)
@@ -448,7 +408,7 @@ class PipelineEngine:
             if st.last:  # the loss's gradient at the graph's output, then the graph
                 grad = backward_full(micro.out, None, micro.leaf, [])
             micro.out = micro.leaf = None
-            return self._graphs[a.stage].backward(micro.slot, grad)
+            return self._graphs.backward(a.stage, micro.slot, grad)
         params = list(micro.weights.values()) if micro.weights is not None else st.params
         if a.kind == "BW":
             grad_in = backward_full(micro.out, grad, micro.leaf, params)

@@ -27,17 +27,20 @@ benchmarks/cuda_graphs.py.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
-from pipecast.errors import ConfigError
+from pipecast.errors import ConfigError, PipecastError
 from pipecast.runtime.autograd_calls import engine_call
 from pipecast.runtime.config import RunConfig
-from pipecast.schedule.action import Plan
+from pipecast.runtime.stage import StageModule
+from pipecast.schedule.action import Action, Plan
+from pipecast.schedule.slots import slots
 
 STAND_IN_ENV = "PIPECAST_GRAPHS_STAND_IN"
 """Set to 1 (tests), CPU ranks take `cuda_graphs` with `SlotStandIn` in place of graphs."""
@@ -103,6 +106,83 @@ def stage_graphs(
     return SlotStandIn(run, params)
 
 
+class RankGraphs:
+    """One rank's graphs: which slot each (stage, micro-batch) replays, the stage inputs the
+    eager first step kept, the captured stages and the step shapes they were captured for
+    (another step's shapes run eagerly)."""
+
+    def __init__(self, actions: Sequence[Action], enabled: bool, device: torch.device) -> None:
+        self.enabled, self.device = enabled, device
+        self._slot_of, self._count = slots(actions) if enabled else ({}, {})
+        self._stages: dict[int, Graphs] = {}
+        self._samples: dict[int, tuple[torch.Tensor, bool]] = {}
+        self._key: tuple[Any, ...] | None = None
+
+    @property
+    def pending(self) -> bool:
+        """Enabled and not yet captured: this step runs eagerly and captures after."""
+        return self.enabled and self._key is None
+
+    def active(self, key: tuple[Any, ...]) -> bool:
+        """Whether a step of shapes `key` replays the graphs."""
+        return self._key is not None and key == self._key
+
+    def holds(self, stage: int) -> bool:
+        """Whether `stage` is graphed (its gradients must keep their memory)."""
+        return stage in self._stages
+
+    @property
+    def pool_bytes(self) -> int:
+        return sum(g.pool_bytes for g in self._stages.values())
+
+    def record(self, stage: int, x: Any, input_grad: bool) -> None:
+        """Keep the stage's first input of the eager step: the graphs are captured for it."""
+        if stage in self._samples:
+            return
+        if not isinstance(x, torch.Tensor):
+            raise ConfigError("cuda_graphs: a stage's input must be one tensor")
+        self._samples[stage] = (x.detach(), input_grad)
+
+    def capture(self, stages: Mapping[int, StageModule], key: tuple[Any, ...]) -> None:
+        """Capture every stage's slots for the inputs `record` kept."""
+        for s, st in stages.items():
+            sample, input_grad = self._samples[s]
+            named = {n: p for n, p in st.module.named_parameters() if p.requires_grad}
+            g = stage_graphs(
+                functools.partial(_forward_with, st), named, list(st.module.buffers()), self.device
+            )
+            try:
+                g.capture(sample, self._count[s], input_grad)
+            except RuntimeError as exc:  # CUDA's capture errors among them
+                first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+                raise PipecastError(
+                    f"capturing stage {s} as CUDA graphs failed ({type(exc).__name__}: "
+                    f"{first}); run without cuda_graphs (--cuda-graphs)"
+                ) from exc
+            self._stages[s] = g
+        self._samples.clear()
+        self._key = key
+
+    def slot(self, stage: int, mb: int, x: Any) -> int | None:
+        """The slot that replays this forward (None: it runs eagerly, its shape differing
+        from the captured one's)."""
+        if isinstance(x, torch.Tensor) and self._stages[stage].fits(x):
+            return self._slot_of[(stage, mb)]
+        return None
+
+    def forward(self, stage: int, slot: int, x: torch.Tensor) -> torch.Tensor:
+        return self._stages[stage].forward(slot, x)
+
+    def backward(self, stage: int, slot: int, grad: torch.Tensor | None) -> torch.Tensor | None:
+        return self._stages[stage].backward(slot, grad)
+
+
+def _forward_with(
+    st: StageModule, x: torch.Tensor, weights: dict[str, torch.Tensor]
+) -> torch.Tensor:
+    return st.forward(x, weights=weights)
+
+
 @dataclass
 class _Slot:
     forward: torch.cuda.CUDAGraph
@@ -115,7 +195,30 @@ class _Slot:
     """The leaves the graph differentiates (the parameters' memory, kept referenced)."""
 
 
-class StageGraphs:
+class _Captured:
+    """What a stage's graphs and their stand-in share: the input shape they were captured
+    for, and parameter gradients that exist before capture and keep their memory."""
+
+    _shape: tuple[tuple[int, ...], torch.dtype] | None = None
+
+    def _prepare(self, params: Sequence[torch.Tensor], sample: torch.Tensor) -> None:
+        for p in params:  # accumulated in place by the graphs: the address must stay
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        self._shape = (tuple(sample.shape), sample.dtype)
+
+    def fits(self, x: torch.Tensor) -> bool:
+        """Whether `x` has the captured input's shape and dtype (a micro-batch of another
+        size, where the batch does not divide evenly, runs eagerly)."""
+        return self._shape == (tuple(x.shape), x.dtype)
+
+
+def _aliases(named: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Fresh leaves sharing the parameters' memory (see StageGraphs._capture_one)."""
+    return {name: p.detach().requires_grad_(True) for name, p in named.items()}
+
+
+class StageGraphs(_Captured):
     """The captured forward and backward of one stage, one pair per slot."""
 
     def __init__(
@@ -130,7 +233,6 @@ class StageGraphs:
         self.run, self.named, self.device = run, dict(params), device
         self.params, self.buffers = list(self.named.values()), list(buffers)
         self._slots: list[_Slot] = []
-        self._shape: tuple[tuple[int, ...], torch.dtype] | None = None
         self.pool_bytes = 0
         """Device memory the slots' pools reserved when captured (the caching allocator
         counts a pool's freed blocks as reserved, not allocated)."""
@@ -139,12 +241,9 @@ class StageGraphs:
         """Capture `count` slots for inputs shaped like `sample` (`input_grad`: the stage
         sends its input gradient back). Warms up once on the capture stream first; the
         module's buffers (BatchNorm's running statistics) are put back afterwards."""
-        for p in self.params:  # accumulated in place inside the graph: the address must stay
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
+        self._prepare(self.params, sample)
         saved = [b.detach().clone() for b in self.buffers]
         grads = [_grad(p).detach().clone() for p in self.params]
-        self._shape = (tuple(sample.shape), sample.dtype)
         try:
             self._capture_all(sample, count, input_grad)
         finally:  # the warm-up's pass moved BatchNorm's statistics
@@ -183,7 +282,7 @@ class StageGraphs:
         # each leaf's gradient node was made on, and the parameters' own were made on the
         # default stream in the eager step, which no capture may touch (2 x H100: "operation
         # would make the legacy stream depend on a capturing blocking stream").
-        aliases = {name: p.detach().requires_grad_(True) for name, p in self.named.items()}
+        aliases = _aliases(self.named)
         with torch.cuda.graph(fwd, pool=pool, stream=stream, capture_error_mode="thread_local"):
             out = self.run(inp, aliases)
         grad_out = torch.zeros_like(out)
@@ -200,11 +299,6 @@ class StageGraphs:
                 torch._foreach_add_([a for a, _ in pairs], [b for _, b in pairs])
         grad_in = found[0] if input_grad else None
         return _Slot(fwd, bwd, inp.detach(), out.detach(), grad_out, grad_in, leaves)
-
-    def fits(self, x: torch.Tensor) -> bool:
-        """Whether `x` has the captured input's shape and dtype (a micro-batch of another
-        size, where the batch does not divide evenly, runs eagerly)."""
-        return self._shape == (tuple(x.shape), x.dtype)
 
     def forward(self, slot: int, x: torch.Tensor) -> torch.Tensor:
         """Replay `slot`'s forward on `x`; the output is the slot's own buffer, valid until
@@ -234,7 +328,7 @@ class _StandInSlot:
     live: tuple[torch.Tensor, list[torch.Tensor], torch.Tensor] | None = None
 
 
-class SlotStandIn:
+class SlotStandIn(_Captured):
     """What the engine sees of StageGraphs, without CUDA, for tests on CPU ranks
     (`PIPECAST_GRAPHS_STAND_IN=1`): each slot keeps fixed buffers for its input, output and
     input gradient, as a captured graph does, and runs the stage eagerly into them, from
@@ -247,24 +341,17 @@ class SlotStandIn:
         self.pool_bytes = 0
         self._slots: list[_StandInSlot] = []
         self._input_grad = False
-        self._shape: tuple[tuple[int, ...], torch.dtype] | None = None
 
     def capture(self, sample: torch.Tensor, count: int, input_grad: bool) -> None:
-        for p in self.named.values():
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
+        self._prepare(list(self.named.values()), sample)
         self._input_grad = input_grad
         self._slots = [_StandInSlot(torch.zeros_like(sample)) for _ in range(count)]
-        self._shape = (tuple(sample.shape), sample.dtype)
-
-    def fits(self, x: torch.Tensor) -> bool:
-        return self._shape == (tuple(x.shape), x.dtype)
 
     def forward(self, slot: int, x: torch.Tensor) -> torch.Tensor:
         s = self._slots[slot]
         s.inp.copy_(x)
         leaf = s.inp.detach().requires_grad_(self._input_grad)
-        aliases = {name: p.detach().requires_grad_(True) for name, p in self.named.items()}
+        aliases = _aliases(self.named)
         out = self.run(leaf, aliases)
         s.live = (leaf, list(aliases.values()), out)
         if s.out is None:
