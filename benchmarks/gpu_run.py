@@ -11,6 +11,7 @@ comparison (issue 8). Every result goes to a SQLite store as it completes.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from dataclasses import replace
 
@@ -28,6 +29,7 @@ from pipecast.models.workload import Workload
 from pipecast.partition import Setting, partition
 from pipecast.profile.profiler import ProfileOptions, measure_step, profile_model
 from pipecast.profile.types import Profile
+from pipecast.runtime import graphs
 
 
 def profile(
@@ -55,7 +57,8 @@ def profile(
         workload=workload.to_dict(),
     )
     prof.save(str(path))
-    log(f"{path.stem} at {sizes}: {time.time() - began:.1f} s")
+    graphed = "graph times" if prof.graph_times else f"no graph times {prof.graph_failure}"
+    log(f"{path.stem} at {sizes}: {time.time() - began:.1f} s, {graphed}")
     if device == "cuda":
         torch.cuda.empty_cache()
     return prof
@@ -168,6 +171,8 @@ def main() -> None:
     args = ap.parse_args()
     RESUME = args.resume
     dry = args.dry_run
+    if dry and args.graphs:  # CPU ranks and the profiler play the graphs with their stand-in
+        os.environ[graphs.STAND_IN_ENV] = "1"
     device, dtype = ("cpu", "fp32") if dry else ("cuda", "bf16")
     gpus = args.gpus or (2 if dry else torch.cuda.device_count())
     names = [torch.cuda.get_device_name(i) for i in range(gpus)] if not dry else ["cpu"]
@@ -373,7 +378,7 @@ def main() -> None:
     configs += [c for c in anchor + extra + seeds + thesis_cfgs if c.gpus == 1]
     if args.no_torch:
         configs = [c for c in configs if c.system != "torch"]
-    if args.graphs and not dry:  # the graphed twins after the whole eager suite
+    if args.graphs:  # the graphed twins after the whole eager suite (dry: the stand-in)
         configs += [
             replace(c, cuda_graphs=True)
             for c in configs

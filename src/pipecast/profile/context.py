@@ -200,9 +200,9 @@ def _passes(
     if failed:
         return None
     return Context(
-        forward=_shares([robust(f).median for f in forward], robust(whole).median),
+        forward=shares([robust(f).median for f in forward], robust(whole).median),
         backward=robust(backward).median,
-        host_forward=_shares([robust(f).median for f in host_forward], robust(host_whole).median)
+        host_forward=shares([robust(f).median for f in host_forward], robust(host_whole).median)
         if cuda
         else [0.0] * len(blocks),
         host_backward=robust(host_backward).median if cuda else 0.0,
@@ -248,8 +248,9 @@ def _ready(
     ready.setdefault(index, mark())
 
 
-def _shares(parts: list[float], total: float) -> list[float]:
-    """`parts` scaled to add up to `total`."""
+def shares(parts: list[float], total: float) -> list[float]:
+    """`parts` scaled to add up to `total` (isolated or per-block readings to what a whole
+    pass measured)."""
     measured = sum(parts)
     return [p * total / measured for p in parts] if measured > 0 else parts
 
@@ -269,13 +270,10 @@ def rescale(
     alone: its graph walk and per-weight calls cost per block wherever they run, and a
     stage's B call pays its own fixed cost once (Profile.host_split_call)."""
     total = max(context.backward - loss_backward, 0.0)
-    shares = _shares(
-        context.backward_blocks or [c[mb].backward for c in costs],
-        total,
-    )
+    backward = shares(context.backward_blocks or [c[mb].backward for c in costs], total)
     host_isolated = sum(c[mb].host_backward for c in costs)
     host_scale = context.host_backward / host_isolated if host_isolated > 0 else 1.0
-    for c, f, hf, bw in zip(costs, context.forward, context.host_forward, shares, strict=True):
+    for c, f, hf, bw in zip(costs, context.forward, context.host_forward, backward, strict=True):
         old = c[mb]
         split = old.backward_input + old.backward_weight
         # an empty W stays exactly empty (the first block does all its backward in B)

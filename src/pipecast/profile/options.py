@@ -32,4 +32,8 @@ class ProfileOptions:
     device's speed. On h100x4-run10 the device times taken this way moved that run's worst
     prediction (VGG-16/CIFAR-10 GPipe over 4 GPUs at M=1) from +59% to +33%, and the
     median from 5.8% to 4.6% (benchmarks/hidden_issue.py)."""
+    graph_times: bool = True
+    """Also time every block's forward and whole backward replayed as CUDA graphs (CUDA
+    only, without autocast), for predictions of graphed runs (RunConfig.cuda_graphs):
+    each block captured alone, then the whole model as one graph to share out."""
     seed: int = 0

@@ -13,6 +13,7 @@ import datetime
 import gc
 import statistics
 from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 from torch import nn
@@ -23,7 +24,8 @@ from pipecast.data.spec import DatasetSpec
 from pipecast.data.synthetic import synthetic_batch
 from pipecast.errors import ConfigError, DeviceError
 from pipecast.models.summary import block_name
-from pipecast.profile.context import Context, in_place, in_situ, in_situ_hidden, rescale
+from pipecast.profile.context import Context, in_place, in_situ, in_situ_hidden, rescale, shares
+from pipecast.profile.graphed import graph_times
 from pipecast.profile.measure import (
     BlockRun,
     measure_block,
@@ -41,6 +43,7 @@ from pipecast.profile.options import ProfileOptions
 from pipecast.profile.stats import robust
 from pipecast.profile.types import BlockCost, BlockProfile, Profile
 from pipecast.runtime.backward import backward_full
+from pipecast.runtime.graphs import stand_in
 
 __all__ = ["ProfileOptions", "measure_step", "profile_model"]
 
@@ -107,6 +110,9 @@ def _profile_model(
     plain_passes: dict[int, Context] = {}  # per size: whole-model passes
     held_passes: dict[int, Context] = {}  # per size: passes behind a hold (hide_issue)
     hiding = options.hide_issue and device.type == "cuda"
+    graphing = options.graph_times and not options.autocast and _can_graph(device)
+    graphed: list[dict[int, tuple[float, float]]] = [{} for _ in blocks]
+    failure = ""  # why graph times were given up
     for mb in sizes:
         gc.collect()
         x, target = synthetic_batch(spec, mb, seed=options.seed, dtype=dtype)
@@ -153,6 +159,9 @@ def _profile_model(
                     host_backward=m["host_bw"],
                 )
                 input_counted[index] = saves_input and not shared
+                if graphing:
+                    failure = _graph_block(graphed, block, run, device, options)
+                    graphing = not failure
                 if mb == sizes[0]:
                     step = measure_optimizer(block, device, options)
                     optimizer_step[index] = max(step - fixed_step, 0.0) if step else 0.0
@@ -183,9 +192,16 @@ def _profile_model(
                         hiding = False  # at every size (in_place): no more held passes
                     else:
                         held_passes[mb] = behind
+                if graphing:
+                    failure = _graph_whole(graphed, blocks, mb, x_in, device, options)
+                    graphing = not failure
     contexts = in_place(plain_passes, held_passes)
     for mb, context in contexts.items():
         rescale(costs, mb, context, loss_backward=loss[mb][1])
+    if graphing:
+        for c, g in zip(costs, graphed, strict=True):
+            for mb, (gf, gb) in g.items():
+                c[mb] = replace(c[mb], graph_forward=gf, graph_backward=gb)
     return Profile(
         model=model_name,
         dataset=spec.name,
@@ -218,7 +234,60 @@ def _profile_model(
         host_reference=statistics.median(host_speed),
         host_issue=statistics.median(host_issue),
         issue_hidden=bool(contexts) and all(c.issue_hidden for c in contexts.values()),
+        graph_times=graphing,
+        graph_failure=failure,
     )
+
+
+def _can_graph(device: torch.device) -> bool:
+    """CUDA graphs on a GPU; on CPU the graphs' stand-in where tests ask for it."""
+    return device.type == "cuda" or stand_in()
+
+
+def _graph_block(
+    graphed: list[dict[int, tuple[float, float]]],
+    block: nn.Module,
+    run: BlockRun,
+    device: torch.device,
+    options: ProfileOptions,
+) -> str:
+    """Time `run`'s block as CUDA graph replays into `graphed`; why not where it can't be
+    captured (the profile then has no graph times), else ""."""
+    try:
+        graphed[run.index][run.leaf.shape[0]] = graph_times(
+            block, run.leaf.detach(), run.leaf.requires_grad, device, options
+        )
+    except RuntimeError as exc:  # CUDA's capture errors and out of memory among them
+        return f"block {run.index} ({block_name(block)}): {_first_line(exc)}"
+    return ""
+
+
+def _graph_whole(
+    graphed: list[dict[int, tuple[float, float]]],
+    blocks: list[nn.Module],
+    mb: int,
+    x: torch.Tensor,
+    device: torch.device,
+    options: ProfileOptions,
+) -> str:
+    """Time the whole model as one graph at `mb` and share it out over the blocks in
+    their graphed proportions: a block alone pays a launch and an input copy that a stage
+    of many blocks pays once. Why not where it can't be captured, else ""."""
+    try:
+        forward, backward = graph_times(nn.Sequential(*blocks), x, False, device, options)
+    except RuntimeError as exc:
+        return f"the whole model at micro-batch {mb}: {_first_line(exc)}"
+    parts = [g[mb] for g in graphed]
+    fwd = shares([f for f, _ in parts], forward)
+    bwd = shares([b for _, b in parts], backward)
+    for g, f, b in zip(graphed, fwd, bwd, strict=True):
+        g[mb] = (f, b)
+    return ""
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0][:300] if text else ''}"
 
 
 def _input_bytes(spec: DatasetSpec, dtype: torch.dtype) -> int:

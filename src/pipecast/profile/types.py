@@ -47,6 +47,12 @@ class BlockCost:
     host_backward_input: float = 0.0
     host_backward_weight: float = 0.0
     host_backward: float = 0.0
+    graph_forward: float = 0.0
+    """Device seconds of the forward replayed as a CUDA graph, as a graphed stage runs it
+    (pipecast.runtime.graphs): the device's own time, its host out of the way (0: not
+    measured; see Profile.graph_times)."""
+    graph_backward: float = 0.0
+    """Device seconds of the whole backward replayed as a CUDA graph."""
 
     def to_json(self) -> dict[str, Any]:
         return {f: getattr(self, f) for f in self.__dataclass_fields__}
@@ -93,6 +99,10 @@ class StageCost:
     host_backward_input: float = 0.0
     host_backward_weight: float = 0.0
     host_backward: float = 0.0
+    graph_forward: float = 0.0
+    """Device seconds of the forward as CUDA graphs (the loss's eager forward included on
+    the last stage; 0 where the profile has no graph times)."""
+    graph_backward: float = 0.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,6 +144,11 @@ class Profile:
     """Whether the in-context passes of every size timed the device with the host's issuing
     hidden (ProfileOptions.hide_issue), so that device times are the device's alone (False
     where a pass waited on its device and hiding was given up)."""
+    graph_times: bool = False
+    """Whether every block at every size has device times as CUDA graph replays
+    (BlockCost.graph_forward, graph_backward; ProfileOptions.graph_times on a GPU)."""
+    graph_failure: str = ""
+    """Why a profile that tried to time CUDA graphs has none (the capture's error)."""
 
     # ---- costs at any micro-batch size -------------------------------------------------
 
@@ -153,10 +168,14 @@ class Profile:
         in_bytes = costs[start - 1].output_bytes if start else 0
         # the runtime holds a stage's received input until its backward, saved or not
         held = 0 if (start == 0 or self.blocks[start].input_counted) else in_bytes
-        fwd, b, w, bw = (t[k][stop] - t[k][start] for k in ("f", "b", "w", "bw"))
-        if stop == len(self.blocks):
+        fwd, b, w, bw, gf, gb = (
+            t[k][stop] - t[k][start] for k in ("f", "b", "w", "bw", "gf", "gb")
+        )
+        if stop == len(self.blocks):  # the loss runs eagerly, graphed stages or not
             lf, lb = self.loss_cost(micro_batch)
             fwd, b, bw = fwd + lf, b + lb, bw + lb
+            if self.graph_times:
+                gf, gb = gf + lf, gb + lb
         return StageCost(
             forward=fwd,
             backward_input=b,
@@ -173,6 +192,8 @@ class Profile:
             host_backward_input=self._host_split(t["hb"][stop] - t["hb"][start], start, stop),
             host_backward_weight=t["hw"][stop] - t["hw"][start],
             host_backward=t["hbw"][stop] - t["hbw"][start],
+            graph_forward=gf if self.graph_times else 0.0,
+            graph_backward=gb if self.graph_times else 0.0,
         )
 
     def _host_split(self, isolated: float, start: int, stop: int) -> float:
@@ -241,6 +262,8 @@ class Profile:
                     "hb",
                     "hw",
                     "hbw",
+                    "gf",
+                    "gb",
                 )
             }
             for block, c in zip(self.blocks, costs, strict=True):
@@ -257,6 +280,8 @@ class Profile:
                     ("hb", c.host_backward_input),
                     ("hw", c.host_backward_weight),
                     ("hbw", c.host_backward),
+                    ("gf", c.graph_forward),
+                    ("gb", c.graph_backward),
                 ):
                     table[key].append(table[key][-1] + value)
             self._cache[micro_batch] = table
@@ -286,6 +311,8 @@ class Profile:
                 "host_reference": self.host_reference,
                 "host_issue": self.host_issue,
                 "issue_hidden": self.issue_hidden,
+                "graph_times": self.graph_times,
+                "graph_failure": self.graph_failure,
                 "loss": {str(k): list(v) for k, v in self.loss.items()},
                 "blocks": [
                     {
@@ -341,6 +368,8 @@ class Profile:
                 host_reference=float(doc.get("host_reference", 0.0)),
                 host_issue=float(doc.get("host_issue", 0.0)),
                 issue_hidden=bool(doc.get("issue_hidden", False)),
+                graph_times=bool(doc.get("graph_times", False)),
+                graph_failure=str(doc.get("graph_failure", "")),
             )
         except (KeyError, TypeError) as exc:
             raise DataError(f"{source} is not a complete profile: missing {exc}") from None
@@ -426,4 +455,6 @@ def _interp_cost(costs: dict[int, BlockCost], micro_batch: int) -> BlockCost:
         host_backward_input=host("host_backward_input"),
         host_backward_weight=host("host_backward_weight"),
         host_backward=host("host_backward"),
+        graph_forward=t("graph_forward"),
+        graph_backward=t("graph_backward"),
     )

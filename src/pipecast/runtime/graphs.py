@@ -46,13 +46,13 @@ STAND_IN_ENV = "PIPECAST_GRAPHS_STAND_IN"
 """Set to 1 (tests), CPU ranks take `cuda_graphs` with `SlotStandIn` in place of graphs."""
 
 
-def _stand_in() -> bool:
+def stand_in() -> bool:
     return os.environ.get(STAND_IN_ENV) == "1"
 
 
 def unsupported(plan: Plan, config: RunConfig, device: str) -> str | None:
     """Why this run can't use CUDA graphs (None: it can)."""
-    if device != "cuda" and not _stand_in():
+    if device != "cuda" and not stand_in():
         return "CUDA graphs need --device cuda"
     if plan.split_backward:
         return (

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 
 from pipecast.hardware.cluster import Cluster
 from pipecast.partition.types import Partition
-from pipecast.profile.types import Profile
+from pipecast.profile.types import Profile, StageCost
 from pipecast.training import Optimizer, Recompute
 
 BUCKET_BYTES = 25 * 2**20
@@ -111,12 +111,15 @@ def costs_from_profile(
 ) -> Costs:
     """Costs of `partition` at `micro_batch` on `cluster` (replica 0's devices carry the
     pipeline's transfers; each stage's replicas all-reduce its gradients), `cuda_graphs`:
-    the stages replayed as CUDA graphs (see Costs)."""
+    the stages replayed as CUDA graphs (see Costs), with the profile's graph replay times
+    where it has them (Profile.graph_times), else its eager device times."""
     stages = []
     busy = len({d for st in partition.stages for d in st.devices})
     slow = cluster.host_factor(min(busy, cluster.gpus_per_node), profile.host_issue)
     for index, st in enumerate(partition.stages):
         c = profile.stage(st.start, st.stop, micro_batch)
+        if cuda_graphs and profile.graph_times:
+            c = _graphed(c)
         b, w = c.backward_input, c.backward_weight
         if index == 0:  # the first stage never sends an input gradient: all of it in B
             b, w = c.backward, 0.0
@@ -166,4 +169,17 @@ def costs_from_profile(
         host_overhead=cluster.host_overhead,
         floor_bytes=profile.floor_bytes,
         cuda_graphs=cuda_graphs,
+    )
+
+
+def _graphed(c: StageCost) -> StageCost:
+    """A stage's device times as CUDA graph replays. Graphed stages run a whole backward
+    only; B and W keep the eager split's proportions."""
+    scale = c.graph_backward / c.backward if c.backward > 0 else 0.0
+    return replace(
+        c,
+        forward=c.graph_forward,
+        backward=c.graph_backward,
+        backward_input=c.backward_input * scale,
+        backward_weight=c.backward_weight * scale,
     )

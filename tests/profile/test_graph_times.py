@@ -1,0 +1,138 @@
+"""The profiler's CUDA graph times: each block replayed through the runtime's graphs (on CPU
+their stand-in), the whole model shared out, and the simulator's graphed stages priced by
+them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+from tests.partition.test_partition import make_profile
+from torch import nn
+
+from pipecast.hardware.presets import describe
+from pipecast.models import Workload
+from pipecast.partition.types import Partition, Stage
+from pipecast.profile import Profile
+from pipecast.profile.graphed import graph_times
+from pipecast.profile.profiler import ProfileOptions, profile_model
+from pipecast.runtime import graphs
+from pipecast.simulate.costs import costs_from_profile
+
+FAST = ProfileOptions(micro_batches=(2, 4), warmup=1, repeats=3)
+
+
+@pytest.fixture
+def stand_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(graphs.STAND_IN_ENV, "1")
+
+
+def test_graph_times_leave_buffers_and_gradients_as_they_were() -> None:
+    torch.manual_seed(0)
+    block = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU())
+    block.train()
+    stats = [b.clone() for b in block.buffers()]
+    weight = block[0].weight
+    weight.grad = torch.full_like(weight, 3.0)
+    x = torch.randn(4, 3, 10, 10)
+    forward, backward = graph_times(block, x, True, torch.device("cpu"), FAST)
+    assert forward > 0 and backward > 0
+    # the replays ran BatchNorm in training mode and added gradients: both put back
+    assert all(torch.equal(a, b) for a, b in zip(stats, block.buffers(), strict=True))
+    assert torch.equal(weight.grad, torch.full_like(weight, 3.0))
+    assert block[1].weight.grad is None
+
+
+def test_graph_times_grow_with_the_work() -> None:
+    small, large = nn.Linear(64, 64), nn.Sequential(*(nn.Linear(64, 64) for _ in range(40)))
+    x = torch.randn(256, 64)
+    cpu = torch.device("cpu")
+    many = ProfileOptions(micro_batches=(2,), warmup=2, repeats=9)
+    f1, b1 = graph_times(small, x, True, cpu, many)
+    f40, b40 = graph_times(large, x, True, cpu, many)
+    assert f40 > 5 * f1 and b40 > 5 * b1
+
+
+def test_profile_has_graph_times_only_where_graphs_run(stand_in: None) -> None:
+    w = Workload(model="lenet5", dataset="mnist")
+    p = profile_model(w.build(), w.spec, FAST, model_name="lenet5")
+    assert p.graph_times
+    for block in p.blocks:
+        for mb in (2, 4):
+            assert block.costs[mb].graph_forward > 0 and block.costs[mb].graph_backward > 0
+    q = Profile.from_json(p.to_json())
+    assert q.graph_times and q.blocks == p.blocks
+    whole = q.stage(0, q.num_blocks, 4)  # the loss stays eager under graphs: its times too
+    assert whole.graph_forward == pytest.approx(
+        sum(q.cost(i, 4).graph_forward for i in range(q.num_blocks)) + q.loss[4][0]
+    )
+    off = profile_model(w.build(), w.spec, replace(FAST, graph_times=False), model_name="l")
+    assert not off.graph_times and off.blocks[3].costs[4].graph_forward == 0.0
+    assert off.stage(0, off.num_blocks, 4).graph_forward == 0.0
+
+
+def test_profile_without_graphs_on_cpu_has_no_graph_times() -> None:
+    w = Workload(model="lenet5", dataset="mnist")
+    p = profile_model(w.build(), w.spec, FAST, model_name="lenet5")
+    assert not p.graph_times
+    assert all(c.graph_forward == 0.0 for b in p.blocks for c in b.costs.values())
+
+
+def _graphed_profile(fwd: list[float], graph_scale: float) -> Profile:
+    base = make_profile(fwd)
+    blocks = tuple(
+        replace(
+            b,
+            costs={
+                mb: replace(
+                    c,
+                    graph_forward=graph_scale * c.forward,
+                    graph_backward=graph_scale * c.backward,
+                )
+                for mb, c in b.costs.items()
+            },
+        )
+        for b in base.blocks
+    )
+    return replace(base, blocks=blocks, graph_times=True)
+
+
+def test_graphed_stages_are_priced_by_graph_times() -> None:
+    """Graphed costs take the graph replays' device times; eager ones, and graphed ones from
+    a profile without graph times, the eager device times."""
+    profile = _graphed_profile([1.0, 2.0, 3.0, 4.0], graph_scale=0.5)
+    cluster = describe(gpus_per_node=2, memory="80GiB")
+    partition = Partition(stages=(Stage(0, 2, (0,)), Stage(2, 4, (1,))), num_blocks=4)
+    eager = costs_from_profile(profile, partition, 8, cluster)
+    graphed = costs_from_profile(profile, partition, 8, cluster, cuda_graphs=True)
+    assert [s.forward for s in eager.stages] == pytest.approx([3.0, 7.0])
+    assert [s.forward for s in graphed.stages] == pytest.approx([1.5, 3.5])
+    assert [s.backward for s in graphed.stages] == pytest.approx([3.0, 7.0])
+    # B and W keep the eager split's proportions (the first stage does it all in B)
+    last = graphed.stages[1]
+    assert last.backward_input + last.backward_weight == pytest.approx(last.backward)
+    assert last.backward_input == pytest.approx(3.5)
+    assert graphed.stages[0].backward_input == pytest.approx(3.0)
+    without = replace(profile, graph_times=False)
+    fallback = costs_from_profile(without, partition, 8, cluster, cuda_graphs=True)
+    assert [s.forward for s in fallback.stages] == pytest.approx([3.0, 7.0])
+
+
+def test_a_block_that_cannot_be_captured_leaves_the_profile_without_graph_times(
+    stand_in: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pipecast.profile import profiler
+
+    def refuse(*args: object, **kwargs: object) -> tuple[float, float]:
+        raise RuntimeError("operation not permitted when stream is capturing\nmore")
+
+    monkeypatch.setattr(profiler, "graph_times", refuse)
+    w = Workload(model="lenet5", dataset="mnist")
+    p = profile_model(w.build(), w.spec, FAST, model_name="lenet5")
+    assert not p.graph_times
+    assert p.graph_failure == (
+        "block 0 (Conv2d): RuntimeError: operation not permitted when stream is capturing"
+    )
+    assert Profile.from_json(p.to_json()).graph_failure == p.graph_failure
+    assert all(c.graph_forward == 0.0 for b in p.blocks for c in b.costs.values())
