@@ -139,6 +139,15 @@ def main() -> None:
             f"decisions {s['right']}/{s['decisions']} right, "
             f"{s['within_5_percent']} within 5%"
         )
+        if "graphed_configurations" in s:
+            print(
+                f"  CUDA-graphed {s['graphed_configurations']}: median "
+                f"{s['graphed_median_abs_error']:.1%}, worst {s['graphed_worst_abs_error']:.1%}, "
+                f"{s['graphed_within_7_percent']} within 7%, {s['graphed_within_20_percent']} "
+                f"within 20%; memory median {s['graphed_median_abs_memory_error']:.1%}, worst "
+                f"{s['graphed_worst_abs_memory_error']:.1%}; picks among eager and graphed "
+                f"{s['right_with_graphs']}/{s['decisions_with_graphs']} right"
+            )
         if "round_spread_median" in s:
             print(
                 f"  rounds moved by a median {s['round_spread_median']:.1%}, at most "

@@ -4,6 +4,7 @@ them."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 import pytest
@@ -18,7 +19,9 @@ from pipecast.profile import Profile
 from pipecast.profile.graphed import graph_times
 from pipecast.profile.profiler import ProfileOptions, profile_model
 from pipecast.runtime import graphs
+from pipecast.schedule.generators import make_plan
 from pipecast.simulate.costs import costs_from_profile
+from pipecast.simulate.engine import simulate
 
 FAST = ProfileOptions(micro_batches=(2, 4), warmup=1, repeats=3)
 
@@ -36,22 +39,38 @@ def test_graph_times_leave_buffers_and_gradients_as_they_were() -> None:
     weight = block[0].weight
     weight.grad = torch.full_like(weight, 3.0)
     x = torch.randn(4, 3, 10, 10)
-    forward, backward = graph_times(block, x, True, torch.device("cpu"), FAST)
-    assert forward > 0 and backward > 0
+    g = graph_times(block, x, True, torch.device("cpu"), FAST)
+    assert g.forward > 0 and g.backward > 0 and g.pool_bytes == 0  # no pools on CPU
     # the replays ran BatchNorm in training mode and added gradients: both put back
     assert all(torch.equal(a, b) for a, b in zip(stats, block.buffers(), strict=True))
     assert torch.equal(weight.grad, torch.full_like(weight, 3.0))
     assert block[1].weight.grad is None
 
 
-def test_graph_times_grow_with_the_work() -> None:
-    small, large = nn.Linear(64, 64), nn.Sequential(*(nn.Linear(64, 64) for _ in range(40)))
-    x = torch.randn(256, 64)
-    cpu = torch.device("cpu")
-    many = ProfileOptions(micro_batches=(2,), warmup=2, repeats=9)
-    f1, b1 = graph_times(small, x, True, cpu, many)
-    f40, b40 = graph_times(large, x, True, cpu, many)
-    assert f40 > 5 * f1 and b40 > 5 * b1
+class _Slow(nn.Module):
+    """A Linear whose forward takes at least `delay` seconds (sleeps are never shorter), and
+    counts its calls."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__()
+        self.linear, self.delay, self.calls = nn.Linear(8, 8), delay, 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        time.sleep(self.delay)
+        out: torch.Tensor = self.linear(x)
+        return out
+
+
+def test_graph_times_take_the_median_of_the_kept_passes() -> None:
+    slow = _Slow(0.02)
+    options = ProfileOptions(micro_batches=(2,), warmup=2, repeats=3)
+    g = graph_times(slow, torch.randn(4, 8), True, torch.device("cpu"), options)
+    # one pass to size the output's gradient, then warm-up and kept passes (on CPU no hold
+    # is needed, so one batch of them)
+    assert slow.calls == 1 + 2 + 3
+    assert 0.02 <= g.forward < 1.0  # the sleep, read as the forward's time
+    assert g.backward < g.forward  # the backward never runs the forward again
 
 
 def test_profile_has_graph_times_only_where_graphs_run(stand_in: None) -> None:
@@ -63,13 +82,20 @@ def test_profile_has_graph_times_only_where_graphs_run(stand_in: None) -> None:
             assert block.costs[mb].graph_forward > 0 and block.costs[mb].graph_backward > 0
     q = Profile.from_json(p.to_json())
     assert q.graph_times and q.blocks == p.blocks
-    whole = q.stage(0, q.num_blocks, 4)  # the loss stays eager under graphs: its times too
+    # the loss stays eager under graphs: its device times with its issuing hidden, and
+    # its host times, which a graphed action still pays
+    assert q.loss_alone.keys() == {2, 4} and all(v > 0 for v in q.loss_alone[4])
+    whole = q.stage(0, q.num_blocks, 4)
     assert whole.graph_forward == pytest.approx(
-        sum(q.cost(i, 4).graph_forward for i in range(q.num_blocks)) + q.loss[4][0]
+        sum(q.cost(i, 4).graph_forward for i in range(q.num_blocks)) + q.loss_alone[4][0]
     )
+    assert whole.graph_host_forward == q.loss_alone[2][2]  # the smallest size's
+    assert whole.graph_host_backward == q.loss_alone[2][3]
+    assert q.stage(0, q.num_blocks - 1, 4).graph_host_forward == 0.0
     off = profile_model(w.build(), w.spec, replace(FAST, graph_times=False), model_name="l")
     assert not off.graph_times and off.blocks[3].costs[4].graph_forward == 0.0
     assert off.stage(0, off.num_blocks, 4).graph_forward == 0.0
+    assert not off.loss_alone
 
 
 def test_profile_without_graphs_on_cpu_has_no_graph_times() -> None:
@@ -136,3 +162,33 @@ def test_a_block_that_cannot_be_captured_leaves_the_profile_without_graph_times(
     )
     assert Profile.from_json(p.to_json()).graph_failure == p.graph_failure
     assert all(c.graph_forward == 0.0 for b in p.blocks for c in b.costs.values())
+
+
+def test_graphed_slots_hold_what_the_whole_models_pool_measured() -> None:
+    """A graph pool's allocator keeps what it once reserved: the simulator scales each slot
+    by the whole model's pool over its activations, workspace and gradients, interpolated
+    between sizes and never below 1."""
+    base = _graphed_profile([1.0, 1.0], graph_scale=0.5)
+    whole = base.stage(0, 2, 8)
+    model = whole.activation_bytes + whole.peak_bytes + whole.param_bytes
+    assert base.graph_pool_factor(8) == 1.0  # not measured
+    profile = replace(base, graph_pool={8: int(1.5 * model)})
+    assert profile.graph_pool_factor(8) == pytest.approx(1.5)
+    assert profile.graph_pool_factor(4) == pytest.approx(1.5)  # one size: its factor
+    assert replace(base, graph_pool={8: model // 2}).graph_pool_factor(8) == 1.0
+    assert Profile.from_json(profile.to_json()).graph_pool == profile.graph_pool
+    cluster = describe(gpus_per_node=2, memory="80GiB")
+    partition = Partition(stages=(Stage(0, 1, (0,)), Stage(1, 2, (1,))), num_blocks=2)
+    plain = costs_from_profile(base, partition, 8, cluster, cuda_graphs=True)
+    scaled = costs_from_profile(profile, partition, 8, cluster, cuda_graphs=True)
+    assert plain.graph_pool_factor == 1.0 and scaled.graph_pool_factor == pytest.approx(1.5)
+    plan = make_plan("gpipe", 2, 4)
+    extra = [
+        b - a
+        for a, b in zip(
+            simulate(plan, plain).peak_memory, simulate(plan, scaled).peak_memory, strict=True
+        )
+    ]
+    for r, st in enumerate(plain.stages):  # four slots per rank, each half as large again
+        slot = st.activation_bytes + st.workspace_bytes + st.param_bytes
+        assert extra[r] == pytest.approx(4 * 0.5 * slot, abs=8)

@@ -96,6 +96,9 @@ def test_recommend_cli_calibrates_once_then_uses_the_cache(
     second = capsys.readouterr().out
     assert "profile: cached" in second and "cluster: cached" in second
     assert (tmp_path / "rec.json").exists()
+    # a CPU profile has no graph replay times: graphed strategies say what they rest on
+    assert main([*argv, "--cuda-graphs"]) == 0
+    assert "predicted from eager device times" in capsys.readouterr().out
     # --validate auto measures the best and whatever is within error of it, and no more
     assert main([*argv, "--validate", "auto"]) == 0
     doc = json.loads((tmp_path / "rec.json").read_text())

@@ -44,6 +44,16 @@ def test_graphs_leave_the_host_only_the_runtimes_work() -> None:
     assert max(fast.host_busy) == pytest.approx(8 * 0.25)
 
 
+def test_a_graphed_last_stage_still_issues_its_loss() -> None:
+    """The loss runs eagerly beside the graphs: its host time is the last stage's on top of
+    the runtime's overhead, on forwards and whole backwards alike."""
+    plan = make_plan("gpipe", 2, 4)
+    loss = replace(HOST_BOUND, graph_host_forward=0.5, graph_host_backward=0.75)
+    graphed = simulate(plan, Costs(stages=(HOST_BOUND, loss), host_overhead=0.25, cuda_graphs=True))
+    assert graphed.host_busy[0] == pytest.approx(8 * 0.25)
+    assert graphed.host_busy[1] == pytest.approx(8 * 0.25 + 4 * (0.5 + 0.75))
+
+
 def test_graphed_memory_is_every_slot_for_the_whole_step() -> None:
     grads = 1000  # gradient bytes of each stage, one copy per slot while its backward runs
     per_slot = 100 + 10 + grads

@@ -35,6 +35,8 @@ class Comparison:
     round_spread: float | None = None
     """(slowest - fastest) / median of the rounds this configuration was measured in
     (None: measured once): how far the measurement itself moves."""
+    graphed: bool = False
+    """A CUDA-graphed run (BenchConfig.cuda_graphs), summarised apart."""
 
     @property
     def repeatable(self) -> bool:
@@ -86,6 +88,7 @@ def comparisons(rows: Iterable[Row]) -> list[Comparison]:
                 float(r.predicted.get("host_share", 0.0)),
                 _drift(r.measured.get("host_reference"), r.predicted.get("host_reference")),
                 _spread(r.measured.get("rounds")),
+                cfg.cuda_graphs,
             )
         )
     return out
@@ -118,8 +121,18 @@ def decisions(comps: list[Comparison]) -> list[Decision]:
 
 
 def summary(comps: list[Comparison]) -> dict[str, float | int]:
-    """Error statistics over all comparisons, and apart for host-bound predictions."""
-    out = _errors(comps)
+    """Error statistics over all eager comparisons, and apart for host-bound predictions;
+    CUDA-graphed runs apart (graphed_*), and the picks among eager and graphed runs
+    together (*_with_graphs), as `recommend --cuda-graphs` picks."""
+    graphed = [c for c in comps if c.graphed]
+    out: dict[str, float | int] = {}
+    if graphed:
+        out |= {f"graphed_{k}": v for k, v in _errors(graphed).items()}
+        both = decisions(comps)
+        out["decisions_with_graphs"] = len(both)
+        out["right_with_graphs"] = sum(d.slowdown == 0 for d in both)
+        comps = [c for c in comps if not c.graphed]
+    out |= _errors(comps)
     picks = decisions(comps)
     out |= {
         "decisions": len(picks),

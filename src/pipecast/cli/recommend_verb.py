@@ -136,6 +136,12 @@ def run(args: argparse.Namespace) -> int:
             f"cluster: {'cached' if cached else 'probed'} {cluster.world} x "
             f"{cluster.device}, {cluster.memory_bytes / 2**30:.1f} GiB each"
         )
+    if args.cuda_graphs and not profile.graph_times:
+        why = f": {profile.graph_failure}" if profile.graph_failure else ""
+        console.print(
+            "[yellow]graphed strategies are predicted from eager device times: the profile "
+            f"has no graph replay times{why}[/]"
+        )
     methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
     epoch = args.epoch_samples or 50_000
     rec = recommend(

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -35,18 +36,28 @@ ATTEMPTS = 4
 """Batches of passes tried, each behind a longer hold, before the last one's reading stands."""
 
 
+@dataclass(frozen=True, slots=True)
+class GraphTimes:
+    forward: float
+    """Median device seconds of the forward replayed."""
+    backward: float
+    """Median device seconds of the whole backward replayed."""
+    pool_bytes: int
+    """Device memory the slot's pool reserved when captured (0 on CPU)."""
+
+
 def graph_times(
     module: nn.Module,
     x: torch.Tensor,
     input_grad: bool,
     device: torch.device,
     options: ProfileOptions,
-) -> tuple[float, float]:
-    """Median device seconds of `module`'s forward and whole backward replayed as CUDA
-    graphs, for input `x` (`input_grad`: the backward also returns the input's gradient).
-    On CPU (tests, with the graphs' stand-in) the same passes timed by the host's clock.
-    Leaves the module's buffers and gradients as it found them. Raises RuntimeError (CUDA's
-    capture errors among them) where the module can't be captured."""
+) -> GraphTimes:
+    """`module`'s forward and whole backward replayed as CUDA graphs, for input `x`
+    (`input_grad`: the backward also returns the input's gradient). On CPU (tests, with the
+    graphs' stand-in) the same passes timed by the host's clock. Leaves the module's
+    buffers and gradients as it found them. Raises RuntimeError (CUDA's capture errors
+    among them) where the module can't be captured."""
     params = {n: p for n, p in module.named_parameters() if p.requires_grad}
     buffers = list(module.buffers())
     copy = needs_input_copy(module) and input_grad
@@ -66,6 +77,7 @@ def graph_times(
     mark, seconds = _clock(cuda)
     try:
         graphs.capture(x, 1, input_grad)
+        pool = graphs.pool_reserved
         grad_out = torch.randn_like(graphs.forward(0, x))
         graphs.backward(0, grad_out)
         lead = 0.0
@@ -97,7 +109,7 @@ def graph_times(
     kept = range(options.warmup, options.warmup + options.repeats)
     forward = [seconds(marks[2 * i], marks[2 * i + 1]) for i in kept]
     backward = [seconds(marks[2 * i + 1], marks[2 * i + 2]) for i in kept]
-    return robust(forward).median, robust(backward).median
+    return GraphTimes(robust(forward).median, robust(backward).median, pool)
 
 
 def _clock(cuda: bool) -> tuple[Callable[[], object], Callable[[object, object], float]]:

@@ -15,6 +15,7 @@ from torch import nn
 from pipecast import devices
 from pipecast.errors import ShapeError
 from pipecast.models.summary import block_name
+from pipecast.profile.hold import HIDE_LEAD
 from pipecast.profile.options import ProfileOptions
 from pipecast.profile.stats import robust
 from pipecast.runtime.backward import (
@@ -264,3 +265,38 @@ def measure_loss(
         fwd.append(t_f)
         bwd.append(t_b)
     return robust(fwd[options.warmup :]).median, robust(bwd[options.warmup :]).median
+
+
+def measure_loss_alone(
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    output: torch.Tensor,
+    target: torch.Tensor,
+    device: torch.device,
+    options: ProfileOptions,
+) -> tuple[float, float, float, float]:
+    """The loss's forward and backward as a graphed last stage runs them (eagerly, beside
+    its graphs): device seconds with the host's issuing hidden behind a hold (at small
+    micro-batches measure_loss reads the host's issue time), then host seconds issuing
+    each. The first pass, unheld, sets the hold; it and the warm-up are not kept."""
+    device_f, device_b, host_f, host_b = [], [], [], []
+    lead = 0.0
+    for rep in range(max(options.warmup, 1) + options.repeats):
+        leaf = output.detach().requires_grad_(output.is_floating_point())
+        devices.hold(device, lead)
+        loss, t_f, h_f = devices.timed_with_host(device, partial(loss_fn, leaf, target))
+        t_b = h_b = 0.0
+        if leaf.requires_grad:
+            devices.hold(device, lead)
+            _, t_b, h_b = devices.timed_with_host(device, partial(torch.autograd.grad, loss, leaf))
+        lead = max(lead, HIDE_LEAD * max(h_f, h_b))
+        if rep >= max(options.warmup, 1):
+            device_f.append(t_f)
+            device_b.append(t_b)
+            host_f.append(h_f)
+            host_b.append(h_b)
+    return (
+        robust(device_f).median,
+        robust(device_b).median,
+        robust(host_f).median,
+        robust(host_b).median,
+    )

@@ -30,6 +30,7 @@ from pipecast.profile.measure import (
     BlockRun,
     measure_block,
     measure_loss,
+    measure_loss_alone,
     measure_optimizer,
     optimizer_fixed,
     precision,
@@ -113,6 +114,8 @@ def _profile_model(
     graphing = options.graph_times and not options.autocast and _can_graph(device)
     graphed: list[dict[int, tuple[float, float]]] = [{} for _ in blocks]
     failure = ""  # why graph times were given up
+    loss_alone: dict[int, tuple[float, float, float, float]] = {}
+    pool: dict[int, int] = {}  # per size: the whole model's graph pool
     for mb in sizes:
         gc.collect()
         x, target = synthetic_batch(spec, mb, seed=options.seed, dtype=dtype)
@@ -179,6 +182,8 @@ def _profile_model(
             if progress is not None:
                 progress(f"micro-batch {mb}")
         loss[mb] = measure_loss(loss_fn, x, target, device, options)
+        if graphing:
+            loss_alone[mb] = measure_loss_alone(loss_fn, x, target, device, options)
         host_speed.append(hostspeed.reference())
         host_issue.append(hostspeed.issue(device))
         if in_context:
@@ -193,7 +198,7 @@ def _profile_model(
                     else:
                         held_passes[mb] = behind
                 if graphing:
-                    failure = _graph_whole(graphed, blocks, mb, x_in, device, options)
+                    failure = _graph_whole(graphed, pool, blocks, mb, x_in, device, options)
                     graphing = not failure
     contexts = in_place(plain_passes, held_passes)
     for mb, context in contexts.items():
@@ -227,6 +232,8 @@ def _profile_model(
             for i, block in enumerate(blocks)
         ),
         loss=loss,
+        loss_alone=loss_alone if graphing else {},
+        graph_pool=pool if graphing else {},
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         floor_bytes=floor,
         optimizer_fixed=fixed_step,
@@ -254,9 +261,8 @@ def _graph_block(
     """Time `run`'s block as CUDA graph replays into `graphed`; why not where it can't be
     captured (the profile then has no graph times), else ""."""
     try:
-        graphed[run.index][run.leaf.shape[0]] = graph_times(
-            block, run.leaf.detach(), run.leaf.requires_grad, device, options
-        )
+        g = graph_times(block, run.leaf.detach(), run.leaf.requires_grad, device, options)
+        graphed[run.index][run.leaf.shape[0]] = (g.forward, g.backward)
     except RuntimeError as exc:  # CUDA's capture errors and out of memory among them
         return f"block {run.index} ({block_name(block)}): {_first_line(exc)}"
     return ""
@@ -264,6 +270,7 @@ def _graph_block(
 
 def _graph_whole(
     graphed: list[dict[int, tuple[float, float]]],
+    pool: dict[int, int],
     blocks: list[nn.Module],
     mb: int,
     x: torch.Tensor,
@@ -272,14 +279,16 @@ def _graph_whole(
 ) -> str:
     """Time the whole model as one graph at `mb` and share it out over the blocks in
     their graphed proportions: a block alone pays a launch and an input copy that a stage
-    of many blocks pays once. Why not where it can't be captured, else ""."""
+    of many blocks pays once. Its memory pool goes to `pool`. Why not where it can't be
+    captured, else ""."""
     try:
-        forward, backward = graph_times(nn.Sequential(*blocks), x, False, device, options)
+        whole = graph_times(nn.Sequential(*blocks), x, False, device, options)
     except RuntimeError as exc:
         return f"the whole model at micro-batch {mb}: {_first_line(exc)}"
+    pool[mb] = whole.pool_bytes
     parts = [g[mb] for g in graphed]
-    fwd = shares([f for f, _ in parts], forward)
-    bwd = shares([b for _, b in parts], backward)
+    fwd = shares([f for f, _ in parts], whole.forward)
+    bwd = shares([b for _, b in parts], whole.backward)
     for g, f, b in zip(graphed, fwd, bwd, strict=True):
         g[mb] = (f, b)
     return ""

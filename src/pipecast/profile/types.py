@@ -103,6 +103,9 @@ class StageCost:
     """Device seconds of the forward as CUDA graphs (the loss's eager forward included on
     the last stage; 0 where the profile has no graph times)."""
     graph_backward: float = 0.0
+    graph_host_forward: float = 0.0
+    """Host seconds a graphed forward still issues op by op: the last stage's loss."""
+    graph_host_backward: float = 0.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,6 +124,13 @@ class Profile:
     blocks: tuple[BlockProfile, ...]
     loss: dict[int, tuple[float, float]] = field(default_factory=dict)
     """Micro-batch size -> (forward, backward) seconds of the loss on the last output."""
+    loss_alone: dict[int, tuple[float, float, float, float]] = field(default_factory=dict)
+    """Micro-batch size -> the loss's forward and backward as a graphed last stage runs
+    them eagerly: device seconds with the host's issuing hidden, then host seconds (taken
+    with the graph times; empty without them)."""
+    graph_pool: dict[int, int] = field(default_factory=dict)
+    """Micro-batch size -> bytes the whole model's graphs reserved as one slot (taken with
+    the graph times; empty without them)."""
     created: str = ""
     optimizer_fixed: float = 0.0
     """Seconds every stage's optimizer step costs beyond its blocks' shares (launching the
@@ -171,11 +181,14 @@ class Profile:
         fwd, b, w, bw, gf, gb = (
             t[k][stop] - t[k][start] for k in ("f", "b", "w", "bw", "gf", "gb")
         )
+        ghf = ghb = 0.0
         if stop == len(self.blocks):  # the loss runs eagerly, graphed stages or not
             lf, lb = self.loss_cost(micro_batch)
             fwd, b, bw = fwd + lf, b + lb, bw + lb
             if self.graph_times:
-                gf, gb = gf + lf, gb + lb
+                alone = self.loss_alone_cost(micro_batch)
+                df, db, ghf, ghb = alone if alone else (lf, lb, 0.0, 0.0)
+                gf, gb = gf + df, gb + db
         return StageCost(
             forward=fwd,
             backward_input=b,
@@ -194,6 +207,8 @@ class Profile:
             host_backward=t["hbw"][stop] - t["hbw"][start],
             graph_forward=gf if self.graph_times else 0.0,
             graph_backward=gb if self.graph_times else 0.0,
+            graph_host_forward=ghf,
+            graph_host_backward=ghb,
         )
 
     def _host_split(self, isolated: float, start: int, stop: int) -> float:
@@ -214,6 +229,36 @@ class Profile:
         f = _interp(sizes, [self.loss[s][0] for s in sizes], micro_batch)
         b = _interp(sizes, [self.loss[s][1] for s in sizes], micro_batch)
         return f, b
+
+    def loss_alone_cost(self, micro_batch: int) -> tuple[float, float, float, float] | None:
+        """`loss_alone` at `micro_batch` (None: not measured): device times interpolated,
+        host times the smallest size's (issuing costs the same at any size)."""
+        if not self.loss_alone:
+            return None
+        sizes = sorted(self.loss_alone)
+        f, b = (_interp(sizes, [self.loss_alone[s][i] for s in sizes], micro_batch) for i in (0, 1))
+        return f, b, self.loss_alone[sizes[0]][2], self.loss_alone[sizes[0]][3]
+
+    def graph_pool_factor(self, micro_batch: int) -> float:
+        """How much memory a graphed stage's slot holds over what its activations,
+        workspace and gradient copy add up to, as the whole model's pool measured it
+        (`graph_pool`; 1.0 where not measured): the pool's allocator keeps what it once
+        reserved, and blocks freed in the backward do not always fit what comes next."""
+        if not self.graph_pool:
+            return 1.0
+        sizes = sorted(self.graph_pool)
+        factors = []
+        for s in sizes:
+            whole = self.stage(0, len(self.blocks), s)
+            model = whole.activation_bytes + whole.peak_bytes + whole.param_bytes
+            factors.append(self.graph_pool[s] / model if model > 0 else 1.0)
+        if micro_batch <= sizes[0] or len(sizes) == 1:
+            return max(factors[0], 1.0)
+        if micro_batch >= sizes[-1]:
+            return max(factors[-1], 1.0)
+        i = bisect.bisect_right(sizes, micro_batch)
+        x0, x1, y0, y1 = sizes[i - 1], sizes[i], factors[i - 1], factors[i]
+        return max(y0 + (y1 - y0) * (micro_batch - x0) / (x1 - x0), 1.0)
 
     @property
     def num_blocks(self) -> int:
@@ -314,6 +359,8 @@ class Profile:
                 "graph_times": self.graph_times,
                 "graph_failure": self.graph_failure,
                 "loss": {str(k): list(v) for k, v in self.loss.items()},
+                "loss_alone": {str(k): list(v) for k, v in self.loss_alone.items()},
+                "graph_pool": {str(k): v for k, v in self.graph_pool.items()},
                 "blocks": [
                     {
                         "index": b.index,
@@ -361,6 +408,10 @@ class Profile:
                 input_bytes_per_sample=doc["input_bytes_per_sample"],
                 blocks=blocks,
                 loss={int(k): (v[0], v[1]) for k, v in doc.get("loss", {}).items()},
+                graph_pool={int(k): int(v) for k, v in doc.get("graph_pool", {}).items()},
+                loss_alone={
+                    int(k): (v[0], v[1], v[2], v[3]) for k, v in doc.get("loss_alone", {}).items()
+                },
                 created=doc.get("created", ""),
                 floor_bytes=int(doc.get("floor_bytes", 0)),
                 optimizer_fixed=float(doc.get("optimizer_fixed", 0.0)),

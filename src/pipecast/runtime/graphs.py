@@ -84,6 +84,7 @@ class Graphs(Protocol):
     """A stage's per-slot forward and backward (StageGraphs, or SlotStandIn on CPU)."""
 
     pool_bytes: int
+    pool_reserved: int
 
     def capture(self, sample: torch.Tensor, count: int, input_grad: bool) -> None: ...
 
@@ -233,9 +234,12 @@ class StageGraphs(_Captured):
         self.run, self.named, self.device = run, dict(params), device
         self.params, self.buffers = list(self.named.values()), list(buffers)
         self._slots: list[_Slot] = []
+        self.pool_reserved = 0
+        """Device memory the slots' pools reserved when captured."""
         self.pool_bytes = 0
-        """Device memory the slots' pools reserved when captured (the caching allocator
-        counts a pool's freed blocks as reserved, not allocated)."""
+        """The part of it not allocated: the caching allocator counts a pool's freed blocks
+        as reserved, not allocated, though the graphs write there on every replay; the
+        slots' fixed inputs, outputs and gradients stay allocated and are counted there."""
 
     def capture(self, sample: torch.Tensor, count: int, input_grad: bool) -> None:
         """Capture `count` slots for inputs shaped like `sample` (`input_grad`: the stage
@@ -266,10 +270,13 @@ class StageGraphs(_Captured):
         torch.cuda.synchronize(self.device)
         torch.cuda.empty_cache()
         before = torch.cuda.memory_reserved(self.device)
+        held = torch.cuda.memory_allocated(self.device)
         for _ in range(count):
             self._slots.append(self._capture_one(sample, input_grad, stream))
         torch.cuda.synchronize(self.device)
-        self.pool_bytes = torch.cuda.memory_reserved(self.device) - before
+        self.pool_reserved = torch.cuda.memory_reserved(self.device) - before
+        kept = torch.cuda.memory_allocated(self.device) - held
+        self.pool_bytes = max(self.pool_reserved - kept, 0)
 
     def _capture_one(
         self, sample: torch.Tensor, input_grad: bool, stream: torch.cuda.Stream
@@ -338,7 +345,7 @@ class SlotStandIn(_Captured):
 
     def __init__(self, run: Run, params: Mapping[str, torch.Tensor]) -> None:
         self.run, self.named = run, dict(params)
-        self.pool_bytes = 0
+        self.pool_bytes = self.pool_reserved = 0
         self._slots: list[_StandInSlot] = []
         self._input_grad = False
 

@@ -40,6 +40,10 @@ class StageTimes:
     host_backward_input: float = 0.0
     host_backward_weight: float = 0.0
     host_backward: float = 0.0
+    graph_host_forward: float = 0.0
+    """Host seconds a graphed forward still issues op by op beyond the runtime's overhead
+    (the last stage's loss; Costs.cuda_graphs)."""
+    graph_host_backward: float = 0.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,8 +74,12 @@ class Costs:
     more until then (work queued behind a waiting NCCL send on a shared hardware queue)."""
     cuda_graphs: bool = False
     """Stages replayed as CUDA graphs (pipecast.runtime.graphs): an action costs its host
-    only the runtime's overhead, and each in-flight slot keeps its activations, workspace
+    only the runtime's overhead and what still runs eagerly (StageTimes.graph_host_*, the
+    last stage's loss), and each in-flight slot keeps its activations, workspace
     and a copy of the stage's gradients for the whole step."""
+    graph_pool_factor: float = 1.0
+    """With cuda_graphs: each slot's memory over its activations, workspace and gradient
+    copy, as the profile's whole-model graph pool measured it (Profile.graph_pool_factor)."""
     extra: dict[str, float] = field(default_factory=dict)
 
     @classmethod
@@ -141,6 +149,8 @@ def costs_from_profile(
                 * (c.host_backward if index == 0 else c.host_backward_input),
                 host_backward_weight=0.0 if index == 0 else c.host_backward_weight * slow,
                 host_backward=c.host_backward * slow,
+                graph_host_forward=c.graph_host_forward * slow,
+                graph_host_backward=c.graph_host_backward * slow,
             )
         )
     fwd, bwd = [], []
@@ -169,6 +179,7 @@ def costs_from_profile(
         host_overhead=cluster.host_overhead,
         floor_bytes=profile.floor_bytes,
         cuda_graphs=cuda_graphs,
+        graph_pool_factor=profile.graph_pool_factor(micro_batch) if cuda_graphs else 1.0,
     )
 
 

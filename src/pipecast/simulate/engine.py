@@ -73,8 +73,9 @@ def _duration(action: Action, st: StageTimes, costs: Costs, plan: Plan) -> float
 def _host(action: Action, st: StageTimes, costs: Costs, plan: Plan) -> float:
     """Host seconds to issue `action`: its ops, and the runtime's own work per action (a
     graphed action's ops are one launch)."""
-    if costs.cuda_graphs:
-        return costs.host_overhead
+    if costs.cuda_graphs:  # beyond the launch, only what runs eagerly (the loss)
+        eager = {"F": st.graph_host_forward, "BW": st.graph_host_backward}.get(action.kind, 0.0)
+        return costs.host_overhead + eager
     if action.kind == "F":
         return st.host_forward + costs.host_overhead
     extra = st.host_forward if _recomputes(action, costs, plan) else 0.0
@@ -119,7 +120,8 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
             for s, n in count.items():
                 st = costs.stages[s]
                 grads = int(st.param_bytes * costs.grad_bytes_factor)
-                static[r] += n * (st.activation_bytes + st.workspace_bytes + grads)
+                slot = st.activation_bytes + st.workspace_bytes + grads
+                static[r] += n * int(slot * costs.graph_pool_factor)
     end: dict[Action, float] = {}
     available: dict[Action, float] = {}  # when an action's output is usable by its consumer
     link_free: dict[tuple[int, int], float] = {}
