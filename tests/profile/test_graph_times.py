@@ -148,12 +148,12 @@ def test_graphed_stages_are_priced_by_graph_times() -> None:
 def test_a_block_that_cannot_be_captured_leaves_the_profile_without_graph_times(
     stand_in: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pipecast.profile import profiler
+    from pipecast.profile import graphed
 
     def refuse(*args: object, **kwargs: object) -> tuple[float, float]:
         raise RuntimeError("operation not permitted when stream is capturing\nmore")
 
-    monkeypatch.setattr(profiler, "graph_times", refuse)
+    monkeypatch.setattr(graphed, "graph_times", refuse)
     w = Workload(model="lenet5", dataset="mnist")
     p = profile_model(w.build(), w.spec, FAST, model_name="lenet5")
     assert not p.graph_times

@@ -20,17 +20,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
 
 from pipecast import devices
+from pipecast.models.summary import block_name
+from pipecast.profile.context import shares
 from pipecast.profile.hold import HIDE_LEAD
-from pipecast.profile.measure import needs_input_copy
+from pipecast.profile.measure import measure_loss_alone, needs_input_copy
 from pipecast.profile.options import ProfileOptions
 from pipecast.profile.stats import robust
-from pipecast.runtime.graphs import stage_graphs
+from pipecast.profile.types import BlockCost
+from pipecast.runtime.graphs import stage_graphs, stand_in
 
 ATTEMPTS = 4
 """Batches of passes tried, each behind a longer hold, before the last one's reading stands."""
@@ -131,3 +134,77 @@ def _clock(cuda: bool) -> tuple[Callable[[], object], Callable[[object, object],
         return b - a
 
     return mark, seconds
+
+
+class GraphRecorder:
+    """The profiler's graph replay times of one model: every block at every size, shared out
+    by the whole model's graph; the loss beside them; the whole model's pool. Given up, with
+    the reason, at the first capture that fails (the profile then has no graph times)."""
+
+    def __init__(self, blocks: int, options: ProfileOptions, device: torch.device) -> None:
+        self.enabled = options.graph_times and not options.autocast and available(device)
+        self.failure = ""
+        self.times: list[dict[int, tuple[float, float]]] = [{} for _ in range(blocks)]
+        self.pool: dict[int, int] = {}
+        self.loss: dict[int, tuple[float, float, float, float]] = {}
+        self.options, self.device = options, device
+
+    def block(self, index: int, block: nn.Module, x: torch.Tensor, input_grad: bool) -> None:
+        """Block `index` alone, for its input `x`."""
+        if not self.enabled:
+            return
+        try:
+            g = graph_times(block, x, input_grad, self.device, self.options)
+        except RuntimeError as exc:  # CUDA's capture errors and out of memory among them
+            self._give_up(f"block {index} ({block_name(block)})", exc)
+            return
+        self.times[index][x.shape[0]] = (g.forward, g.backward)
+
+    def whole(self, blocks: list[nn.Module], x: torch.Tensor) -> None:
+        """The whole model as one graph for the model's input `x`, shared out over the blocks
+        in their graphed proportions: a block alone pays a launch and an input copy that a
+        stage of many blocks pays once."""
+        if not self.enabled:
+            return
+        mb = x.shape[0]
+        try:
+            whole = graph_times(nn.Sequential(*blocks), x, False, self.device, self.options)
+        except RuntimeError as exc:
+            self._give_up(f"the whole model at micro-batch {mb}", exc)
+            return
+        self.pool[mb] = whole.pool_bytes
+        parts = [t[mb] for t in self.times]
+        forward = shares([f for f, _ in parts], whole.forward)
+        backward = shares([b for _, b in parts], whole.backward)
+        for t, f, b in zip(self.times, forward, backward, strict=True):
+            t[mb] = (f, b)
+
+    def loss_fn(
+        self,
+        loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+        output: torch.Tensor,
+        target: torch.Tensor,
+    ) -> None:
+        """The loss on the last block's `output`, as a graphed last stage runs it (eagerly)."""
+        if self.enabled:
+            self.loss[output.shape[0]] = measure_loss_alone(
+                loss_fn, output, target, self.device, self.options
+            )
+
+    def apply(self, costs: list[dict[int, BlockCost]]) -> None:
+        """Put the blocks' graph times into their costs."""
+        if not self.enabled:
+            return
+        for c, t in zip(costs, self.times, strict=True):
+            for mb, (f, b) in t.items():
+                c[mb] = replace(c[mb], graph_forward=f, graph_backward=b)
+
+    def _give_up(self, where: str, exc: BaseException) -> None:
+        text = str(exc).strip()
+        first = text.splitlines()[0][:300] if text else ""
+        self.enabled, self.failure = False, f"{where}: {type(exc).__name__}: {first}"
+
+
+def available(device: torch.device) -> bool:
+    """CUDA graphs on a GPU; on CPU the graphs' stand-in where tests ask for it."""
+    return device.type == "cuda" or stand_in()

@@ -13,7 +13,6 @@ import datetime
 import gc
 import statistics
 from collections.abc import Callable
-from dataclasses import replace
 
 import torch
 from torch import nn
@@ -24,13 +23,12 @@ from pipecast.data.spec import DatasetSpec
 from pipecast.data.synthetic import synthetic_batch
 from pipecast.errors import ConfigError, DeviceError
 from pipecast.models.summary import block_name
-from pipecast.profile.context import Context, in_place, in_situ, in_situ_hidden, rescale, shares
-from pipecast.profile.graphed import graph_times
+from pipecast.profile.context import Context, in_place, in_situ, in_situ_hidden, rescale
+from pipecast.profile.graphed import GraphRecorder
 from pipecast.profile.measure import (
     BlockRun,
     measure_block,
     measure_loss,
-    measure_loss_alone,
     measure_optimizer,
     optimizer_fixed,
     precision,
@@ -44,7 +42,6 @@ from pipecast.profile.options import ProfileOptions
 from pipecast.profile.stats import robust
 from pipecast.profile.types import BlockCost, BlockProfile, Profile
 from pipecast.runtime.backward import backward_full
-from pipecast.runtime.graphs import stand_in
 
 __all__ = ["ProfileOptions", "measure_step", "profile_model"]
 
@@ -111,11 +108,7 @@ def _profile_model(
     plain_passes: dict[int, Context] = {}  # per size: whole-model passes
     held_passes: dict[int, Context] = {}  # per size: passes behind a hold (hide_issue)
     hiding = options.hide_issue and device.type == "cuda"
-    graphing = options.graph_times and not options.autocast and _can_graph(device)
-    graphed: list[dict[int, tuple[float, float]]] = [{} for _ in blocks]
-    failure = ""  # why graph times were given up
-    loss_alone: dict[int, tuple[float, float, float, float]] = {}
-    pool: dict[int, int] = {}  # per size: the whole model's graph pool
+    graphs = GraphRecorder(len(blocks), options, device)  # graph replay times
     for mb in sizes:
         gc.collect()
         x, target = synthetic_batch(spec, mb, seed=options.seed, dtype=dtype)
@@ -162,9 +155,7 @@ def _profile_model(
                     host_backward=m["host_bw"],
                 )
                 input_counted[index] = saves_input and not shared
-                if graphing:
-                    failure = _graph_block(graphed, block, run, device, options)
-                    graphing = not failure
+                graphs.block(index, block, run.leaf.detach(), run.leaf.requires_grad)
                 if mb == sizes[0]:
                     step = measure_optimizer(block, device, options)
                     optimizer_step[index] = max(step - fixed_step, 0.0) if step else 0.0
@@ -182,8 +173,7 @@ def _profile_model(
             if progress is not None:
                 progress(f"micro-batch {mb}")
         loss[mb] = measure_loss(loss_fn, x, target, device, options)
-        if graphing:
-            loss_alone[mb] = measure_loss_alone(loss_fn, x, target, device, options)
+        graphs.loss_fn(loss_fn, x, target)
         host_speed.append(hostspeed.reference())
         host_issue.append(hostspeed.issue(device))
         if in_context:
@@ -197,16 +187,11 @@ def _profile_model(
                         hiding = False  # at every size (in_place): no more held passes
                     else:
                         held_passes[mb] = behind
-                if graphing:
-                    failure = _graph_whole(graphed, pool, blocks, mb, x_in, device, options)
-                    graphing = not failure
+                graphs.whole(blocks, x_in)
     contexts = in_place(plain_passes, held_passes)
     for mb, context in contexts.items():
         rescale(costs, mb, context, loss_backward=loss[mb][1])
-    if graphing:
-        for c, g in zip(costs, graphed, strict=True):
-            for mb, (gf, gb) in g.items():
-                c[mb] = replace(c[mb], graph_forward=gf, graph_backward=gb)
+    graphs.apply(costs)
     return Profile(
         model=model_name,
         dataset=spec.name,
@@ -232,8 +217,8 @@ def _profile_model(
             for i, block in enumerate(blocks)
         ),
         loss=loss,
-        loss_alone=loss_alone if graphing else {},
-        graph_pool=pool if graphing else {},
+        loss_alone=graphs.loss if graphs.enabled else {},
+        graph_pool=graphs.pool if graphs.enabled else {},
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         floor_bytes=floor,
         optimizer_fixed=fixed_step,
@@ -241,62 +226,9 @@ def _profile_model(
         host_reference=statistics.median(host_speed),
         host_issue=statistics.median(host_issue),
         issue_hidden=bool(contexts) and all(c.issue_hidden for c in contexts.values()),
-        graph_times=graphing,
-        graph_failure=failure,
+        graph_times=graphs.enabled,
+        graph_failure=graphs.failure,
     )
-
-
-def _can_graph(device: torch.device) -> bool:
-    """CUDA graphs on a GPU; on CPU the graphs' stand-in where tests ask for it."""
-    return device.type == "cuda" or stand_in()
-
-
-def _graph_block(
-    graphed: list[dict[int, tuple[float, float]]],
-    block: nn.Module,
-    run: BlockRun,
-    device: torch.device,
-    options: ProfileOptions,
-) -> str:
-    """Time `run`'s block as CUDA graph replays into `graphed`; why not where it can't be
-    captured (the profile then has no graph times), else ""."""
-    try:
-        g = graph_times(block, run.leaf.detach(), run.leaf.requires_grad, device, options)
-        graphed[run.index][run.leaf.shape[0]] = (g.forward, g.backward)
-    except RuntimeError as exc:  # CUDA's capture errors and out of memory among them
-        return f"block {run.index} ({block_name(block)}): {_first_line(exc)}"
-    return ""
-
-
-def _graph_whole(
-    graphed: list[dict[int, tuple[float, float]]],
-    pool: dict[int, int],
-    blocks: list[nn.Module],
-    mb: int,
-    x: torch.Tensor,
-    device: torch.device,
-    options: ProfileOptions,
-) -> str:
-    """Time the whole model as one graph at `mb` and share it out over the blocks in
-    their graphed proportions: a block alone pays a launch and an input copy that a stage
-    of many blocks pays once. Its memory pool goes to `pool`. Why not where it can't be
-    captured, else ""."""
-    try:
-        whole = graph_times(nn.Sequential(*blocks), x, False, device, options)
-    except RuntimeError as exc:
-        return f"the whole model at micro-batch {mb}: {_first_line(exc)}"
-    pool[mb] = whole.pool_bytes
-    parts = [g[mb] for g in graphed]
-    fwd = shares([f for f, _ in parts], whole.forward)
-    bwd = shares([b for _, b in parts], whole.backward)
-    for g, f, b in zip(graphed, fwd, bwd, strict=True):
-        g[mb] = (f, b)
-    return ""
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0][:300] if text else ''}"
 
 
 def _input_bytes(spec: DatasetSpec, dtype: torch.dtype) -> int:
