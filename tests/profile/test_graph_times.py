@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -192,3 +193,16 @@ def test_graphed_slots_hold_what_the_whole_models_pool_measured() -> None:
     for r, st in enumerate(plain.stages):  # four slots per rank, each half as large again
         slot = st.activation_bytes + st.workspace_bytes + st.param_bytes
         assert extra[r] == pytest.approx(4 * 0.5 * slot, abs=8)
+
+
+def test_profile_cli_shows_graph_times_where_it_took_them(
+    stand_in: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pipecast.cli.main import main
+
+    out = tmp_path / "lenet.json"
+    argv = ["profile", "--model", "lenet5", "--micro-batch", "2", "--repeats", "2"]
+    assert main([*argv, "-o", str(out)]) == 0
+    assert "graph F" in capsys.readouterr().out and Profile.load(str(out)).graph_times
+    assert main([*argv, "--no-graph-times", "-o", str(out)]) == 0
+    assert "graph F" not in capsys.readouterr().out and not Profile.load(str(out)).graph_times

@@ -34,6 +34,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="time the device with the host's issuing hidden (CUDA; --no-hide-issue: "
         "device times from plain passes, as profiles before it were taken)",
     )
+    p.add_argument(
+        "--graph-times",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also time each block replayed as CUDA graphs, for predictions of "
+        "--cuda-graphs runs (CUDA, without autocast; --no-graph-times: skip them)",
+    )
     p.add_argument("-o", "--output", help="where to write the profile JSON")
     p.set_defaults(func=run)
 
@@ -44,8 +51,16 @@ def print_profile(profile: Profile, micro_batch: int | None = None) -> None:
         title=f"{profile.model} on {profile.dataset}, {profile.device}, "
         f"{profile.dtype}, micro-batch {mb}"
     )
-    for col in ("block", "type", "forward", "B", "W", "output", "saved", "parameters"):
+    graphs = profile.graph_times
+    columns = ["block", "type", "forward", "B", "W", "output", "saved", "parameters"]
+    if graphs:  # device times as the runtime's CUDA graphs replay them
+        columns[5:5] = ["graph F", "graph BW"]
+    for col in columns:
         table.add_column(col, justify="left" if col == "type" else "right")
+
+    def graph_cells(forward: float, backward: float) -> list[str]:
+        return [human_seconds(forward), human_seconds(backward)] if graphs else []
+
     for i, block in enumerate(profile.blocks):
         c = profile.cost(i, mb)
         table.add_row(
@@ -54,6 +69,7 @@ def print_profile(profile: Profile, micro_batch: int | None = None) -> None:
             human_seconds(c.forward),
             human_seconds(c.backward_input),
             human_seconds(c.backward_weight),
+            *graph_cells(c.graph_forward, c.graph_backward),
             human_bytes(c.output_bytes),
             human_bytes(c.saved_bytes),
             human_count(block.params),
@@ -65,12 +81,15 @@ def print_profile(profile: Profile, micro_batch: int | None = None) -> None:
         human_seconds(whole.forward),
         human_seconds(whole.backward_input),
         human_seconds(whole.backward_weight),
+        *graph_cells(whole.graph_forward, whole.graph_backward),
         "",
         human_bytes(whole.activation_bytes),
         human_count(profile.params),
         style="bold",
     )
     console.print(table)
+    if profile.graph_failure:
+        console.print(f"[yellow]no CUDA graph times: {profile.graph_failure}[/]")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -85,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
         repeats=args.repeats,
         offload=True if args.offload else None,
         hide_issue=args.hide_issue,
+        graph_times=args.graph_times,
     )
     model = workload.build()
     with progress() as bar:
