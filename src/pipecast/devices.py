@@ -109,6 +109,34 @@ def timed_with_host(device: torch.device, fn: Callable[[], T]) -> tuple[T, float
     return result, elapsed, elapsed
 
 
+def clock(
+    device: torch.device,
+) -> tuple[Callable[[], object], Callable[[object, object], float]]:
+    """A mark now on `device`'s current stream (a timing event on a GPU, the host's clock
+    on a CPU), and the seconds between two marks (on a GPU, read once both have passed)."""
+    if device.type == "cuda":
+
+        def event() -> object:
+            e = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+            e.record()
+            return e
+
+        def between(a: object, b: object) -> float:
+            assert isinstance(a, torch.cuda.Event) and isinstance(b, torch.cuda.Event)
+            return float(a.elapsed_time(b)) / 1e3
+
+        return event, between
+
+    def now() -> object:
+        return time.perf_counter()
+
+    def elapsed(a: object, b: object) -> float:
+        assert isinstance(a, float) and isinstance(b, float)
+        return b - a
+
+    return now, elapsed
+
+
 def allocated(device: torch.device) -> int:
     return torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
 

@@ -95,20 +95,7 @@ def _passes(
     hide: bool,
 ) -> Context | None:
     cuda = device.type == "cuda"
-
-    def mark() -> object:
-        if cuda:
-            event = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-            event.record()
-            return event
-        return time.perf_counter()
-
-    def seconds(a: object, b: object) -> float:
-        if cuda:
-            assert isinstance(a, torch.cuda.Event) and isinstance(b, torch.cuda.Event)
-            return float(a.elapsed_time(b)) / 1e3
-        assert isinstance(a, float) and isinstance(b, float)
-        return b - a
+    mark, seconds = devices.clock(device)
 
     forward: list[list[float]] = [[] for _ in blocks]
     host_forward: list[list[float]] = [[] for _ in blocks]

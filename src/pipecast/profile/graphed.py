@@ -28,7 +28,7 @@ from torch import nn
 from pipecast import devices
 from pipecast.models.summary import block_name
 from pipecast.profile.context import shares
-from pipecast.profile.hold import HIDE_LEAD
+from pipecast.profile.hold import Hold
 from pipecast.profile.measure import measure_loss_alone, needs_input_copy
 from pipecast.profile.options import ProfileOptions
 from pipecast.profile.stats import robust
@@ -77,17 +77,17 @@ def graph_times(
         p.grad = None
     graphs = stage_graphs(run, params, buffers, device)
     cuda = device.type == "cuda"
-    mark, seconds = _clock(cuda)
+    mark, seconds = devices.clock(device)
     try:
         graphs.capture(x, 1, input_grad)
         pool = graphs.pool_reserved
         grad_out = torch.randn_like(graphs.forward(0, x))
         graphs.backward(0, grad_out)
-        lead = 0.0
+        hold = Hold()  # grows after each batch of passes its hold did not hide
         for _ in range(ATTEMPTS):
             devices.synchronize(device)
             held = mark()
-            devices.hold(device, lead)
+            devices.hold(device, hold.lead)
             began = time.perf_counter()
             marks = [mark()]
             for _ in range(options.warmup + options.repeats):
@@ -97,9 +97,10 @@ def graph_times(
                 marks.append(mark())
             issued = time.perf_counter() - began
             devices.synchronize(device)
-            if not cuda or seconds(held, marks[0]) >= issued:
+            if not cuda or hold.after(issued=issued, held=seconds(held, marks[0])):
                 break
-            lead = max(2 * lead, HIDE_LEAD * issued)
+            if hold.given_up:  # the host waits on its device: the last reading stands
+                break
     finally:
         del graphs
         with torch.no_grad():
@@ -113,27 +114,6 @@ def graph_times(
     forward = [seconds(marks[2 * i], marks[2 * i + 1]) for i in kept]
     backward = [seconds(marks[2 * i + 1], marks[2 * i + 2]) for i in kept]
     return GraphTimes(robust(forward).median, robust(backward).median, pool)
-
-
-def _clock(cuda: bool) -> tuple[Callable[[], object], Callable[[object, object], float]]:
-    """A mark on the device's stream (CUDA events) or the host's clock, and the seconds
-    between two marks."""
-
-    def mark() -> object:
-        if cuda:
-            event = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-            event.record()
-            return event
-        return time.perf_counter()
-
-    def seconds(a: object, b: object) -> float:
-        if cuda:
-            assert isinstance(a, torch.cuda.Event) and isinstance(b, torch.cuda.Event)
-            return float(a.elapsed_time(b)) / 1e3
-        assert isinstance(a, float) and isinstance(b, float)
-        return b - a
-
-    return mark, seconds
 
 
 class GraphRecorder:

@@ -254,17 +254,10 @@ def measure_loss(
     device: torch.device,
     options: ProfileOptions,
 ) -> tuple[float, float]:
-    fwd, bwd = [], []
-    for _ in range(options.warmup + options.repeats):
-        leaf = output.detach().requires_grad_(output.is_floating_point())
-        loss, t_f = devices.timed(device, partial(loss_fn, leaf, target))
-        if leaf.requires_grad:
-            _, t_b = devices.timed(device, partial(torch.autograd.grad, loss, leaf))
-        else:
-            t_b = 0.0
-        fwd.append(t_f)
-        bwd.append(t_b)
-    return robust(fwd[options.warmup :]).median, robust(bwd[options.warmup :]).median
+    """Device seconds of the loss's forward and backward on `output`, issued as eager
+    PyTorch issues them (where the host binds, that is the host's issue time)."""
+    forward, backward, _, _ = _loss_passes(loss_fn, output, target, device, options, hide=False)
+    return forward, backward
 
 
 def measure_loss_alone(
@@ -278,9 +271,25 @@ def measure_loss_alone(
     its graphs): device seconds with the host's issuing hidden behind a hold (at small
     micro-batches measure_loss reads the host's issue time), then host seconds issuing
     each. The first pass, unheld, sets the hold; it and the warm-up are not kept."""
-    device_f, device_b, host_f, host_b = [], [], [], []
+    return _loss_passes(loss_fn, output, target, device, options, hide=True)
+
+
+def _loss_passes(
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    output: torch.Tensor,
+    target: torch.Tensor,
+    device: torch.device,
+    options: ProfileOptions,
+    *,
+    hide: bool,
+) -> tuple[float, float, float, float]:
+    """Medians of the loss's device forward, device backward, host forward and host
+    backward seconds; with `hide`, each behind a hold of HIDE_LEAD x the longest issue
+    time so far."""
+    skip = max(options.warmup, 1) if hide else options.warmup
+    runs: list[tuple[float, float, float, float]] = []
     lead = 0.0
-    for rep in range(max(options.warmup, 1) + options.repeats):
+    for _ in range(skip + options.repeats):
         leaf = output.detach().requires_grad_(output.is_floating_point())
         devices.hold(device, lead)
         loss, t_f, h_f = devices.timed_with_host(device, partial(loss_fn, leaf, target))
@@ -288,15 +297,9 @@ def measure_loss_alone(
         if leaf.requires_grad:
             devices.hold(device, lead)
             _, t_b, h_b = devices.timed_with_host(device, partial(torch.autograd.grad, loss, leaf))
-        lead = max(lead, HIDE_LEAD * max(h_f, h_b))
-        if rep >= max(options.warmup, 1):
-            device_f.append(t_f)
-            device_b.append(t_b)
-            host_f.append(h_f)
-            host_b.append(h_b)
-    return (
-        robust(device_f).median,
-        robust(device_b).median,
-        robust(host_f).median,
-        robust(host_b).median,
-    )
+        if hide:
+            lead = max(lead, HIDE_LEAD * max(h_f, h_b))
+        runs.append((t_f, t_b, h_f, h_b))
+    kept = runs[skip:]
+    f, b, hf, hb = (robust([r[i] for r in kept]).median for i in range(4))
+    return f, b, hf, hb
