@@ -121,19 +121,14 @@ def _rank(ctx: Context, cfg: BenchConfig) -> dict[str, Any]:
                 "peak_allocated": result.peak_allocated,
                 "peak_reserved": result.peak_reserved,
                 "pool_bytes": self._graphs.pool_bytes,
-                "pool_reserved": sum(
-                    g.pool_reserved
-                    for g in self._graphs._stages.values()  # noqa: SLF001
-                ),
+                "pool_reserved": sum(g.pool_reserved for g in self._graphs._stages.values()),
                 "allocated_now": torch.cuda.memory_allocated(ctx.device) if cuda else 0,
                 "reserved_now": torch.cuda.memory_reserved(ctx.device) if cuda else 0,
             }
         )
-        if cuda and "snapshot" not in seen and (graphed or not cfg.cuda_graphs):
-            if graphed or len(seen["peaks"]) == 2:
-                seen["snapshot"] = _summary(
-                    torch.cuda.memory._snapshot(), ctx.device.index or 0
-                )
+        wanted = graphed or (not cfg.cuda_graphs and len(seen["peaks"]) == 2)
+        if cuda and "snapshot" not in seen and wanted:
+            seen["snapshot"] = _summary(torch.cuda.memory._snapshot(), ctx.device.index or 0)
         return result
 
     PipelineEngine.step = step  # type: ignore[method-assign]

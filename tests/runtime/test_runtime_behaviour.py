@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import time
+import weakref
+from typing import Any
 
 import pytest
 import torch
@@ -17,8 +20,10 @@ from pipecast.errors import ConfigError, PipecastError
 from pipecast.models import Workload
 from pipecast.partition import from_boundaries
 from pipecast.runtime.config import RunConfig
+from pipecast.runtime.engine import PipelineEngine
 from pipecast.runtime.job import TrainJob
-from pipecast.runtime.launch import RankFailed
+from pipecast.runtime.launch import Context, RankFailed
+from pipecast.runtime.worker import run_rank
 from pipecast.schedule import make_plan
 
 LENET = Workload(model="lenet5", dataset="mnist")
@@ -206,3 +211,31 @@ def test_steps_report_the_hosts_time_per_action_kind() -> None:
             # the step's fixed costs around the loop, inside the step's time
             assert step.host_before > 0 and step.host_after > 0
             assert step.host_before + step.host_loop + step.host_after <= step.seconds
+
+
+def test_a_job_starts_after_the_last_jobs_engine_is_freed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A finished job's engine (its stages, gradients, CUDA graphs) stays reachable from a
+    reference cycle until a full collection; the next job in the process frees it before it
+    builds its own, so that job's peak memory is its own. Automatic collection is off here:
+    only the runtime's own can free it."""
+    job = pipeline_job(LENET, "1f1b", 1, 2, [0, len(LENET.build("meta"))], steps=1)
+    ctx = Context(rank=0, world=1, local_rank=0, backend="gloo", device=torch.device("cpu"))
+    engines: list[weakref.ref[PipelineEngine]] = []
+    earlier_alive: list[bool] = []
+    original = PipelineEngine.__init__
+
+    def init(self: PipelineEngine, *args: Any, **kwargs: Any) -> None:
+        earlier_alive.extend(e() is not None for e in engines)
+        original(self, *args, **kwargs)
+        engines.append(weakref.ref(self))
+
+    monkeypatch.setattr(PipelineEngine, "__init__", init)
+    gc.collect()
+    gc.disable()
+    try:
+        first = run_rank(ctx, job)
+        second = run_rank(ctx, job)
+    finally:
+        gc.enable()
+    assert len(engines) == 2 and earlier_alive == [False]
+    assert first.steps[0].loss == pytest.approx(second.steps[0].loss)

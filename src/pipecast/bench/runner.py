@@ -30,7 +30,7 @@ from pipecast.runtime.config import RunConfig
 from pipecast.runtime.job import TrainJob
 from pipecast.runtime.launch import Backend, Context, RankFailed, all_gather_floats, spawn
 from pipecast.runtime.watchdog import Watchdog
-from pipecast.runtime.worker import run_rank
+from pipecast.runtime.worker import release_earlier_jobs, run_rank
 from pipecast.schedule.generators import make_plan
 
 
@@ -206,8 +206,7 @@ def _measure(
             issued = statistics.median([before[1], hostspeed.issue(ctx.device)])
         except (PipecastError, torch.OutOfMemoryError, RuntimeError) as exc:
             error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
-        if ctx.device.type == "cuda":
-            torch.cuda.empty_cache()
+        release_earlier_jobs(ctx.device)
         if error and _lost_peer(error):
             return None, error
         ok = torch.tensor([0 if error else 1], device=ctx.device)

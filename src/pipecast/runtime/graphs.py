@@ -28,6 +28,7 @@ benchmarks/cuda_graphs.py.
 from __future__ import annotations
 
 import functools
+import gc
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -268,6 +269,7 @@ class StageGraphs(_Captured):
             del out
         torch.cuda.current_stream(self.device).wait_stream(stream)
         torch.cuda.synchronize(self.device)
+        gc.collect()  # nothing of another's may be freed mid-count and read as the pools'
         torch.cuda.empty_cache()
         before = torch.cuda.memory_reserved(self.device)
         held = torch.cuda.memory_allocated(self.device)
