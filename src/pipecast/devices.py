@@ -232,3 +232,14 @@ def pinned(device: torch.device) -> Iterator[int]:
     finally:
         if count and before:
             os.sched_setaffinity(0, before)
+
+
+def clear_workspaces() -> bool:
+    """Free every cuBLAS workspace this process keeps (one per thread and stream, kept for
+    the process's life; False where torch can't)."""
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear is None:
+        return False
+    if torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+        clear()
+    return True

@@ -118,3 +118,25 @@ def test_a_stage_pays_one_split_backward_call_per_segment() -> None:
     )
     assert mixed.stage(0, 4, 8).host_backward_input == pytest.approx(2 * 0.2 + 4 * 0.05)
     assert mixed.stage(1, 4, 8).host_backward_input == pytest.approx(0.2 + 3 * 0.05)
+
+
+def test_a_stage_keeps_the_largest_library_workspace_of_its_blocks() -> None:
+    """cuBLAS's workspaces are one per stream, shared by every call on it: a stage keeps the
+    most any of its blocks keeps, and none where its blocks call no cuBLAS. A profile whose
+    blocks were not measured charges every stage its floor, as before; the JSON keeps the
+    difference between 0 and not measured."""
+    base = replace(make_profile([1.0] * 3), floor_bytes=64)
+    measured = replace(
+        base,
+        blocks=tuple(
+            replace(b, kept_workspace=k) for b, k in zip(base.blocks, [0, 64, 32], strict=True)
+        ),
+    )
+    assert measured.stage(0, 1, 8).kept_workspace == 0
+    assert measured.stage(0, 2, 8).kept_workspace == 64
+    assert measured.stage(1, 3, 8).kept_workspace == 64
+    assert measured.stage(2, 3, 8).kept_workspace == 32
+    assert base.stage(0, 1, 8).kept_workspace == 64
+    again = Profile.from_json(measured.to_json())
+    assert [b.kept_workspace for b in again.blocks] == [0, 64, 32]
+    assert [b.kept_workspace for b in Profile.from_json(base.to_json()).blocks] == [None] * 3

@@ -70,6 +70,21 @@ def test_graphed_memory_is_every_slot_for_the_whole_step() -> None:
             assert graphed.peak_memory[r] > eager.peak_memory[r]
 
 
+def test_library_workspaces_are_kept_per_stream() -> None:
+    """cuBLAS keeps its workspaces per stream: a rank once for its default stream, however
+    many of its stages call cuBLAS, and a graphed stage once more for its capture stream;
+    a rank whose stages call none keeps none."""
+    blas, conv = replace(HOST_BOUND, kept_workspace=64), HOST_BOUND
+    plan = make_plan("interleaved", 2, 4)  # stages 0 and 2 on rank 0, 1 and 3 on rank 1
+    stages = (blas, conv, blas, conv)
+    base = simulate(plan, Costs(stages=(conv,) * 4)).peak_memory
+    eager = simulate(plan, Costs(stages=stages)).peak_memory
+    assert [e - b for e, b in zip(eager, base, strict=True)] == [64, 0]
+    base = simulate(plan, Costs(stages=(conv,) * 4, cuda_graphs=True)).peak_memory
+    graphed = simulate(plan, Costs(stages=stages, cuda_graphs=True)).peak_memory
+    assert [g - b for g, b in zip(graphed, base, strict=True)] == [64 * 3, 0]
+
+
 def test_split_backward_plans_cannot_be_graphed() -> None:
     with pytest.raises(ConfigError, match="whole backwards"):
         simulate(make_plan("zb-h1", 2, 4), Costs(stages=(HOST_BOUND,) * 2, cuda_graphs=True))

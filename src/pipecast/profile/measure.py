@@ -132,18 +132,51 @@ def workspace_floor(device: torch.device, dtype: torch.dtype) -> int:
     process had them already)."""
     if device.type != "cuda":
         return 0
-    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
-    if clear is not None:
-        clear()
+    devices.clear_workspaces()
     devices.synchronize(device)
     before = devices.allocated(device)
+    _use_workspaces(device, dtype)
+    devices.synchronize(device)
+    return max(devices.allocated(device) - before, 0)
+
+
+def _use_workspaces(device: torch.device, dtype: torch.dtype) -> None:
+    """A tiny forward and backward through cuBLAS: its workspaces for the current stream,
+    the calling thread's and autograd's."""
     w = torch.randn(64, 64, device=device, dtype=dtype, requires_grad=True)
     b = torch.zeros(64, device=device, dtype=dtype, requires_grad=True)
     x = torch.randn(32, 64, device=device, dtype=dtype)
     torch.autograd.backward((torch.nn.functional.linear(x, w, b) @ w).sum())
-    del w, b, x
-    devices.synchronize(device)
-    return max(devices.allocated(device) - before, 0)
+
+
+def kept_workspace(run: BlockRun, dtype: torch.dtype) -> int | None:
+    """Bytes the math libraries keep for a stream once this block's forward and backward
+    ran on it: cuBLAS's workspaces where the block calls cuBLAS (a Linear, attention), 0
+    where it calls none (convolutions, norms) and on CPU. A rank keeps them once for its
+    default stream, whatever its stages; a graphed stage once more for its capture stream.
+    Measured from none; the default stream's are put back after, so the block peaks
+    measured next never include them. The block's gradients are left as they were. None
+    where torch can't free the workspaces to measure them."""
+    if run.device.type != "cuda":
+        return 0
+    if not devices.clear_workspaces():
+        return None
+    grads = [p.grad for p in run.params]
+    run.clear_grads()
+    devices.synchronize(run.device)
+    devices.clear_workspaces()
+    before = devices.allocated(run.device)
+    inp, out = run.forward()
+    if out.requires_grad:
+        torch.autograd.backward(out, torch.ones_like(out))
+    del inp, out
+    run.clear_grads()
+    devices.synchronize(run.device)
+    kept = max(devices.allocated(run.device) - before, 0)
+    _use_workspaces(run.device, dtype)
+    for p, g in zip(run.params, grads, strict=True):
+        p.grad = g
+    return kept
 
 
 INNER = 4

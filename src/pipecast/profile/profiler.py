@@ -27,6 +27,7 @@ from pipecast.profile.context import Context, in_place, in_situ, in_situ_hidden,
 from pipecast.profile.graphed import GraphRecorder
 from pipecast.profile.measure import (
     BlockRun,
+    kept_workspace,
     measure_block,
     measure_loss,
     measure_optimizer,
@@ -99,6 +100,7 @@ def _profile_model(
     costs: list[dict[int, BlockCost]] = [{} for _ in blocks]
     input_counted = [False] * len(blocks)
     optimizer_step = [0.0] * len(blocks)
+    kept: list[int | None] = [None] * len(blocks)  # library workspaces, at the first size
     loss: dict[int, tuple[float, float]] = {}
     sizes = sorted(set(options.micro_batches))
     floor = workspace_floor(device, dtype)
@@ -120,6 +122,8 @@ def _profile_model(
             try:
                 param_ptrs = {storage(p)[0] for p in block.parameters()}
                 run = BlockRun(block, x, index, device, options)
+                if mb == sizes[0]:
+                    kept[index] = kept_workspace(run, dtype)
                 devices.reset_peak(device)
                 base = devices.allocated(device)
                 saved, out = saved_storages(run, param_ptrs)
@@ -213,6 +217,7 @@ def _profile_model(
                 optimizer_step=optimizer_step[i],
                 param_tensors=sum(1 for p in block.parameters() if p.requires_grad),
                 buffer_tensors=sum(1 for _ in block.buffers()),
+                kept_workspace=kept[i],
             )
             for i, block in enumerate(blocks)
         ),

@@ -74,6 +74,10 @@ class BlockProfile:
     """Trainable parameter tensors (torch's DDP hooks and copies each one)."""
     buffer_tensors: int = 0
     """Buffer tensors (torch's DDP broadcasts them before every forward)."""
+    kept_workspace: int | None = None
+    """Bytes the math libraries keep for a stream once this block ran on it: cuBLAS's
+    workspaces where it calls cuBLAS, 0 where it calls none (measure.kept_workspace; None:
+    not measured, and every stage is taken to keep Profile.floor_bytes)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,6 +110,9 @@ class StageCost:
     graph_host_forward: float = 0.0
     """Host seconds a graphed forward still issues op by op: the last stage's loss."""
     graph_host_backward: float = 0.0
+    kept_workspace: int = 0
+    """Bytes the math libraries keep for each stream this stage runs on (the most any of
+    its blocks keeps: BlockProfile.kept_workspace)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -209,7 +216,20 @@ class Profile:
             graph_backward=gb if self.graph_times else 0.0,
             graph_host_forward=ghf,
             graph_host_backward=ghb,
+            kept_workspace=self.kept_workspace(start, stop),
         )
+
+    def kept_workspace(self, start: int, stop: int) -> int:
+        """Bytes the math libraries keep for a stream that blocks [start, stop) ran on:
+        the most any of them keeps (cuBLAS's workspaces are one per thread and stream,
+        shared by every call); Profile.floor_bytes where a block was not measured."""
+        key = (start, stop)
+        if key not in self._kept:
+            kept = [b.kept_workspace for b in self.blocks[start:stop]]
+            self._kept[key] = (
+                self.floor_bytes if any(k is None for k in kept) else max(k or 0 for k in kept)
+            )
+        return self._kept[key]
 
     def _host_split(self, isolated: float, start: int, stop: int) -> float:
         """Host seconds of B over blocks [start, stop) whose lone calls add up to
@@ -278,6 +298,10 @@ class Profile:
 
     @cached_property
     def _segment_calls(self) -> dict[tuple[int, int], int]:
+        return {}
+
+    @cached_property
+    def _kept(self) -> dict[tuple[int, int], int]:
         return {}
 
     def _interpolated(self, micro_batch: int) -> list[BlockCost]:
@@ -371,6 +395,11 @@ class Profile:
                         "optimizer_step": b.optimizer_step,
                         "param_tensors": b.param_tensors,
                         "buffer_tensors": b.buffer_tensors,
+                        **(
+                            {"kept_workspace": b.kept_workspace}
+                            if b.kept_workspace is not None
+                            else {}
+                        ),
                         "costs": {str(k): c.to_json() for k, c in b.costs.items()},
                     }
                     for b in self.blocks
@@ -392,6 +421,9 @@ class Profile:
                     optimizer_step=b.get("optimizer_step", 0.0),
                     param_tensors=int(b.get("param_tensors", 0)),
                     buffer_tensors=int(b.get("buffer_tensors", 0)),
+                    kept_workspace=(
+                        int(b["kept_workspace"]) if b.get("kept_workspace") is not None else None
+                    ),
                     costs={int(k): BlockCost(**c) for k, c in b["costs"].items()},
                 )
                 for b in doc["blocks"]

@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from pipecast import devices
 from pipecast.data.digits import load_digits_as_mnist
 from pipecast.data.loss import loss_for
 from pipecast.data.registry import get_spec
@@ -211,6 +212,7 @@ def release_earlier_jobs(device: torch.device) -> None:
     (ResNet-18 1F1B over 2 x H100, rank 1: 1.00 GiB in the suite, 0.43 in a fresh process)."""
     gc.collect()
     if device.type == "cuda":
+        devices.clear_workspaces()  # as in a fresh process: a job's stages bring their own
         torch.cuda.empty_cache()
 
 

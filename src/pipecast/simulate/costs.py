@@ -44,6 +44,10 @@ class StageTimes:
     """Host seconds a graphed forward still issues op by op beyond the runtime's overhead
     (the last stage's loss; Costs.cuda_graphs)."""
     graph_host_backward: float = 0.0
+    kept_workspace: int = 0
+    """Device bytes the math libraries keep for each stream the stage runs on (cuBLAS's
+    workspaces): once per rank for its default stream, once more per graphed stage for its
+    capture stream."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,8 +67,6 @@ class Costs:
     grad_bytes_factor: float = 1.0
     host_overhead: float = 0.0
     """Host seconds the runtime adds to every action (its bookkeeping, posting transfers)."""
-    floor_bytes: int = 0
-    """Device bytes every rank holds whatever it runs (library workspaces)."""
     launch_queue: int = 0
     """What-if, off by default: a rank's host issues at most this many actions ahead of its
     device (CUDA's launch queue fills and launches wait); 0: unbounded."""
@@ -151,6 +153,7 @@ def costs_from_profile(
                 host_backward=c.host_backward * slow,
                 graph_host_forward=c.graph_host_forward * slow,
                 graph_host_backward=c.graph_host_backward * slow,
+                kept_workspace=c.kept_workspace,
             )
         )
     fwd, bwd = [], []
@@ -177,7 +180,6 @@ def costs_from_profile(
         recompute=recompute,
         optimizer=optimizer,
         host_overhead=cluster.host_overhead,
-        floor_bytes=profile.floor_bytes,
         cuda_graphs=cuda_graphs,
         graph_pool_factor=profile.graph_pool_factor(micro_batch) if cuda_graphs else 1.0,
     )

@@ -113,7 +113,8 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
             0.0 if plan.forward_only else costs.grad_bytes_factor + OPTIMIZER_STATE[costs.optimizer]
         )
         static[r] += int(st.param_bytes * factor)
-    static = [b + costs.floor_bytes for b in static]
+    for r in range(plan.num_ranks):  # the default stream's library workspaces
+        static[r] += max((costs.stages[s].kept_workspace for s in plan.stages_of(r)), default=0)
     if costs.cuda_graphs:  # every slot's pool is held for the whole step
         for r, actions in enumerate(plan.actions):
             _, count = slots(actions)
@@ -122,6 +123,7 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
                 grads = int(st.param_bytes * costs.grad_bytes_factor)
                 slot = st.activation_bytes + st.workspace_bytes + grads
                 static[r] += n * int(slot * costs.graph_pool_factor)
+                static[r] += st.kept_workspace  # the stage's capture stream keeps its own
     end: dict[Action, float] = {}
     available: dict[Action, float] = {}  # when an action's output is usable by its consumer
     link_free: dict[tuple[int, int], float] = {}
