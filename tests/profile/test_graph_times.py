@@ -13,6 +13,7 @@ import torch
 from tests.partition.test_partition import make_profile
 from torch import nn
 
+from pipecast.allocator import pool_reserved
 from pipecast.hardware.presets import describe
 from pipecast.models import Workload
 from pipecast.partition.types import Partition, Stage
@@ -106,8 +107,8 @@ def test_profile_without_graphs_on_cpu_has_no_graph_times() -> None:
     assert all(c.graph_forward == 0.0 for b in p.blocks for c in b.costs.values())
 
 
-def _graphed_profile(fwd: list[float], graph_scale: float) -> Profile:
-    base = make_profile(fwd)
+def _graphed_profile(fwd: list[float], graph_scale: float, **sizes: list[int]) -> Profile:
+    base = make_profile(fwd, **sizes)
     blocks = tuple(
         replace(
             b,
@@ -167,11 +168,13 @@ def test_a_block_that_cannot_be_captured_leaves_the_profile_without_graph_times(
 
 def test_graphed_slots_hold_what_the_whole_models_pool_measured() -> None:
     """A graph pool's allocator keeps what it once reserved: the simulator scales each slot
-    by the whole model's pool over its activations, workspace and gradients, interpolated
-    between sizes and never below 1."""
-    base = _graphed_profile([1.0, 1.0], graph_scale=0.5)
-    whole = base.stage(0, 2, 8)
-    model = whole.activation_bytes + whole.peak_bytes + whole.param_bytes
+    by the whole model's pool over what its tensors need at their fullest in whole
+    segments, interpolated between sizes and never below 1."""
+    mib = 2**20
+    base = _graphed_profile(
+        [1.0, 1.0], graph_scale=0.5, saved=[60 * mib, 40 * mib], params=[10 * mib, 30 * mib]
+    )
+    model = pool_reserved(base.stage(0, 2, 8).graph_slot_bytes)
     assert base.graph_pool_factor(8) == 1.0  # not measured
     profile = replace(base, graph_pool={8: int(1.5 * model)})
     assert profile.graph_pool_factor(8) == pytest.approx(1.5)
@@ -191,8 +194,28 @@ def test_graphed_slots_hold_what_the_whole_models_pool_measured() -> None:
         )
     ]
     for r, st in enumerate(plain.stages):  # four slots per rank, each half as large again
-        slot = st.activation_bytes + st.workspace_bytes + st.param_bytes
-        assert extra[r] == pytest.approx(4 * 0.5 * slot, abs=8)
+        slot = st.graph_slot_bytes
+        assert extra[r] == 4 * (pool_reserved(1.5 * slot) - pool_reserved(slot)) > 0
+
+
+def test_a_graphed_slot_holds_gradients_as_activations_are_freed() -> None:
+    """A graphed backward returns its parameter gradients at its end, while it frees each
+    block's activations as it passes: a slot's fullest is the worst moment, not activations
+    and gradients together. Here when the first block's 300 gradient bytes join the 10 of
+    the second, whose 100 activation bytes are gone: 410, against 510 for both in full."""
+    profile = make_profile([1.0, 1.0], saved=[100, 100], params=[300, 10])
+    stage = profile.stage(0, 2, 8)
+    assert stage.graph_slot_bytes == 100 + 300 + 10
+    assert stage.activation_bytes + stage.param_bytes == 510
+    # the last block's own moment: every activation, its 10 gradient bytes and its transient
+    costs = [dict(b.costs) for b in profile.blocks]
+    costs[1][8] = replace(costs[1][8], peak_bytes=250)
+    heavy = replace(
+        profile,
+        blocks=tuple(replace(b, costs=c) for b, c in zip(profile.blocks, costs, strict=True)),
+    )
+    assert heavy.stage(0, 2, 8).graph_slot_bytes == 200 + 10 + 250
+    assert heavy.stage(1, 2, 8).graph_slot_bytes == 100 + 10 + 250  # alone
 
 
 def test_profile_cli_shows_graph_times_where_it_took_them(

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 
+from pipecast.allocator import SMALL_SEGMENT, pool_reserved
 from pipecast.errors import ConfigError
 from pipecast.schedule.generators import make_plan
 from pipecast.simulate.costs import Costs, StageTimes
@@ -56,7 +57,7 @@ def test_a_graphed_last_stage_still_issues_its_loss() -> None:
 
 def test_graphed_memory_is_every_slot_for_the_whole_step() -> None:
     grads = 1000  # gradient bytes of each stage, one copy per slot while its backward runs
-    per_slot = 100 + 10 + grads
+    per_slot = pool_reserved(100 + 10 + grads)  # whole allocator segments
     for name, slots_per_rank in (("gpipe", [4, 4]), ("1f1b", [2, 1])):
         plan = make_plan(name, 2, 4)
         eager = simulate(plan, Costs(stages=(HOST_BOUND,) * 2))
@@ -68,6 +69,18 @@ def test_graphed_memory_is_every_slot_for_the_whole_step() -> None:
             extra = graphed.peak_memory[r] - static - n * per_slot
             assert 0 <= extra <= (4 + 2) * 7
             assert graphed.peak_memory[r] > eager.peak_memory[r]
+
+
+def test_a_slots_pool_reserves_whole_segments() -> None:
+    """A slot holding a few bytes reserves a small segment; one holding more, a small
+    segment and as many 20 MiB segments as it needs (a stage's slot of a few MiB reserved
+    22 on H200s)."""
+    mib = 2**20
+    assert pool_reserved(0) == 0
+    assert pool_reserved(1) == pool_reserved(2 * mib) == SMALL_SEGMENT == 2 * mib
+    assert pool_reserved(3 * mib) == pool_reserved(20 * mib) == 22 * mib
+    assert pool_reserved(20 * mib + 1) == 42 * mib
+    assert pool_reserved(1000 * mib) == 1002 * mib
 
 
 def test_library_workspaces_are_kept_per_stream() -> None:

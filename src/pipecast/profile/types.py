@@ -12,6 +12,7 @@ from functools import cached_property
 from typing import Any, Literal
 
 from pipecast import jsonio
+from pipecast.allocator import pool_reserved
 from pipecast.errors import ConfigError, DataError
 from pipecast.segments import segments
 
@@ -113,6 +114,10 @@ class StageCost:
     kept_workspace: int = 0
     """Bytes the math libraries keep for each stream this stage runs on (the most any of
     its blocks keeps: BlockProfile.kept_workspace)."""
+    graph_slot_bytes: int = 0
+    """Bytes one CUDA-graph slot of this stage holds at its fullest, before its pool's
+    allocator rounds it up (its input, activations, transient memory and the parameter
+    gradients its backward returns, as they overlap)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -206,6 +211,7 @@ class Profile:
             activation_bytes=int(t["saved"][stop] - t["saved"][start]) + held,
             param_bytes=int(t["param"][stop] - t["param"][start]),
             peak_bytes=_backward_peak(costs, t["saved"], start, stop),
+            graph_slot_bytes=_graph_slot(costs, t["saved"], t["param"], start, stop) + held,
             optimizer_step=t["opt"][stop] - t["opt"][start] + self.optimizer_fixed,
             held_bytes=int(t["held"][stop] - t["held"][start]),
             host_forward=t["hf"][stop] - t["hf"][start],
@@ -260,17 +266,16 @@ class Profile:
         return f, b, self.loss_alone[sizes[0]][2], self.loss_alone[sizes[0]][3]
 
     def graph_pool_factor(self, micro_batch: int) -> float:
-        """How much memory a graphed stage's slot holds over what its activations,
-        workspace and gradient copy add up to, as the whole model's pool measured it
-        (`graph_pool`; 1.0 where not measured): the pool's allocator keeps what it once
-        reserved, and blocks freed in the backward do not always fit what comes next."""
+        """How much memory a graphed stage's slot holds over what its tensors need at their
+        fullest (StageCost.graph_slot_bytes) in whole segments, as the whole model's pool
+        measured it (`graph_pool`; 1.0 where not measured): blocks freed in the backward
+        do not always fit what comes next, and the pool keeps what it once reserved."""
         if not self.graph_pool:
             return 1.0
         sizes = sorted(self.graph_pool)
         factors = []
         for s in sizes:
-            whole = self.stage(0, len(self.blocks), s)
-            model = whole.activation_bytes + whole.peak_bytes + whole.param_bytes
+            model = pool_reserved(self.stage(0, len(self.blocks), s).graph_slot_bytes)
             factors.append(self.graph_pool[s] / model if model > 0 else 1.0)
         if micro_batch <= sizes[0] or len(sizes) == 1:
             return max(factors[0], 1.0)
@@ -472,6 +477,21 @@ def _backward_peak(costs: list[BlockCost], saved: list[float], start: int, stop:
     return max(
         max(int(costs[i].peak_bytes - (saved[stop] - saved[i + 1])), 0) for i in range(start, stop)
     )
+
+
+def _graph_slot(
+    costs: list[BlockCost], saved: list[float], params: list[float], start: int, stop: int
+) -> int:
+    """Bytes one captured slot of blocks [start, stop) holds at its fullest, its received
+    input aside: every saved activation after the forward; in the backward, from the last
+    block down, the activations not yet freed, the parameter gradients returned so far (a
+    graphed backward hands them all back at its end, to be added to `.grad`) and the
+    block's transient memory."""
+    worst = saved[stop] - saved[start]
+    for i in range(start, stop):
+        live = saved[i + 1] - saved[start] + params[stop] - params[i] + costs[i].peak_bytes
+        worst = max(worst, live)
+    return int(worst)
 
 
 def _interp(xs: list[int], ys: list[float], x: int) -> float:

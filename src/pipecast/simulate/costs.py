@@ -48,6 +48,9 @@ class StageTimes:
     """Device bytes the math libraries keep for each stream the stage runs on (cuBLAS's
     workspaces): once per rank for its default stream, once more per graphed stage for its
     capture stream."""
+    graph_slot_bytes: int = 0
+    """Bytes one CUDA-graph slot of the stage holds at its fullest (0: activations,
+    workspace and a gradient copy together, an upper bound)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -154,6 +157,7 @@ def costs_from_profile(
                 graph_host_forward=c.graph_host_forward * slow,
                 graph_host_backward=c.graph_host_backward * slow,
                 kept_workspace=c.kept_workspace,
+                graph_slot_bytes=c.graph_slot_bytes,
             )
         )
     fwd, bwd = [], []
