@@ -62,8 +62,9 @@ def calibrated_profile(
     )
     # profiles cached before device times were taken with the issuing hidden are re-taken
     hidden = f"hide_issue={options.hide_issue}"
-    # and on GPUs, those cached before the profiler timed graph replays
-    graphed = f"graph_times={options.graph_times}" if dev.type == "cuda" else ""
+    # and on GPUs, those cached before the profiler timed graph replays and measured each
+    # block's library workspaces
+    graphed = f"graph_times={options.graph_times}|kept_workspace" if dev.type == "cuda" else ""
     key = _key(workload.key, name, dtype, autocast, torch.__version__, sizes, hidden, graphed)
     path = cache_dir() / f"profile-{workload.model.replace(':', '_')}-{key}.json"
     if path.exists():
