@@ -133,9 +133,14 @@ def workspace_floor(device: torch.device, dtype: torch.dtype) -> int:
     if device.type != "cuda":
         return 0
     devices.clear_workspaces()
+    return _grown(device, lambda: _use_workspaces(device, dtype))
+
+
+def _grown(device: torch.device, work: Callable[[], None]) -> int:
+    """Bytes still allocated on `device` after `work` than before it."""
     devices.synchronize(device)
     before = devices.allocated(device)
-    _use_workspaces(device, dtype)
+    work()
     devices.synchronize(device)
     return max(devices.allocated(device) - before, 0)
 
@@ -159,24 +164,25 @@ def kept_workspace(run: BlockRun, dtype: torch.dtype) -> int | None:
     where torch can't free the workspaces to measure them."""
     if run.device.type != "cuda":
         return 0
-    if not devices.clear_workspaces():
-        return None
     grads = [p.grad for p in run.params]
     run.clear_grads()
-    devices.synchronize(run.device)
-    devices.clear_workspaces()
-    before = devices.allocated(run.device)
-    inp, out = run.forward()
-    if out.requires_grad:
-        torch.autograd.backward(out, torch.ones_like(out))
-    del inp, out
-    run.clear_grads()
-    devices.synchronize(run.device)
-    kept = max(devices.allocated(run.device) - before, 0)
-    _use_workspaces(run.device, dtype)
-    for p, g in zip(run.params, grads, strict=True):
-        p.grad = g
-    return kept
+    try:
+        devices.synchronize(run.device)
+        if not devices.clear_workspaces():
+            return None
+
+        def passes() -> None:
+            _, out = run.forward()
+            if out.requires_grad:
+                torch.autograd.backward(out, torch.ones_like(out))
+            run.clear_grads()
+
+        kept = _grown(run.device, passes)
+        _use_workspaces(run.device, dtype)
+        return kept
+    finally:
+        for p, g in zip(run.params, grads, strict=True):
+            p.grad = g
 
 
 INNER = 4
