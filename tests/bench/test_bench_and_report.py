@@ -38,6 +38,8 @@ def test_quick_suite_writes_every_configuration(quick_store: Path) -> None:
         and all(v > 0 for v in r.measured["host_reference"])
         and len(r.measured["host_issue"]) == r.config["gpus"]
         and all(v > 0 for v in r.measured["host_issue"])
+        and len(r.measured["host_issue_before"]) == r.config["gpus"]
+        and all(v > 0 for v in r.measured["host_issue_before"])
         for r in rows
     )
     predicted = [r for r in rows if r.predicted]
@@ -95,6 +97,7 @@ def test_rounds_measure_every_configuration_again_and_keep_the_median(tmp_path: 
     assert m["step_time"] == pytest.approx(sum(m["rounds"]) / 2)  # the median of two
     assert m["samples_per_second"] == pytest.approx(good.batch / m["step_time"])
     assert len(m["host_reference_rounds"]) == 2 and len(m["host_reference"]) == good.gpus
+    assert len(m["host_issue_before_rounds"]) == 2
     assert rows[bad.key].status == "failed"  # a failed configuration gets no more rounds
     # resumed with one more round: only the missing round runs, on top of the two
     run_suite([good, bad], store_path, rounds=3)

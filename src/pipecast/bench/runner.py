@@ -198,12 +198,13 @@ def _measure(
         watchdog.at(None, f"running {cfg.label()}")
         error = None
         measured: dict[str, Any] = {}
-        speed = issued = 0.0
+        speed = issued = ahead = 0.0
         try:
             before = hostspeed.reference(repeats=3), hostspeed.issue(ctx.device)
             measured = run_config(ctx, cfg)
             speed = statistics.median([before[0], hostspeed.reference(repeats=3)])
             issued = statistics.median([before[1], hostspeed.issue(ctx.device)])
+            ahead = before[1]
         except (PipecastError, torch.OutOfMemoryError, RuntimeError) as exc:
             error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
         release_earlier_jobs(ctx.device)
@@ -213,9 +214,11 @@ def _measure(
         if ctx.world > 1:
             dist.all_reduce(ok, op=dist.ReduceOp.MIN)
         if ok.item():  # how fast each rank's host ran around its measurement
-            speeds = all_gather_floats([speed, issued], ctx.device)
+            speeds = all_gather_floats([speed, issued, ahead], ctx.device)
             measured["host_reference"] = [r[0] for r in speeds]
             measured["host_issue"] = [r[1] for r in speeds]
+            # read before the run started: what a prediction made just then could know
+            measured["host_issue_before"] = [r[2] for r in speeds]
         watchdog.idle()
     if not ok.item() or error:
         return None, error or "failed on another rank"
@@ -235,7 +238,7 @@ def _merged(so_far: dict[str, Any], again: dict[str, Any]) -> dict[str, Any]:
     for key in ("peak_allocated", "peak_reserved"):
         if key in so_far and key in again:
             out[key] = [max(a, b) for a, b in zip(so_far[key], again[key], strict=True)]
-    for key in ("host_reference", "host_issue"):
+    for key in ("host_reference", "host_issue", "host_issue_before"):
         if key in so_far and key in again:
             seen = [*so_far.get(f"{key}_rounds", [so_far[key]]), again[key]]
             out[f"{key}_rounds"] = seen
