@@ -37,6 +37,7 @@ WANTED = (
     "vgg16/cifar10 b128 pipecast gpipe 2st M=1 ",
     "resnet18/imagenet b128 pipecast 1f1b 2st M=4 ",
     "mobilenetv2/imagenet b128 pipecast 1f1b 2st M=4 ",
+    "vgg16/cifar10 b128 pipecast gpipe 2st M=16 ",
 )
 
 
