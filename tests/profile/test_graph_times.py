@@ -13,7 +13,7 @@ import torch
 from tests.partition.test_partition import make_profile
 from torch import nn
 
-from pipecast.allocator import pool_reserved
+from pipecast.allocator import slot_reserved
 from pipecast.hardware.presets import describe
 from pipecast.models import Workload
 from pipecast.partition.types import Partition, Stage
@@ -174,7 +174,8 @@ def test_graphed_slots_hold_what_the_whole_models_pool_measured() -> None:
     base = _graphed_profile(
         [1.0, 1.0], graph_scale=0.5, saved=[60 * mib, 40 * mib], params=[10 * mib, 30 * mib]
     )
-    model = pool_reserved(base.stage(0, 2, 8).graph_slot_bytes)
+    whole = base.stage(0, 2, 8)
+    model = slot_reserved(whole.graph_slot_small, whole.graph_slot_large)
     assert base.graph_pool_factor(8) == 1.0  # not measured
     profile = replace(base, graph_pool={8: int(1.5 * model)})
     assert profile.graph_pool_factor(8) == pytest.approx(1.5)
@@ -194,8 +195,12 @@ def test_graphed_slots_hold_what_the_whole_models_pool_measured() -> None:
         )
     ]
     for r, st in enumerate(plain.stages):  # four slots per rank, each half as large again
-        slot = st.graph_slot_bytes
-        assert extra[r] == 4 * (pool_reserved(1.5 * slot) - pool_reserved(slot)) > 0
+        small, large = st.graph_slot_small, st.graph_slot_large
+        assert (
+            extra[r]
+            == 4 * (slot_reserved(1.5 * small, 1.5 * large) - slot_reserved(small, large))
+            > 0
+        )
 
 
 def test_a_graphed_slot_holds_gradients_as_activations_are_freed() -> None:
@@ -205,17 +210,50 @@ def test_a_graphed_slot_holds_gradients_as_activations_are_freed() -> None:
     the second, whose 100 activation bytes are gone: 410, against 510 for both in full."""
     profile = make_profile([1.0, 1.0], saved=[100, 100], params=[300, 10])
     stage = profile.stage(0, 2, 8)
-    assert stage.graph_slot_bytes == 100 + 300 + 10
+    assert (stage.graph_slot_small, stage.graph_slot_large) == (100 + 300 + 10, 0)
     assert stage.activation_bytes + stage.param_bytes == 510
     # the last block's own moment: every activation, its 10 gradient bytes and its transient
+    # beyond them (the profiler's peak counts the block's own gradients too)
     costs = [dict(b.costs) for b in profile.blocks]
     costs[1][8] = replace(costs[1][8], peak_bytes=250)
     heavy = replace(
         profile,
         blocks=tuple(replace(b, costs=c) for b, c in zip(profile.blocks, costs, strict=True)),
     )
-    assert heavy.stage(0, 2, 8).graph_slot_bytes == 200 + 10 + 250
-    assert heavy.stage(1, 2, 8).graph_slot_bytes == 100 + 10 + 250  # alone
+    assert heavy.stage(0, 2, 8).graph_slot_small == 200 + 10 + 240
+    assert heavy.stage(1, 2, 8).graph_slot_small == 100 + 10 + 240  # alone
+
+
+def test_a_graphed_slot_counts_small_and_large_requests_apart() -> None:
+    """The allocator serves requests of at most 1 MiB from small segments and larger ones
+    from large segments, and never one kind from the other's: a slot's small and large
+    bytes each have their own fullest. Activations count as large where the block's input
+    or output is over 1 MiB, gradients where the parameters are (large_param_bytes)."""
+    mib = 2**20
+    profile = make_profile(
+        [1.0, 1.0, 1.0],
+        out_bytes=[2 * mib, mib // 2, mib // 2],
+        saved=[3 * mib, mib, mib],
+        params=[mib, 8 * mib, mib // 2],
+    )
+    blocks = list(profile.blocks)
+    blocks[1] = replace(blocks[1], large_param_bytes=8 * mib)  # one big weight
+    blocks[0] = replace(blocks[0], large_param_bytes=0)  # many small tensors
+    profile = replace(profile, blocks=tuple(blocks))
+    stage = profile.stage(0, 3, 8)
+    # block 0 outputs 2 MiB: its 3 MiB of activations are large; block 1 takes 2 MiB in,
+    # so its 1 MiB is large too; block 2's are small
+    assert stage.graph_slot_large == 3 * mib + mib + 8 * mib  # at block 1's backward
+    # small: block 2's 1 MiB of activations with its half MiB of gradients, or later block
+    # 0's 1 MiB of small gradients with block 2's
+    assert stage.graph_slot_small == mib + mib // 2
+    # a profile without large_param_bytes takes a block's parameters as large where its
+    # average tensor is
+    old = replace(profile.blocks[1], large_param_bytes=None, param_tensors=2)
+    assert old.large_params == 8 * mib
+    assert replace(old, param_tensors=16).large_params == 0
+    doc = Profile.from_json(profile.to_json())
+    assert [b.large_param_bytes for b in doc.blocks] == [0, 8 * mib, None]
 
 
 def test_profile_cli_shows_graph_times_where_it_took_them(

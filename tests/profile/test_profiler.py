@@ -62,6 +62,19 @@ def test_profile_counts_buffers() -> None:
     assert [b.param_tensors for b in p.blocks] == [2, 2, 0, 2]
 
 
+def test_profile_counts_the_parameters_whose_gradients_take_large_segments() -> None:
+    """A graphed slot's allocator serves tensors over 1 MiB from large segments: the profile
+    keeps each block's bytes of such parameters (a 1024 x 320 fp32 weight is 1.25 MiB; its
+    bias, and a 256 x 1024 weight of exactly 1 MiB, are small requests)."""
+    model = nn.Sequential(nn.Flatten(), nn.Linear(784, 1024), nn.Linear(1024, 320), nn.ReLU())
+    model.append(nn.Linear(320, 256, bias=False)).append(nn.Linear(256, 1024))
+    p = profile_model(model, get_spec("mnist"), ProfileOptions(micro_batches=(2,), repeats=1))
+    sizes = [[t.numel() * 4 for t in b.parameters()] for b in model]
+    assert [b.large_param_bytes for b in p.blocks] == [0, 784 * 1024 * 4, 1024 * 320 * 4, 0, 0, 0]
+    assert sizes[5] == [256 * 1024 * 4, 1024 * 4]  # the last weight is exactly 1 MiB: small
+    assert Profile.from_json(p.to_json()).blocks[1].large_param_bytes == 784 * 1024 * 4
+
+
 def test_host_issue_reading_leaves_the_global_generator_alone() -> None:
     torch.manual_seed(7)
     expected = torch.rand(3)

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from pipecast.allocator import SMALL_SEGMENT, pool_reserved
+from pipecast.allocator import LARGE_SEGMENT, SMALL_SEGMENT, slot_reserved
 from pipecast.errors import ConfigError
 from pipecast.schedule.generators import make_plan
 from pipecast.simulate.costs import Costs, StageTimes
@@ -57,7 +57,7 @@ def test_a_graphed_last_stage_still_issues_its_loss() -> None:
 
 def test_graphed_memory_is_every_slot_for_the_whole_step() -> None:
     grads = 1000  # gradient bytes of each stage, one copy per slot while its backward runs
-    per_slot = pool_reserved(100 + 10 + grads)  # whole allocator segments
+    per_slot = slot_reserved(0, 100 + 10 + grads)  # whole allocator segments
     for name, slots_per_rank in (("gpipe", [4, 4]), ("1f1b", [2, 1])):
         plan = make_plan(name, 2, 4)
         eager = simulate(plan, Costs(stages=(HOST_BOUND,) * 2))
@@ -71,16 +71,20 @@ def test_graphed_memory_is_every_slot_for_the_whole_step() -> None:
             assert graphed.peak_memory[r] > eager.peak_memory[r]
 
 
-def test_a_slots_pool_reserves_whole_segments() -> None:
-    """A slot holding a few bytes reserves a small segment; one holding more, a small
-    segment and as many 20 MiB segments as it needs (a stage's slot of a few MiB reserved
-    22 on H200s)."""
+def test_a_slots_pool_reserves_whole_segments_of_each_kind() -> None:
+    """A slot's pool holds its small requests (at most 1 MiB) in 2 MiB segments and its
+    larger ones in 20 MiB segments, each kind at its own fullest, and always at least one
+    small segment (VGG-16/CIFAR-10 over 2 x H100: 28 MiB slots of one large and four small
+    segments, 22 MiB ones of one large and one small)."""
     mib = 2**20
-    assert pool_reserved(0) == 0
-    assert pool_reserved(1) == pool_reserved(2 * mib) == SMALL_SEGMENT == 2 * mib
-    assert pool_reserved(3 * mib) == pool_reserved(20 * mib) == 22 * mib
-    assert pool_reserved(20 * mib + 1) == 42 * mib
-    assert pool_reserved(1000 * mib) == 1002 * mib
+    assert slot_reserved(0, 0) == 0
+    assert slot_reserved(1) == slot_reserved(2 * mib) == SMALL_SEGMENT == 2 * mib
+    assert slot_reserved(2 * mib + 1) == 4 * mib  # small requests never take a large segment
+    assert slot_reserved(0, 1) == SMALL_SEGMENT + LARGE_SEGMENT == 22 * mib
+    assert slot_reserved(7.7 * mib, 14.3 * mib) == 28 * mib
+    assert slot_reserved(1.4 * mib, 18.1 * mib) == 22 * mib
+    assert slot_reserved(0, 20 * mib + 1) == 42 * mib
+    assert slot_reserved(0, 1000 * mib) == 1002 * mib
 
 
 def test_library_workspaces_are_kept_per_stream() -> None:

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from pipecast import devices, hostspeed
+from pipecast.allocator import SMALL_REQUEST
 from pipecast.data.loss import loss_for
 from pipecast.data.spec import DatasetSpec
 from pipecast.data.synthetic import synthetic_batch
@@ -218,6 +219,11 @@ def _profile_model(
                 param_tensors=sum(1 for p in block.parameters() if p.requires_grad),
                 buffer_tensors=sum(1 for _ in block.buffers()),
                 kept_workspace=kept[i],
+                large_param_bytes=sum(
+                    n
+                    for p in block.parameters()
+                    if (n := p.numel() * p.element_size()) > SMALL_REQUEST
+                ),
             )
             for i, block in enumerate(blocks)
         ),

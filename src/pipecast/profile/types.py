@@ -12,7 +12,7 @@ from functools import cached_property
 from typing import Any, Literal
 
 from pipecast import jsonio
-from pipecast.allocator import pool_reserved
+from pipecast.allocator import SMALL_REQUEST, slot_reserved
 from pipecast.errors import ConfigError, DataError
 from pipecast.segments import segments
 
@@ -79,6 +79,18 @@ class BlockProfile:
     """Bytes the math libraries keep for a stream once this block ran on it: cuBLAS's
     workspaces where it calls cuBLAS, 0 where it calls none (measure.kept_workspace; None:
     not measured, and every stage is taken to keep Profile.floor_bytes)."""
+    large_param_bytes: int | None = None
+    """Bytes of the parameters larger than the allocator's small requests
+    (allocator.SMALL_REQUEST): their gradients take large segments (None: not measured)."""
+
+    @property
+    def large_params(self) -> int:
+        """large_param_bytes, or for profiles without it all of the parameters where their
+        average tensor is a large request, else none."""
+        if self.large_param_bytes is not None:
+            return self.large_param_bytes
+        tensors = max(self.param_tensors, 1)
+        return self.param_bytes if self.param_bytes / tensors > SMALL_REQUEST else 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,10 +126,12 @@ class StageCost:
     kept_workspace: int = 0
     """Bytes the math libraries keep for each stream this stage runs on (the most any of
     its blocks keeps: BlockProfile.kept_workspace)."""
-    graph_slot_bytes: int = 0
-    """Bytes one CUDA-graph slot of this stage holds at its fullest, before its pool's
-    allocator rounds it up (its input, activations, transient memory and the parameter
-    gradients its backward returns, as they overlap)."""
+    graph_slot_small: int = 0
+    """Bytes one CUDA-graph slot of this stage holds at its fullest in requests the
+    allocator serves from small segments, before it rounds them up (its input, activations,
+    transient memory and the parameter gradients its backward returns, as they overlap)."""
+    graph_slot_large: int = 0
+    """... and in larger requests, at their own fullest (allocator.slot_reserved)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -211,7 +225,7 @@ class Profile:
             activation_bytes=int(t["saved"][stop] - t["saved"][start]) + held,
             param_bytes=int(t["param"][stop] - t["param"][start]),
             peak_bytes=_backward_peak(costs, t["saved"], start, stop),
-            graph_slot_bytes=_graph_slot(costs, t["saved"], t["param"], start, stop) + held,
+            **_graph_slot(self.blocks, costs, t, start, stop, held),
             optimizer_step=t["opt"][stop] - t["opt"][start] + self.optimizer_fixed,
             held_bytes=int(t["held"][stop] - t["held"][start]),
             host_forward=t["hf"][stop] - t["hf"][start],
@@ -267,7 +281,7 @@ class Profile:
 
     def graph_pool_factor(self, micro_batch: int) -> float:
         """How much memory a graphed stage's slot holds over what its tensors need at their
-        fullest (StageCost.graph_slot_bytes) in whole segments, as the whole model's pool
+        fullest (StageCost.graph_slot_small and _large) in whole segments, as the whole model's pool
         measured it (`graph_pool`; 1.0 where not measured): blocks freed in the backward
         do not always fit what comes next, and the pool keeps what it once reserved."""
         if not self.graph_pool:
@@ -275,7 +289,8 @@ class Profile:
         sizes = sorted(self.graph_pool)
         factors = []
         for s in sizes:
-            model = pool_reserved(self.stage(0, len(self.blocks), s).graph_slot_bytes)
+            whole = self.stage(0, len(self.blocks), s)
+            model = slot_reserved(whole.graph_slot_small, whole.graph_slot_large)
             factors.append(self.graph_pool[s] / model if model > 0 else 1.0)
         if micro_batch <= sizes[0] or len(sizes) == 1:
             return max(factors[0], 1.0)
@@ -329,7 +344,9 @@ class Profile:
                     "w",
                     "bw",
                     "saved",
+                    "saved_large",
                     "param",
+                    "param_large",
                     "opt",
                     "held",
                     "hf",
@@ -340,14 +357,20 @@ class Profile:
                     "gb",
                 )
             }
-            for block, c in zip(self.blocks, costs, strict=True):
+            inputs = [self.input_bytes_per_sample * micro_batch] + [
+                c.output_bytes for c in costs[:-1]
+            ]
+            for block, c, in_bytes in zip(self.blocks, costs, inputs, strict=True):
+                large = max(in_bytes, c.output_bytes) > SMALL_REQUEST  # its tensors' size
                 for key, value in (
                     ("f", c.forward),
                     ("b", c.backward_input),
                     ("w", c.backward_weight),
                     ("bw", c.backward),
                     ("saved", c.saved_bytes),
+                    ("saved_large", c.saved_bytes if large else 0),
                     ("param", block.param_bytes),
+                    ("param_large", block.large_params),
                     ("opt", block.optimizer_step),
                     ("held", c.held_bytes),
                     ("hf", c.host_forward),
@@ -405,6 +428,11 @@ class Profile:
                             if b.kept_workspace is not None
                             else {}
                         ),
+                        **(
+                            {"large_param_bytes": b.large_param_bytes}
+                            if b.large_param_bytes is not None
+                            else {}
+                        ),
                         "costs": {str(k): c.to_json() for k, c in b.costs.items()},
                     }
                     for b in self.blocks
@@ -428,6 +456,11 @@ class Profile:
                     buffer_tensors=int(b.get("buffer_tensors", 0)),
                     kept_workspace=(
                         int(b["kept_workspace"]) if b.get("kept_workspace") is not None else None
+                    ),
+                    large_param_bytes=(
+                        int(b["large_param_bytes"])
+                        if b.get("large_param_bytes") is not None
+                        else None
                     ),
                     costs={int(k): BlockCost(**c) for k, c in b["costs"].items()},
                 )
@@ -480,18 +513,36 @@ def _backward_peak(costs: list[BlockCost], saved: list[float], start: int, stop:
 
 
 def _graph_slot(
-    costs: list[BlockCost], saved: list[float], params: list[float], start: int, stop: int
-) -> int:
-    """Bytes one captured slot of blocks [start, stop) holds at its fullest, its received
-    input aside: every saved activation after the forward; in the backward, from the last
-    block down, the activations not yet freed, the parameter gradients returned so far (a
-    graphed backward hands them all back at its end, to be added to `.grad`) and the
-    block's transient memory."""
-    worst = saved[stop] - saved[start]
+    blocks: tuple[BlockProfile, ...],
+    costs: list[BlockCost],
+    t: dict[str, list[float]],
+    start: int,
+    stop: int,
+    held: int,
+) -> dict[str, int]:
+    """What one captured slot of blocks [start, stop) holds at its fullest, in small and
+    in large allocator requests apart (each kind at its own fullest: the allocator never
+    serves one from the other's segments), `held` received input bytes included: every
+    saved activation after the forward; in the backward, from the last block down, the
+    activations not yet freed, the parameter gradients returned so far (a graphed backward
+    hands them all back at its end, to be added to `.grad`) and the block's transient
+    memory beyond its own gradients."""
+    saved, param = t["saved"], t["param"]
+    saved_large, param_large = t["saved_large"], t["param_large"]
+    worst_small = (saved[stop] - saved_large[stop]) - (saved[start] - saved_large[start])
+    worst_large = saved_large[stop] - saved_large[start]
     for i in range(start, stop):
-        live = saved[i + 1] - saved[start] + params[stop] - params[i] + costs[i].peak_bytes
-        worst = max(worst, live)
-    return int(worst)
+        transient = max(costs[i].peak_bytes - blocks[i].param_bytes, 0)
+        big = transient if transient > SMALL_REQUEST else 0
+        large = saved_large[i + 1] - saved_large[start] + param_large[stop] - param_large[i]
+        every = saved[i + 1] - saved[start] + param[stop] - param[i]
+        worst_large = max(worst_large, large + big)
+        worst_small = max(worst_small, every - large + transient - big)
+    if held > SMALL_REQUEST:
+        worst_large += held
+    else:
+        worst_small += held
+    return {"graph_slot_small": int(worst_small), "graph_slot_large": int(worst_large)}
 
 
 def _interp(xs: list[int], ys: list[float], x: int) -> float:

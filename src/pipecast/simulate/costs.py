@@ -48,9 +48,12 @@ class StageTimes:
     """Device bytes the math libraries keep for each stream the stage runs on (cuBLAS's
     workspaces): once per rank for its default stream, once more per graphed stage for its
     capture stream."""
-    graph_slot_bytes: int = 0
-    """Bytes one CUDA-graph slot of the stage holds at its fullest (0: activations,
-    workspace and a gradient copy together, an upper bound)."""
+    graph_slot_small: int = 0
+    """Bytes one CUDA-graph slot of the stage holds at its fullest in small allocator
+    requests (StageCost.graph_slot_small; with graph_slot_large 0: activations, workspace
+    and a gradient copy together, an upper bound)."""
+    graph_slot_large: int = 0
+    """... and in large ones."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -157,7 +160,8 @@ def costs_from_profile(
                 graph_host_forward=c.graph_host_forward * slow,
                 graph_host_backward=c.graph_host_backward * slow,
                 kept_workspace=c.kept_workspace,
-                graph_slot_bytes=c.graph_slot_bytes,
+                graph_slot_small=c.graph_slot_small,
+                graph_slot_large=c.graph_slot_large,
             )
         )
     fwd, bwd = [], []

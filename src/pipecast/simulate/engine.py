@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pipecast.allocator import pool_reserved
+from pipecast.allocator import slot_reserved
 from pipecast.errors import ConfigError
 from pipecast.schedule.action import Action, Plan
 from pipecast.schedule.slots import slots
@@ -121,12 +121,15 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
             _, count = slots(actions)
             for s, n in count.items():
                 st = costs.stages[s]
-                slot = st.graph_slot_bytes or (
-                    st.activation_bytes
-                    + st.workspace_bytes
-                    + int(st.param_bytes * costs.grad_bytes_factor)
-                )
-                static[r] += n * pool_reserved(slot * costs.graph_pool_factor)
+                small, large = st.graph_slot_small, st.graph_slot_large
+                if not small and not large:
+                    large = (
+                        st.activation_bytes
+                        + st.workspace_bytes
+                        + int(st.param_bytes * costs.grad_bytes_factor)
+                    )
+                f = costs.graph_pool_factor
+                static[r] += n * slot_reserved(small * f, large * f)
                 static[r] += st.kept_workspace  # the stage's capture stream keeps its own
     end: dict[Action, float] = {}
     available: dict[Action, float] = {}  # when an action's output is usable by its consumer
