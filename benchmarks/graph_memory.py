@@ -38,6 +38,7 @@ WANTED = (
     "resnet18/imagenet b128 pipecast 1f1b 2st M=4 ",
     "mobilenetv2/imagenet b128 pipecast 1f1b 2st M=4 ",
     "vgg16/cifar10 b128 pipecast gpipe 2st M=16 ",
+    "transformer/embeddings b32 pipecast 1f1b 2st M=8 ",
 )
 
 
