@@ -23,7 +23,7 @@ from pipecast.runtime.config import RunConfig
 from pipecast.runtime.engine import PipelineEngine
 from pipecast.runtime.job import TrainJob
 from pipecast.runtime.launch import Context, RankFailed
-from pipecast.runtime.worker import run_rank
+from pipecast.runtime.worker import own_share, run_rank
 from pipecast.schedule import make_plan
 
 LENET = Workload(model="lenet5", dataset="mnist")
@@ -239,3 +239,21 @@ def test_a_job_starts_after_the_last_jobs_engine_is_freed(monkeypatch: pytest.Mo
         gc.enable()
     assert len(engines) == 2 and earlier_alive == [False]
     assert first.steps[0].loss == pytest.approx(second.steps[0].loss)
+
+
+def test_a_rank_keeps_only_its_share_of_the_batch() -> None:
+    """Every rank draws the whole batch; it keeps the inputs only where it runs the first
+    stage, the targets only where it runs the last, and of several replicas' batch a copy of
+    its replica's share, so that the rest is freed rather than held by a view."""
+    x, y = torch.arange(8.0).reshape(8, 1), torch.arange(8)
+    assert own_share(x, y, first=False, last=False, replica=0, replicas=1) == (None, None)
+    first, none = own_share(x, y, first=True, last=False, replica=0, replicas=1)
+    assert none is None and first is not None and torch.equal(first, x)
+    none, last = own_share(x, y, first=False, last=True, replica=0, replicas=1)
+    assert none is None and last is not None and torch.equal(last, y)
+    a, b = own_share(x, y, first=True, last=True, replica=1, replicas=2)
+    assert a is not None and b is not None
+    assert torch.equal(a, x[4:]) and torch.equal(b, y[4:])
+    for part, whole in ((a, x), (b, y)):  # not a view that keeps the whole batch alive
+        assert part.untyped_storage().data_ptr() != whole.untyped_storage().data_ptr()
+        assert part.untyped_storage().nbytes() == whole.untyped_storage().nbytes() // 2
