@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -164,6 +165,29 @@ def test_a_block_that_cannot_be_captured_leaves_the_profile_without_graph_times(
     )
     assert Profile.from_json(p.to_json()).graph_failure == p.graph_failure
     assert all(c.graph_forward == 0.0 for b in p.blocks for c in b.costs.values())
+
+
+def test_profile_keeps_each_blocks_own_captured_pool(
+    stand_in: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each block captured alone reports the pool its slot reserved; the profile keeps it
+    per block and size (a GPU's reading; the CPU stand-in reserves nothing), through JSON
+    and in proportion between sizes."""
+    from pipecast.profile import graphed
+
+    real = graphed.graph_times
+
+    def with_pool(module: nn.Module, x: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        times = real(module, x, *args, **kwargs)
+        return graphed.GraphTimes(times.forward, times.backward, 1000 * x.shape[0] + 7)
+
+    monkeypatch.setattr(graphed, "graph_times", with_pool)
+    w = Workload(model="lenet5", dataset="mnist")
+    p = Profile.from_json(profile_model(w.build(), w.spec, FAST, model_name="l").to_json())
+    assert p.graph_times
+    for b in p.blocks:
+        assert {mb: c.graph_pool for mb, c in b.costs.items()} == {2: 2007, 4: 4007}
+    assert p.cost(0, 8).graph_pool == 2 * 4007  # beyond the largest size, in proportion
 
 
 def test_graphed_slots_hold_what_the_whole_models_pool_measured() -> None:

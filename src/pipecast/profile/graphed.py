@@ -118,13 +118,15 @@ def graph_times(
 
 class GraphRecorder:
     """The profiler's graph replay times of one model: every block at every size, shared out
-    by the whole model's graph; the loss beside them; the whole model's pool. Given up, with
+    by the whole model's graph; the loss beside them; each block's pool and the whole
+    model's. Given up, with
     the reason, at the first capture that fails (the profile then has no graph times)."""
 
     def __init__(self, blocks: int, options: ProfileOptions, device: torch.device) -> None:
         self.enabled = options.graph_times and not options.autocast and available(device)
         self.failure = ""
         self.times: list[dict[int, tuple[float, float]]] = [{} for _ in range(blocks)]
+        self.block_pools: list[dict[int, int]] = [{} for _ in range(blocks)]
         self.pool: dict[int, int] = {}
         self.loss: dict[int, tuple[float, float, float, float]] = {}
         self.options, self.device = options, device
@@ -139,6 +141,7 @@ class GraphRecorder:
             self._give_up(f"block {index} ({block_name(block)})", exc)
             return
         self.times[index][x.shape[0]] = (g.forward, g.backward)
+        self.block_pools[index][x.shape[0]] = g.pool_bytes
 
     def whole(self, blocks: list[nn.Module], x: torch.Tensor) -> None:
         """The whole model as one graph for the model's input `x`, shared out over the blocks
@@ -175,9 +178,11 @@ class GraphRecorder:
         """Put the blocks' graph times into their costs."""
         if not self.enabled:
             return
-        for c, t in zip(costs, self.times, strict=True):
+        for c, t, pools in zip(costs, self.times, self.block_pools, strict=True):
             for mb, (f, b) in t.items():
-                c[mb] = replace(c[mb], graph_forward=f, graph_backward=b)
+                c[mb] = replace(
+                    c[mb], graph_forward=f, graph_backward=b, graph_pool=pools.get(mb, 0)
+                )
 
     def _give_up(self, where: str, exc: BaseException) -> None:
         text = str(exc).strip()
