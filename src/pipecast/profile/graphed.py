@@ -119,8 +119,8 @@ def graph_times(
 class GraphRecorder:
     """The profiler's graph replay times of one model: every block at every size, shared out
     by the whole model's graph; the loss beside them; each block's pool and the whole
-    model's. Given up, with
-    the reason, at the first capture that fails (the profile then has no graph times)."""
+    model's. Given up, with the reason, at the first capture that fails (the profile then
+    has no graph times)."""
 
     def __init__(self, blocks: int, options: ProfileOptions, device: torch.device) -> None:
         self.enabled = options.graph_times and not options.autocast and available(device)
