@@ -297,13 +297,8 @@ class Profile:
             whole = self.stage(0, len(self.blocks), s)
             model = slot_reserved(whole.graph_slot_small, whole.graph_slot_large)
             factors.append(self.graph_pool[s] / model if model > 0 else 1.0)
-        if micro_batch <= sizes[0] or len(sizes) == 1:
-            return max(factors[0], 1.0)
-        if micro_batch >= sizes[-1]:
-            return max(factors[-1], 1.0)
-        i = bisect.bisect_right(sizes, micro_batch)
-        x0, x1, y0, y1 = sizes[i - 1], sizes[i], factors[i - 1], factors[i]
-        return max(y0 + (y1 - y0) * (micro_batch - x0) / (x1 - x0), 1.0)
+        inside = min(max(micro_batch, sizes[0]), sizes[-1])  # beyond the ends: the end's
+        return max(_interp(sizes, factors, inside), 1.0)
 
     @property
     def num_blocks(self) -> int:
@@ -428,15 +423,8 @@ class Profile:
                         "optimizer_step": b.optimizer_step,
                         "param_tensors": b.param_tensors,
                         "buffer_tensors": b.buffer_tensors,
-                        **(
-                            {"kept_workspace": b.kept_workspace}
-                            if b.kept_workspace is not None
-                            else {}
-                        ),
-                        **(
-                            {"large_param_bytes": b.large_param_bytes}
-                            if b.large_param_bytes is not None
-                            else {}
+                        **_measured(
+                            kept_workspace=b.kept_workspace, large_param_bytes=b.large_param_bytes
                         ),
                         "costs": {str(k): c.to_json() for k, c in b.costs.items()},
                     }
@@ -459,14 +447,8 @@ class Profile:
                     optimizer_step=b.get("optimizer_step", 0.0),
                     param_tensors=int(b.get("param_tensors", 0)),
                     buffer_tensors=int(b.get("buffer_tensors", 0)),
-                    kept_workspace=(
-                        int(b["kept_workspace"]) if b.get("kept_workspace") is not None else None
-                    ),
-                    large_param_bytes=(
-                        int(b["large_param_bytes"])
-                        if b.get("large_param_bytes") is not None
-                        else None
-                    ),
+                    kept_workspace=_optional_int(b, "kept_workspace"),
+                    large_param_bytes=_optional_int(b, "large_param_bytes"),
                     costs={int(k): BlockCost(**c) for k, c in b["costs"].items()},
                 )
                 for b in doc["blocks"]
@@ -506,6 +488,16 @@ class Profile:
 
     def save(self, path: str) -> None:
         jsonio.write_atomic(path, self.to_json())
+
+
+def _measured(**values: int | None) -> dict[str, int]:
+    """The values that were measured (None: not), as JSON keys: old profiles stay as read."""
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def _optional_int(doc: dict[str, Any], key: str) -> int | None:
+    value = doc.get(key)
+    return None if value is None else int(value)
 
 
 def _backward_peak(costs: list[BlockCost], saved: list[float], start: int, stop: int) -> int:
