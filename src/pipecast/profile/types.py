@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pipecast import jsonio
 from pipecast.allocator import SMALL_REQUEST, slot_reserved
 from pipecast.errors import ConfigError, DataError
+from pipecast.profile.stage_memory import backward_peak, graph_slot
 from pipecast.segments import segments
 
 FORMAT_VERSION = 1
@@ -229,8 +230,8 @@ class Profile:
             output_bytes=costs[stop - 1].output_bytes if stop < len(self.blocks) else 0,
             activation_bytes=int(t["saved"][stop] - t["saved"][start]) + held,
             param_bytes=int(t["param"][stop] - t["param"][start]),
-            peak_bytes=_backward_peak(costs, t["saved"], start, stop),
-            **_graph_slot(self.blocks, costs, t, start, stop, held),
+            peak_bytes=backward_peak(costs, t["saved"], start, stop),
+            **graph_slot(self.blocks, costs, t, start, stop, held),
             optimizer_step=t["opt"][stop] - t["opt"][start] + self.optimizer_fixed,
             held_bytes=int(t["held"][stop] - t["held"][start]),
             host_forward=t["hf"][stop] - t["hf"][start],
@@ -498,48 +499,6 @@ def _measured(**values: int | None) -> dict[str, int]:
 def _optional_int(doc: dict[str, Any], key: str) -> int | None:
     value = doc.get(key)
     return None if value is None else int(value)
-
-
-def _backward_peak(costs: list[BlockCost], saved: list[float], start: int, stop: int) -> int:
-    """Bytes a stage needs beyond holding all its saved activations. The backward runs from
-    the last block down and frees each block's activations as it passes, so when block i
-    needs its transient memory, the blocks after it have already given theirs back."""
-    return max(
-        max(int(costs[i].peak_bytes - (saved[stop] - saved[i + 1])), 0) for i in range(start, stop)
-    )
-
-
-def _graph_slot(
-    blocks: tuple[BlockProfile, ...],
-    costs: list[BlockCost],
-    t: dict[str, list[float]],
-    start: int,
-    stop: int,
-    held: int,
-) -> dict[str, int]:
-    """What one captured slot of blocks [start, stop) holds at its fullest, in small and
-    in large allocator requests apart (each kind at its own fullest: the allocator never
-    serves one from the other's segments), `held` received input bytes included: every
-    saved activation after the forward; in the backward, from the last block down, the
-    activations not yet freed, the parameter gradients returned so far (a graphed backward
-    hands them all back at its end, to be added to `.grad`) and the block's transient
-    memory beyond its own gradients."""
-    saved, param = t["saved"], t["param"]
-    saved_large, param_large = t["saved_large"], t["param_large"]
-    worst_small = (saved[stop] - saved_large[stop]) - (saved[start] - saved_large[start])
-    worst_large = saved_large[stop] - saved_large[start]
-    for i in range(start, stop):
-        transient = max(costs[i].peak_bytes - blocks[i].param_bytes, 0)
-        big = transient if transient > SMALL_REQUEST else 0
-        large = saved_large[i + 1] - saved_large[start] + param_large[stop] - param_large[i]
-        every = saved[i + 1] - saved[start] + param[stop] - param[i]
-        worst_large = max(worst_large, large + big)
-        worst_small = max(worst_small, every - large + transient - big)
-    if held > SMALL_REQUEST:
-        worst_large += held
-    else:
-        worst_small += held
-    return {"graph_slot_small": int(worst_small), "graph_slot_large": int(worst_large)}
 
 
 def _interp(xs: list[int], ys: list[float], x: int) -> float:
