@@ -195,14 +195,19 @@ def test_bad_jobs_fail_before_any_process_starts() -> None:
 
 def test_steps_report_the_hosts_time_per_action_kind() -> None:
     """Each step records how long the host spent issuing each kind of action: the kinds the
-    rank's plan holds, and together no more than the whole action loop; and how much of that
-    went on posting transfers (every rank of a pipeline sends or receives)."""
+    rank's plan holds, and together no more than the whole action loop; how much of that
+    went on posting transfers (every rank of a pipeline sends or receives); and of each
+    kind's seconds, those the thread ran on a CPU (no more than the wall seconds)."""
     job = pipeline_job(LENET, "zb-h1", 2, 4, [0, 3, len(LENET.build("meta"))], steps=2)
     result = run(job)
     for report in result.reports:
         kinds = {a.kind for a in job.plan.actions[report.pipeline_rank]}
         for step in report.steps:
             transfer = step.host.pop("transfer")
+            cpu = {k[4:]: step.host.pop(k) for k in list(step.host) if k.startswith("cpu_")}
+            assert set(cpu) == kinds
+            # thread_time ticks coarser than perf_counter on some kernels: a little slack
+            assert all(0 < cpu[k] <= step.host[k] + 0.002 for k in kinds), (cpu, step.host)
             assert set(step.host) == kinds
             assert all(v > 0 for v in step.host.values())
             assert sum(step.host.values()) <= step.host_loop * 1.0001

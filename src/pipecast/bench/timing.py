@@ -72,7 +72,8 @@ def action_stats(steps: Sequence[StepRecord], events: Sequence[Event]) -> dict[s
     """This rank's median host seconds per step in its action loop ('loop'), before and
     after it ('before_loop', 'after_loop': the step's fixed costs) and issuing each
     kind of action ('host_F', ...), and the device seconds of each kind in the last step
-    ('device_F', ...; from the action clock, zero when it was off). Where 'loop' nears the
+    ('device_F', ...; from the action clock, zero when it was off), and of each kind's host
+    seconds those its thread ran on a CPU ('cpu_F', ...). Where 'loop' nears the
     step time the rank was host-bound: on GPU the host issues work and never waits."""
     out = {
         name: statistics.median([getattr(s, field) for s in steps]) if steps else 0.0
@@ -84,6 +85,8 @@ def action_stats(steps: Sequence[StepRecord], events: Sequence[Event]) -> dict[s
     }
     for k in HOST_KINDS:
         out[f"host_{k}"] = statistics.median([s.host.get(k, 0.0) for s in steps]) if steps else 0.0
+        cpu = [s.host.get(f"cpu_{k}", 0.0) for s in steps]
+        out[f"cpu_{k}"] = statistics.median(cpu) if steps else 0.0
         out[f"device_{k}"] = sum(e.end - e.start for e in events if e.kind == k)
         out[f"count_{k}"] = float(sum(e.kind == k for e in events))
     # of which posting sends and receives ('host_transfer'; the runtime times it apart)

@@ -73,7 +73,9 @@ class StepResult:
     """Host seconds spent issuing each kind of action (F, B, W, BW), transfers included,
     summed over the step, and posting the transfers alone ('transfer'); with `host_loop`
     (the whole action loop) it shows whether the rank was host-bound: on GPU the host only
-    issues work and never waits for the device."""
+    issues work and never waits for the device. 'cpu_F', ...: of those seconds, the ones
+    this thread ran on a CPU (time.thread_time); the rest it waited (for a lock, the GIL,
+    the device or the scheduler)."""
     host_loop: float = 0.0
     host_before: float = 0.0
     """Seconds of the step before its action loop (agreeing on the batch's shape with the
@@ -187,6 +189,7 @@ class PipelineEngine:
         graphed = self._graphs.active(self._shape_key)
         host: dict[str, float] = {}
         loop_began = tick = time.perf_counter()
+        cpu_tick = time.thread_time()
         host_before = loop_began - began
         for position, a in enumerate(plan.actions[self.rank]):
             self._position = position
@@ -237,9 +240,11 @@ class PipelineEngine:
             if self._last_backward.get(a.stage) == position and self.dp_group is not None:
                 grads = [p.grad for p in st.params if p.grad is not None]
                 pending_reduce += allreduce.launch(grads, self.dp_group, self.config.bucket_bytes)
-            now = time.perf_counter()
+            now, cpu_now = time.perf_counter(), time.thread_time()
             host[a.kind] = host.get(a.kind, 0.0) + now - tick
-            tick = now
+            cpu = "cpu_" + a.kind
+            host[cpu] = host.get(cpu, 0.0) + cpu_now - cpu_tick
+            tick, cpu_tick = now, cpu_now
         self._flush_deferred()
         host_loop = time.perf_counter() - loop_began
         host["transfer"] = self.channels.host_seconds
