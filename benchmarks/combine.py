@@ -50,7 +50,14 @@ def run_profiles(run: Path, prefix: str = "profile_") -> dict[str, Profile]:
             continue
         profile = Profile.load(path)
         if profile.workload:
-            out[Workload.from_dict(profile.workload).key] = profile
+            workload = Workload.from_dict(profile.workload)
+            if not profile.target_bytes_per_sample:  # profiled before the profiler kept it
+                itemsize = profile.input_bytes_per_sample
+                for d in workload.spec.sample_shape:
+                    itemsize //= d
+                target = workload.spec.target_bytes(itemsize)
+                profile = replace(profile, target_bytes_per_sample=target)
+            out[workload.key] = profile
     call = split_call_estimate(out.values())
     return {
         k: replace(p, host_split_call=call) if p.host_split_call == 0.0 else p

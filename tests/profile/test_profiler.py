@@ -52,6 +52,22 @@ def test_profile_measures_every_block_and_size() -> None:
     assert [b.param_tensors for b in p.blocks if b.param_tensors] == [2] * 5
     assert sum(b.buffer_tensors for b in p.blocks) == 0
     assert Profile.from_json(p.to_json()).blocks[0].param_tensors == 2
+    # what one sample's input and target take: a 28 x 28 fp32 image, one int64 label
+    assert (p.input_bytes_per_sample, p.target_bytes_per_sample) == (28 * 28 * 4, 8)
+    assert Profile.from_json(p.to_json()).target_bytes_per_sample == 8
+
+
+def test_a_samples_target_takes_its_kinds_bytes() -> None:
+    """Labels and token ids are int64; a regression target is the input's shape in the
+    profile's float size."""
+    assert get_spec("cifar10").target_bytes(4) == 8
+    embeddings = get_spec("embeddings")
+    n = 1
+    for d in embeddings.sample_shape:
+        n *= d
+    assert embeddings.target_bytes(2) == 2 * n
+    tokens = get_spec("tokens")  # next-token ids, one per position
+    assert tokens.target_bytes(4) == 8 * tokens.sample_shape[0]
 
 
 def test_profile_counts_buffers() -> None:

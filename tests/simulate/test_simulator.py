@@ -64,6 +64,49 @@ def test_in_flight_activations() -> None:
     assert pd.peak_memory[0] == 2 * 10 + s * (act + 10)
 
 
+@pytest.mark.parametrize("name", ["gpipe", "1f1b", "zb-v"])
+def test_a_rank_holds_its_share_of_the_batch_through_the_step(name: str) -> None:
+    """The first stage's rank holds the step's inputs, the last stage's its targets, every
+    micro-batch's from start to end; a middle rank neither (ZB-V puts the first and the
+    last stage on rank 0)."""
+    s, m = 4, 8
+    stages = 2 * s if name == "zb-v" else s
+    base = StageTimes(forward=1, backward_input=1, backward_weight=1, backward=2)
+    plain = Costs(stages=(base,) * stages)
+    held = list(plain.stages)
+    held[0] = replace(base, batch_bytes=30)
+    held[-1] = replace(base, batch_bytes=7)
+    plan = make_plan(name, s, m)
+    before = simulate(plan, plain).peak_memory
+    after = simulate(plan, replace(plain, stages=tuple(held))).peak_memory
+    first, last = plan.stage_to_rank[0], plan.stage_to_rank[-1]
+    for r in range(s):
+        extra = m * ((30 if r == first else 0) + (7 if r == last else 0))
+        assert after[r] - before[r] == extra
+
+
+def test_the_batch_a_stage_holds_comes_from_the_profile() -> None:
+    """Per micro-batch: the first stage holds its samples' inputs, the last their targets,
+    one stage alone both."""
+    from tests.partition.test_partition import make_profile
+
+    from pipecast.hardware.presets import describe
+    from pipecast.partition.types import Partition, Stage
+    from pipecast.simulate.costs import costs_from_profile
+
+    profile = replace(make_profile([1.0] * 3), input_bytes_per_sample=12, target_bytes_per_sample=8)
+    cluster = describe(gpus_per_node=3, memory="80GiB")
+    three = Partition(
+        stages=(Stage(0, 1, (0,)), Stage(1, 2, (1,)), Stage(2, 3, (2,))), num_blocks=3
+    )
+    costs = costs_from_profile(profile, three, 8, cluster)
+    assert [st.batch_bytes for st in costs.stages] == [8 * 12, 0, 8 * 8]
+    one = costs_from_profile(
+        profile, Partition(stages=(Stage(0, 3, (0,)),), num_blocks=3), 8, cluster
+    )
+    assert one.stages[0].batch_bytes == 8 * (12 + 8)
+
+
 def test_transfers_delay_and_overlap() -> None:
     s, m = 2, 4
     base = Costs.uniform(s, 1.0, 0.5, 0.5)

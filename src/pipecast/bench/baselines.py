@@ -117,9 +117,11 @@ def ddp(
     loss_fn = loss_for(workload.spec)
     x, y = _batch(workload, batch, dtype, ctx.device)
     share = batch // ctx.world
+    # copies, so the rest of the batch is freed: a rank holds its own share, as the
+    # simulator counts it (a view would hold the whole batch on every rank)
     x, y = (
-        x[ctx.rank * share : (ctx.rank + 1) * share],
-        y[ctx.rank * share : (ctx.rank + 1) * share],
+        x[ctx.rank * share : (ctx.rank + 1) * share].clone(),
+        y[ctx.rank * share : (ctx.rank + 1) * share].clone(),
     )
 
     def step() -> None:

@@ -33,6 +33,14 @@ class DatasetSpec:
             return (self.sample_shape[0],)
         return self.sample_shape
 
+    def target_bytes(self, itemsize: int) -> int:
+        """Bytes of one sample's target: int64 labels or token ids, or `itemsize`-byte
+        floats of the input's shape (regression)."""
+        n = 1
+        for d in self.target_shape:
+            n *= d
+        return n * (itemsize if self.target == "regression" else 8)
+
     @property
     def image_size(self) -> int:
         """Height of an image sample (images are square here)."""

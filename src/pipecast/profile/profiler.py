@@ -207,6 +207,7 @@ def _profile_model(
         torch_version=torch.__version__,
         micro_batches=tuple(sizes),
         input_bytes_per_sample=_input_bytes(spec, dtype),
+        target_bytes_per_sample=spec.target_bytes(torch.empty((), dtype=dtype).element_size()),
         blocks=tuple(
             BlockProfile(
                 index=i,

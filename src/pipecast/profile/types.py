@@ -167,6 +167,8 @@ class Profile:
     optimizer_fixed: float = 0.0
     """Seconds every stage's optimizer step costs beyond its blocks' shares (launching the
     update); blocks' `optimizer_step` hold only what their bytes add."""
+    target_bytes_per_sample: int = 0
+    """Bytes of one sample's target (0: not recorded; profiles before it)."""
     floor_bytes: int = 0
     """Device bytes a training process holds whatever its model: the math libraries'
     workspaces (cuBLAS keeps one per thread and stream, and the backward runs on autograd's
@@ -403,6 +405,7 @@ class Profile:
                 "micro_batches": list(self.micro_batches),
                 "input_bytes_per_sample": self.input_bytes_per_sample,
                 "created": self.created,
+                "target_bytes_per_sample": self.target_bytes_per_sample,
                 "floor_bytes": self.floor_bytes,
                 "optimizer_fixed": self.optimizer_fixed,
                 "host_split_call": self.host_split_call,
@@ -471,6 +474,7 @@ class Profile:
                     int(k): (v[0], v[1], v[2], v[3]) for k, v in doc.get("loss_alone", {}).items()
                 },
                 created=doc.get("created", ""),
+                target_bytes_per_sample=int(doc.get("target_bytes_per_sample", 0)),
                 floor_bytes=int(doc.get("floor_bytes", 0)),
                 optimizer_fixed=float(doc.get("optimizer_fixed", 0.0)),
                 host_split_call=float(doc.get("host_split_call", 0.0)),

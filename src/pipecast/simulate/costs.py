@@ -35,6 +35,9 @@ class StageTimes:
     """Transient memory while the stage computes."""
     held_bytes: int = 0
     """Split backward: output gradients kept from B until W."""
+    batch_bytes: int = 0
+    """Bytes of the step's batch the stage's rank holds through the step, per micro-batch:
+    the inputs at the first stage, the targets at the last (the runtime's own_share)."""
     host_forward: float = 0.0
     """Seconds the host needs to issue each action (0: never host-bound)."""
     host_backward_input: float = 0.0
@@ -132,8 +135,12 @@ def costs_from_profile(
     stages = []
     busy = len({d for st in partition.stages for d in st.devices})
     slow = cluster.host_factor(min(busy, cluster.gpus_per_node), profile.host_issue)
+    last = partition.num_stages - 1
     for index, st in enumerate(partition.stages):
         c = profile.stage(st.start, st.stop, micro_batch)
+        batch = (profile.input_bytes_per_sample if index == 0 else 0) + (
+            profile.target_bytes_per_sample if index == last else 0
+        )
         if cuda_graphs and profile.graph_times:
             c = _graphed(c)
         b, w = c.backward_input, c.backward_weight
@@ -152,6 +159,7 @@ def costs_from_profile(
                 param_bytes=c.param_bytes,
                 workspace_bytes=c.peak_bytes,
                 held_bytes=0 if index == 0 else c.held_bytes,
+                batch_bytes=batch * micro_batch,
                 host_forward=c.host_forward * slow,
                 host_backward_input=slow
                 * (c.host_backward if index == 0 else c.host_backward_input),

@@ -114,6 +114,7 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
             0.0 if plan.forward_only else costs.grad_bytes_factor + OPTIMIZER_STATE[costs.optimizer]
         )
         static[r] += int(st.param_bytes * factor)
+        static[r] += st.batch_bytes * plan.num_microbatches  # the step's batch, held throughout
     for r in range(plan.num_ranks):  # the default stream's library workspaces
         static[r] += max((costs.stages[s].kept_workspace for s in plan.stages_of(r)), default=0)
     if costs.cuda_graphs:  # every slot's pool is held for the whole step
