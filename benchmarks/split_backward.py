@@ -10,8 +10,10 @@ Part 1, one GPU, one stage of 6 layers (the suite's GPT, micro-batch 2, bf16): h
 micro-batch of the forward (whole and cut into segments), the whole backward, B, W and the
 part of B spent finding the nodes that feed weights, by the road the autograd calls take:
 'public' (torch.autograd's functions, as the runtime called them before), 'direct'
-(straight into the engine) and 'runtime' (direct, and each W from inside one outer
-backward, on the engine's worker thread: `backward.backward_weights`); and the host us of
+(straight into the engine), 'nested' (direct, and each W from inside one outer backward, on
+the engine's worker thread: `backward.backward_weights`) and 'runtime' (nested, with the
+weights of Linear, LayerNorm and bias nodes by the op itself, no autograd call:
+`runtime/weight_grads.py`); and the host us of
 one autograd call on a tiny graph by road. Every road's gradients are checked against the
 whole backward's.
 
@@ -98,7 +100,7 @@ def readings(st: StageModule, x: torch.Tensor) -> tuple[dict[str, float], dict[s
     and the share of B spent finding the nodes that feed weights. Medians of REPEATS
     after one warm-up."""
     kinds = ("F", "BW", "Fcut", "B", "W", "find")
-    roads = ("public", "direct", "runtime")
+    roads = ("public", "direct", "nested", "runtime")
     runs: dict[str, list[float]] = {f"{k}_{r}": [] for r in roads for k in kinds}
     same: dict[str, bool] = {}
     seed = torch.ones(MICRO, *WORKLOAD.spec.sample_shape, dtype=x.dtype, device=DEVICE)
@@ -113,6 +115,7 @@ def readings(st: StageModule, x: torch.Tensor) -> tuple[dict[str, float], dict[s
         for repeat in range(REPEATS + 1):
             for road in roads:
                 autograd_calls._DIRECT_ENGINE = road != "public"
+                backward_module._DIRECT_WEIGHTS = road == "runtime"
                 t = {k: [] for k in kinds}
 
                 kept = []
@@ -146,7 +149,7 @@ def readings(st: StageModule, x: torch.Tensor) -> tuple[dict[str, float], dict[s
                 for work in works:
                     _timed(
                         lambda work=work, road=road: backward_weights(
-                            work, DEVICE, nest=road == "runtime"
+                            work, DEVICE, nest=road in ("nested", "runtime")
                         ),
                         t["W"],
                     )
@@ -159,6 +162,7 @@ def readings(st: StageModule, x: torch.Tensor) -> tuple[dict[str, float], dict[s
     finally:
         backward_module._weight_nodes = find
         autograd_calls._DIRECT_ENGINE = autograd_calls._direct_engine_works()
+        backward_module._DIRECT_WEIGHTS = True
     return {k: statistics.median(v) * 1e3 for k, v in runs.items()}, same
 
 
@@ -192,6 +196,7 @@ def _roads(road: str) -> None:
     """Set this process's autograd road: 'public' (before this change) or 'runtime'."""
     autograd_calls._DIRECT_ENGINE = road == "runtime" and autograd_calls._direct_engine_works()
     backward_module._NEST_WEIGHTS = road == "runtime"
+    backward_module._DIRECT_WEIGHTS = road == "runtime"
 
 
 def _row(ctx: Context, cfg: BenchConfig, road: str) -> dict[str, Any]:

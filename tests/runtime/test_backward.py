@@ -190,3 +190,115 @@ def test_a_gpu_w_with_nothing_to_do_makes_no_call(monkeypatch: pytest.MonkeyPatc
     assert busy.pending
     with pytest.raises(AssertionError, match="nothing to do"):
         backward_weights([busy], torch.device("cuda"))
+
+
+class _Pieces(nn.Module):
+    """Every node kind W computes without the engine, and some it leaves to it: Linear on 2-
+    and 3-dimensional inputs, with and without a bias, a weight used twice, LayerNorm, a
+    bias added on its own, an addmm with alpha 2, a convolution."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(6, 8)
+        self.b = nn.Linear(8, 8, bias=False)
+        self.norm = nn.LayerNorm(8)
+        self.bias = nn.Parameter(torch.randn(8))
+        self.scaled = nn.Parameter(torch.randn(8, 8))
+        self.conv = nn.Conv1d(3, 3, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (2, 3, 6)
+        h = self.a(x)  # 3-d: addmm behind a view
+        h = self.b(torch.tanh(h)) + self.b(h)  # one weight, two uses
+        h = self.norm(h) + self.bias
+        flat = torch.addmm(h.flatten(0, 1), h.flatten(0, 1), self.scaled, alpha=2.0)
+        out: torch.Tensor = self.conv(flat.view(2, 3, 8)) + self.a(flat.view(2, 3, 8)[..., :6])
+        return out
+
+
+def _split_grads(
+    model: nn.Module, x: torch.Tensor, g: torch.Tensor, direct: bool
+) -> list[torch.Tensor]:
+    params = list(model.parameters())
+    for p in params:
+        p.grad = None
+    leaf = x.detach().requires_grad_()
+    _, work = backward_input(model(leaf), g, leaf, params)
+    backward_weight(work, direct=direct)
+    return [p.grad.clone() for p in params if p.grad is not None]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_w_without_the_engine_gives_its_gradients_bit_for_bit(dtype: torch.dtype) -> None:
+    """The node kinds weight_grads computes itself give exactly the engine's gradients (the
+    same ops on the same saved tensors); the kinds it leaves alone still come out right."""
+    torch.manual_seed(0)
+    model = _Pieces().to(dtype)
+    x = torch.randn(2, 3, 6, dtype=dtype)
+    g = torch.randn(2, 3, 8, dtype=dtype)
+    through_engine = _split_grads(model, x, g, direct=False)
+    direct = _split_grads(model, x, g, direct=True)
+    assert len(direct) == len(list(model.parameters()))
+    for a, b in zip(through_engine, direct, strict=True):
+        assert torch.equal(a, b)
+    expected = _reference(model, x, g)[1:]
+    for got, want in zip(direct, expected, strict=True):
+        assert torch.allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_w_without_the_engine_makes_no_autograd_call_for_linear_and_layernorm(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A transformer layer's W: every node done directly; a convolution's through the
+    engine; a parameter with a hook through the engine too, so the hook runs."""
+    from pipecast.runtime import backward
+
+    calls: list[int] = []
+    real = backward.engine_call
+
+    def counted(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(backward, "engine_call", counted)
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True, norm_first=True)
+    x, g = torch.randn(2, 5, 16), torch.randn(2, 5, 16)
+    _split_grads(layer, x, g, direct=True)
+    assert len(calls) == 1  # B's own call, and none in W
+    calls.clear()
+    conv = nn.Sequential(nn.Conv1d(3, 3, 1), nn.Conv1d(3, 3, 1))
+    _split_grads(conv, torch.randn(2, 3, 4), torch.randn(2, 3, 4), direct=True)
+    assert len(calls) == 1 + 2  # B's, and W's one per convolution
+    calls.clear()
+    seen: list[torch.Tensor] = []
+    mlp = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+    mlp[1].weight.register_hook(lambda grad: seen.append(grad))
+    _split_grads(mlp, torch.randn(3, 4), torch.randn(3, 4), direct=True)
+    assert len(calls) == 1 + 1 and len(seen) == 1
+
+
+class _Twice(nn.Module):
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.module = module
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.module(torch.tanh(self.module(x)))
+        return out
+
+
+@pytest.mark.parametrize("direct", [False, True])
+@pytest.mark.parametrize("kind", ["linear", "conv"])
+def test_a_module_called_twice_down_the_input_path_counts_each_use_once(
+    direct: bool, kind: str
+) -> None:
+    """Re-entering the upper use's node would run on down the input path to the lower use
+    and add it a second time: such parameters are differentiated once, from the output."""
+    torch.manual_seed(0)
+    inner = nn.Linear(5, 5) if kind == "linear" else nn.Conv1d(5, 5, 1)
+    model = _Twice(inner).double()
+    shape = (3, 5) if kind == "linear" else (2, 5, 4)
+    x, g = torch.randn(*shape, dtype=torch.float64), torch.randn(*shape, dtype=torch.float64)
+    got = _split_grads(model, x, g, direct=direct)
+    for a, b in zip(got, _reference(model, x, g)[1:], strict=True):
+        assert torch.allclose(a, b)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.autograd.graph import GradientEdge, Node
 
+from pipecast.runtime import weight_grads
 from pipecast.runtime.autograd_calls import accumulate_into, engine_call, on_engine_thread
 
 _ACCUMULATE = "AccumulateGrad"
@@ -80,12 +81,16 @@ def _children(root: Node) -> dict[Node, list[Node]]:
 def _weight_nodes(
     output: torch.Tensor, stage_input: torch.Tensor, params: Sequence[torch.Tensor]
 ) -> tuple[dict[Node, list[torch.Tensor]], list[torch.Tensor]]:
-    """Input-path nodes with parameter side branches, and the params none of them reach."""
+    """Input-path nodes with parameter side branches, and the params none of them reach.
+    A parameter used again further down the input path (a module called twice) is left to
+    the second list: re-entering the upper node would run on down the path to the lower
+    use and count that use twice, so W differentiates it once from the output instead."""
     assert output.grad_fn is not None
     by_id = {id(p): p for p in params}
     leads_to_input: dict[Node, bool] = {}
     params_below: dict[Node, dict[int, torch.Tensor]] = {}
     own: dict[Node, list[torch.Tensor]] = {}
+    reused: set[int] = set()
     for node, children in _children(output.grad_fn).items():
         if not children and type(node).__name__ == _ACCUMULATE:
             variable = node.variable  # type: ignore[attr-defined]
@@ -94,6 +99,7 @@ def _weight_nodes(
             continue
         below: dict[int, torch.Tensor] = {}
         side: dict[int, torch.Tensor] = {}
+        trunk: set[int] = set()
         on_path = False
         for child in children:
             found = params_below[child]
@@ -103,12 +109,16 @@ def _weight_nodes(
             below.update(found)
             if leads_to_input[child]:
                 on_path = True
+                trunk.update(found)
             else:
                 side.update(found)
         leads_to_input[node] = on_path
         params_below[node] = below
         if on_path and side:
             own[node] = list(side.values())
+            reused.update(trunk.intersection(side))
+    if reused:
+        own = {n: kept for n, ps in own.items() if (kept := [p for p in ps if id(p) not in reused])}
     covered = {id(p) for ps in own.values() for p in ps}
     return own, [p for p in params if id(p) not in covered]
 
@@ -209,9 +219,20 @@ def backward_input_segments(
     return grad, works
 
 
-def backward_weight(work: WeightWork) -> None:
-    """W: parameter gradients from what B captured, accumulated into .grad."""
+_DIRECT_WEIGHTS = True
+
+
+def backward_weight(work: WeightWork, *, direct: bool | None = None) -> None:
+    """W: parameter gradients from what B captured, accumulated into .grad: for the node
+    kinds weight_grads knows, by the op the engine would run (`direct`, default on), else
+    by an autograd call per node."""
+    if direct is None:
+        direct = _DIRECT_WEIGHTS
     for node, grad_outputs, params in work.captured:
+        found = weight_grads.direct(node, grad_outputs, params) if direct else None
+        if found is not None:
+            accumulate_into(params, found)
+            continue
         slots = [i for i, g in enumerate(grad_outputs) if g is not None]
         if not slots:
             continue
