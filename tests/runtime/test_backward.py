@@ -195,7 +195,8 @@ def test_a_gpu_w_with_nothing_to_do_makes_no_call(monkeypatch: pytest.MonkeyPatc
 class _Pieces(nn.Module):
     """Every node kind W computes without the engine, and some it leaves to it: Linear on 2-
     and 3-dimensional inputs, with and without a bias, a weight used twice, LayerNorm, a
-    bias added on its own, an addmm with alpha 2, a convolution."""
+    bias added on its own, an addmm with alpha 2, a convolution with a stride and groups,
+    BatchNorm."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -204,14 +205,17 @@ class _Pieces(nn.Module):
         self.norm = nn.LayerNorm(8)
         self.bias = nn.Parameter(torch.randn(8))
         self.scaled = nn.Parameter(torch.randn(8, 8))
-        self.conv = nn.Conv1d(3, 3, 1)
+        self.conv = nn.Conv1d(3, 6, 3, stride=2, padding=1, groups=3)
+        self.bn = nn.BatchNorm1d(6)
+        self.back = nn.Conv1d(6, 3, 1, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (2, 3, 6)
         h = self.a(x)  # 3-d: addmm behind a view
         h = self.b(torch.tanh(h)) + self.b(h)  # one weight, two uses
         h = self.norm(h) + self.bias
         flat = torch.addmm(h.flatten(0, 1), h.flatten(0, 1), self.scaled, alpha=2.0)
-        out: torch.Tensor = self.conv(flat.view(2, 3, 8)) + self.a(flat.view(2, 3, 8)[..., :6])
+        conv = self.back(self.bn(self.conv(flat.view(2, 3, 8))))  # (2, 3, 4)
+        out: torch.Tensor = torch.cat([conv, conv], dim=-1) + self.a(flat.view(2, 3, 8)[..., :6])
         return out
 
 
@@ -248,7 +252,7 @@ def test_w_without_the_engine_gives_its_gradients_bit_for_bit(dtype: torch.dtype
 def test_w_without_the_engine_makes_no_autograd_call_for_linear_and_layernorm(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A transformer layer's W: every node done directly; a convolution's through the
+    """A transformer layer's W: every node done directly; BatchNorm's through the
     engine; a parameter with a hook through the engine too, so the hook runs."""
     from pipecast.runtime import backward
 
@@ -266,9 +270,9 @@ def test_w_without_the_engine_makes_no_autograd_call_for_linear_and_layernorm(
     _split_grads(layer, x, g, direct=True)
     assert len(calls) == 1  # B's own call, and none in W
     calls.clear()
-    conv = nn.Sequential(nn.Conv1d(3, 3, 1), nn.Conv1d(3, 3, 1))
+    conv = nn.Sequential(nn.Conv1d(3, 3, 1), nn.BatchNorm1d(3), nn.Conv1d(3, 3, 1))
     _split_grads(conv, torch.randn(2, 3, 4), torch.randn(2, 3, 4), direct=True)
-    assert len(calls) == 1 + 2  # B's, and W's one per convolution
+    assert len(calls) == 1 + 1  # B's, and W's one for BatchNorm (convolutions by the op)
     calls.clear()
     seen: list[torch.Tensor] = []
     mlp = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))

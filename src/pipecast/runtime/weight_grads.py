@@ -14,11 +14,14 @@ tensors the node saved, then the reduction the engine applies to a broadcast inp
   the bias's summed to its shape;
 * NativeLayerNormBackward0: native_layer_norm_backward with only the weight's and bias's
   outputs asked for;
-* AddBackward0 (a bias added on its own): the gradient summed to the bias's shape.
+* AddBackward0 (a bias added on its own): the gradient summed to the bias's shape;
+* ConvolutionBackward0 (every nn.Conv*d): convolution_backward with only the weight's and
+  bias's outputs asked for.
 
-Anything else (another kind, alpha or beta other than 1, a parameter reached through a cast
-or a view, a parameter with hooks, which autograd's accumulation would run) goes through
-the engine as before. Results equal the engine's bit for bit on CPU (tests).
+Anything else (BatchNorm, whose node differs between CPU and cuDNN, another kind, alpha or
+beta other than 1, a parameter reached through a cast or a view, a parameter with hooks,
+which autograd's accumulation would run) goes through the engine as before. Results equal
+the engine's bit for bit on CPU (tests).
 """
 
 from __future__ import annotations
@@ -136,6 +139,31 @@ def _add(
     return [_reduced(grad, p) for p in params]
 
 
+def _convolution(
+    node: Node, grad: torch.Tensor, params: Sequence[torch.Tensor]
+) -> list[torch.Tensor] | None:
+    edges = node.next_functions
+    weight, bias = _leaf(edges[1]), _leaf(edges[2])
+    if not all(p is weight or p is bias for p in params):
+        return None
+    wants_weight = any(p is weight for p in params)
+    wants_bias = any(p is bias for p in params)
+    _, grad_weight, grad_bias = _aten.convolution_backward(
+        grad,
+        node._saved_input,  # type: ignore[attr-defined]
+        node._saved_weight,  # type: ignore[attr-defined]
+        node._saved_bias_sym_sizes_opt,  # type: ignore[attr-defined]
+        node._saved_stride,  # type: ignore[attr-defined]
+        node._saved_padding,  # type: ignore[attr-defined]
+        node._saved_dilation,  # type: ignore[attr-defined]
+        node._saved_transposed,  # type: ignore[attr-defined]
+        node._saved_output_padding,  # type: ignore[attr-defined]
+        node._saved_groups,  # type: ignore[attr-defined]
+        [False, wants_weight, wants_bias],
+    )
+    return [grad_weight if p is weight else grad_bias for p in params]
+
+
 _KINDS: dict[
     str, Callable[[Node, torch.Tensor, Sequence[torch.Tensor]], list[torch.Tensor] | None]
 ] = {
@@ -143,6 +171,7 @@ _KINDS: dict[
     "MmBackward0": _mm,
     "NativeLayerNormBackward0": _layer_norm,
     "AddBackward0": _add,
+    "ConvolutionBackward0": _convolution,
 }
 
 
