@@ -306,3 +306,24 @@ def test_a_module_called_twice_down_the_input_path_counts_each_use_once(
     got = _split_grads(model, x, g, direct=direct)
     for a, b in zip(got, _reference(model, x, g)[1:], strict=True):
         assert torch.allclose(a, b)
+
+
+def test_w_under_autocast_leaves_cast_weights_to_the_engine() -> None:
+    """Under autocast a Linear's weight reaches its node through a cast: W leaves such nodes
+    to the engine, and the gradients are the engine's."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.GELU(), nn.LayerNorm(8), nn.Linear(8, 4))
+    x, g = torch.randn(4, 8), torch.randn(4, 4, dtype=torch.bfloat16)
+    results = []
+    for direct in (False, True):
+        for p in model.parameters():
+            p.grad = None
+        leaf = x.detach().requires_grad_()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = model(leaf)
+        _, work = backward_input(out, g, leaf, list(model.parameters()))
+        backward_weight(work, direct=direct)
+        results.append([p.grad.clone() for p in model.parameters() if p.grad is not None])
+    assert len(results[1]) == len(list(model.parameters()))
+    for a, b in zip(*results, strict=True):
+        assert a.dtype == torch.float32 and torch.equal(a, b)
