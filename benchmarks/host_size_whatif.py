@@ -19,12 +19,12 @@ from pathlib import Path
 
 import common  # noqa: F401  (puts src/ on the path)
 from combine import repredicted, run_profiles
+from swap_profiles import HOST
 
 from pipecast.bench.accuracy import comparisons, summary
 from pipecast.profile.types import Profile
 
 RESULTS = Path(__file__).parent / "results"
-HOST = ("host_forward", "host_backward_input", "host_backward_weight", "host_backward")
 ESTIMATORS = ("smallest", "median", "second", "max", "maxbound")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -36,10 +37,7 @@ class DatasetSpec:
     def target_bytes(self, itemsize: int) -> int:
         """Bytes of one sample's target: int64 labels or token ids, or `itemsize`-byte
         floats of the input's shape (regression)."""
-        n = 1
-        for d in self.target_shape:
-            n *= d
-        return n * (itemsize if self.target == "regression" else 8)
+        return math.prod(self.target_shape) * (itemsize if self.target == "regression" else 8)
 
     @property
     def image_size(self) -> int:

@@ -34,6 +34,8 @@ from torch.autograd.graph import Node
 _ACCUMULATE = "AccumulateGrad"
 _TRANSPOSE = "TBackward0"
 _aten = torch.ops.aten
+Kind = Callable[[Node, torch.Tensor, Sequence[torch.Tensor]], list[torch.Tensor] | None]
+"""Each parameter's gradient from a node and the gradient into it, or None (the engine's)."""
 
 
 def _leaf(edge: tuple[Node | None, int]) -> torch.Tensor | None:
@@ -106,28 +108,6 @@ def _mm(
     return _matmul(node, grad, params, bias_slot=None)
 
 
-def _layer_norm(
-    node: Node, grad: torch.Tensor, params: Sequence[torch.Tensor]
-) -> list[torch.Tensor] | None:
-    edges = node.next_functions
-    weight, bias = _leaf(edges[1]), _leaf(edges[2])
-    if not all(p is weight or p is bias for p in params):
-        return None
-    wants_weight = any(p is weight for p in params)
-    wants_bias = any(p is bias for p in params)
-    _, grad_weight, grad_bias = _aten.native_layer_norm_backward(
-        grad,
-        node._saved_input,  # type: ignore[attr-defined]
-        node._saved_normalized_shape,  # type: ignore[attr-defined]
-        node._saved_result1,  # type: ignore[attr-defined]
-        node._saved_result2,  # type: ignore[attr-defined]
-        node._saved_weight,  # type: ignore[attr-defined]
-        node._saved_bias,  # type: ignore[attr-defined]
-        [False, wants_weight, wants_bias],
-    )
-    return [grad_weight if p is weight else grad_bias for p in params]
-
-
 def _add(
     node: Node, grad: torch.Tensor, params: Sequence[torch.Tensor]
 ) -> list[torch.Tensor] | None:
@@ -139,39 +119,44 @@ def _add(
     return [_reduced(grad, p) for p in params]
 
 
-def _convolution(
-    node: Node, grad: torch.Tensor, params: Sequence[torch.Tensor]
-) -> list[torch.Tensor] | None:
-    edges = node.next_functions
-    weight, bias = _leaf(edges[1]), _leaf(edges[2])
-    if not all(p is weight or p is bias for p in params):
-        return None
-    wants_weight = any(p is weight for p in params)
-    wants_bias = any(p is bias for p in params)
-    _, grad_weight, grad_bias = _aten.convolution_backward(
-        grad,
-        node._saved_input,  # type: ignore[attr-defined]
-        node._saved_weight,  # type: ignore[attr-defined]
-        node._saved_bias_sym_sizes_opt,  # type: ignore[attr-defined]
-        node._saved_stride,  # type: ignore[attr-defined]
-        node._saved_padding,  # type: ignore[attr-defined]
-        node._saved_dilation,  # type: ignore[attr-defined]
-        node._saved_transposed,  # type: ignore[attr-defined]
-        node._saved_output_padding,  # type: ignore[attr-defined]
-        node._saved_groups,  # type: ignore[attr-defined]
-        [False, wants_weight, wants_bias],
-    )
-    return [grad_weight if p is weight else grad_bias for p in params]
+def _weight_and_bias(op: Callable[..., tuple[torch.Tensor, ...]], saved: tuple[str, ...]) -> Kind:
+    """A node whose inputs are (input, weight, bias) and whose backward `op` takes the
+    gradient, the node's `saved` tensors and arguments, and a mask of the outputs wanted."""
+
+    def kind(
+        node: Node, grad: torch.Tensor, params: Sequence[torch.Tensor]
+    ) -> list[torch.Tensor] | None:
+        edges = node.next_functions
+        weight, bias = _leaf(edges[1]), _leaf(edges[2])
+        if not all(p is weight or p is bias for p in params):
+            return None
+        mask = [False, any(p is weight for p in params), any(p is bias for p in params)]
+        _, grad_weight, grad_bias = op(grad, *(getattr(node, f"_saved_{n}") for n in saved), mask)
+        return [grad_weight if p is weight else grad_bias for p in params]
+
+    return kind
 
 
-_KINDS: dict[
-    str, Callable[[Node, torch.Tensor, Sequence[torch.Tensor]], list[torch.Tensor] | None]
-] = {
+_LAYER_NORM = ("input", "normalized_shape", "result1", "result2", "weight", "bias")
+_CONVOLUTION = (
+    "input",
+    "weight",
+    "bias_sym_sizes_opt",
+    "stride",
+    "padding",
+    "dilation",
+    "transposed",
+    "output_padding",
+    "groups",
+)
+
+
+_KINDS: dict[str, Kind] = {
     "AddmmBackward0": _addmm,
     "MmBackward0": _mm,
-    "NativeLayerNormBackward0": _layer_norm,
+    "NativeLayerNormBackward0": _weight_and_bias(_aten.native_layer_norm_backward, _LAYER_NORM),
     "AddBackward0": _add,
-    "ConvolutionBackward0": _convolution,
+    "ConvolutionBackward0": _weight_and_bias(_aten.convolution_backward, _CONVOLUTION),
 }
 
 
