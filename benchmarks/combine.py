@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import math
 import statistics
 from collections.abc import Iterable
 from dataclasses import replace
@@ -52,9 +53,7 @@ def run_profiles(run: Path, prefix: str = "profile_") -> dict[str, Profile]:
         if profile.workload:
             workload = Workload.from_dict(profile.workload)
             if not profile.target_bytes_per_sample:  # profiled before the profiler kept it
-                itemsize = profile.input_bytes_per_sample
-                for d in workload.spec.sample_shape:
-                    itemsize //= d
+                itemsize = profile.input_bytes_per_sample // math.prod(workload.spec.sample_shape)
                 target = workload.spec.target_bytes(itemsize)
                 profile = replace(profile, target_bytes_per_sample=target)
             out[workload.key] = profile
