@@ -48,6 +48,10 @@ def test_profile_measures_every_block_and_size() -> None:
     assert Profile.from_json(p.to_json()).host_reference == p.host_reference
     assert 0 < p.host_issue < p.host_reference  # torch's host work on a tiny model, timed
     assert Profile.from_json(p.to_json()).host_issue == p.host_issue
+    # the host's speed beside each size's host costs, a reading of the same kind
+    assert sorted(p.size_issue) == [2, 4] and all(v > 0 for v in p.size_issue.values())
+    assert min(p.size_issue.values()) < 10 * p.host_issue < 100 * max(p.size_issue.values())
+    assert Profile.from_json(p.to_json()).size_issue == p.size_issue
     # tensors torch's DDP handles one by one: LeNet-5's 5 layers x (weight, bias), no buffers
     assert [b.param_tensors for b in p.blocks if b.param_tensors] == [2] * 5
     assert sum(b.buffer_tensors for b in p.blocks) == 0

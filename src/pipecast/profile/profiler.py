@@ -109,6 +109,7 @@ def _profile_model(
     b_call = split_call(device, dtype, options)
     host_speed, host_issue = [hostspeed.reference()], [hostspeed.issue(device)]
     plain_passes: dict[int, Context] = {}  # per size: whole-model passes
+    size_issue: dict[int, float] = {}  # per size: hostspeed.issue() beside its host readings
     held_passes: dict[int, Context] = {}  # per size: passes behind a hold (hide_issue)
     hiding = options.hide_issue and device.type == "cuda"
     graphs = GraphRecorder(len(blocks), options, device)  # graph replay times
@@ -181,6 +182,7 @@ def _profile_model(
         graphs.loss_fn(loss_fn, x, target)
         host_speed.append(hostspeed.reference())
         host_issue.append(hostspeed.issue(device))
+        size_issue[mb] = host_issue[-1]
         if in_context:
             first, _ = synthetic_batch(spec, mb, seed=options.seed, dtype=dtype)
             with quiet_gc():
@@ -193,6 +195,8 @@ def _profile_model(
                     else:
                         held_passes[mb] = behind
                 graphs.whole(blocks, x_in)
+            after = hostspeed.issue(device)  # the passes' host times lie between the two
+            size_issue[mb] = statistics.mean([size_issue[mb], after])
     contexts = in_place(plain_passes, held_passes)
     for mb, context in contexts.items():
         rescale(costs, mb, context, loss_backward=loss[mb][1])
@@ -237,6 +241,7 @@ def _profile_model(
         host_split_call=b_call,
         host_reference=statistics.median(host_speed),
         host_issue=statistics.median(host_issue),
+        size_issue=size_issue,
         issue_hidden=bool(contexts) and all(c.issue_hidden for c in contexts.values()),
         graph_times=graphs.enabled,
         graph_failure=graphs.failure,

@@ -184,6 +184,11 @@ class Profile:
     host_issue: float = 0.0
     """hostspeed.issue() at the same points: the torch host work of a fixed tiny model, as
     fast as this process issued it while profiling (0: not recorded)."""
+    size_issue: dict[int, float] = field(default_factory=dict)
+    """Micro-batch size -> hostspeed.issue() read beside that size's host costs (the mean of
+    readings just before and just after its whole-model passes, or without those passes the
+    reading just after its per-block runs): the host's speed when those costs were read
+    (empty: not recorded)."""
     issue_hidden: bool = False
     """Whether the in-context passes of every size timed the device with the host's issuing
     hidden (ProfileOptions.hide_issue), so that device times are the device's alone (False
@@ -411,6 +416,7 @@ class Profile:
                 "host_split_call": self.host_split_call,
                 "host_reference": self.host_reference,
                 "host_issue": self.host_issue,
+                "size_issue": {str(mb): v for mb, v in self.size_issue.items()},
                 "issue_hidden": self.issue_hidden,
                 "graph_times": self.graph_times,
                 "graph_failure": self.graph_failure,
@@ -480,6 +486,7 @@ class Profile:
                 host_split_call=float(doc.get("host_split_call", 0.0)),
                 host_reference=float(doc.get("host_reference", 0.0)),
                 host_issue=float(doc.get("host_issue", 0.0)),
+                size_issue={int(mb): float(v) for mb, v in doc.get("size_issue", {}).items()},
                 issue_hidden=bool(doc.get("issue_hidden", False)),
                 graph_times=bool(doc.get("graph_times", False)),
                 graph_failure=str(doc.get("graph_failure", "")),
