@@ -74,7 +74,7 @@ def predictions(
             "host_reference": profile.host_reference,
             "host_issue": profile.host_issue,
             "host_factor": cluster.host_factor(
-                min(strategy.gpus, cluster.gpus_per_node), profile.issue_at_host_costs
+                min(strategy.gpus, cluster.gpus_per_node), profile.host_issue
             ),
             "timeline": [e.to_row() for e in pred.timeline.events],
         }

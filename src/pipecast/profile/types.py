@@ -199,17 +199,6 @@ class Profile:
     graph_failure: str = ""
     """Why a profile that tried to time CUDA graphs has none (the capture's error)."""
 
-    @property
-    def issue_at_host_costs(self) -> float:
-        """hostspeed.issue() as the host ran when the host costs the predictions use were
-        read: beside the smallest size's (see _interp_cost), else `host_issue` (profiles
-        before size_issue). The median of all the profile's readings mixes spells: on one 4 x
-        H200 machine (h200x4-run12) it stood 0.88-1.18x the reading beside the costs used,
-        model by model."""
-        if self.size_issue:
-            return self.size_issue[min(self.size_issue)]
-        return self.host_issue
-
     # ---- costs at any micro-batch size -------------------------------------------------
 
     def cost(self, block: int, micro_batch: int) -> BlockCost:

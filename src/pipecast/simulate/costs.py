@@ -134,7 +134,7 @@ def costs_from_profile(
     where it has them (Profile.graph_times), else its eager device times."""
     stages = []
     busy = len({d for st in partition.stages for d in st.devices})
-    slow = cluster.host_factor(min(busy, cluster.gpus_per_node), profile.issue_at_host_costs)
+    slow = cluster.host_factor(min(busy, cluster.gpus_per_node), profile.host_issue)
     last = partition.num_stages - 1
     for index, st in enumerate(partition.stages):
         c = profile.stage(st.start, st.stop, micro_batch)
