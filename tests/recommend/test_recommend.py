@@ -14,7 +14,7 @@ from pipecast.models import Workload
 from pipecast.profile.profiler import ProfileOptions, profile_model
 from pipecast.profile.types import Profile
 from pipecast.recommend.enumerate import GRAPHED_SCHEDULES, strategies, with_graphs
-from pipecast.recommend.predict import ERROR_BAND, predict
+from pipecast.recommend.predict import ERROR_RANGE, predict
 from pipecast.recommend.rank import explain, recommend
 from pipecast.recommend.strategy import Strategy
 from pipecast.recommend.validate import measure
@@ -111,11 +111,14 @@ def test_recommend_cli_calibrates_once_then_uses_the_cache(
     assert all(len(v["rounds"]) == 2 for v in doc["validation"])
     assert all(v["measured"] == pytest.approx(sum(v["rounds"]) / 2) for v in doc["validation"])
 
-    def band(r: dict[str, object]) -> float:
-        return ERROR_BAND["host" if r["host_bound"] else "device"]
+    def plausible(r: dict[str, object]) -> tuple[float, float]:
+        low, high = ERROR_RANGE["host" if r["host_bound"] else "device"]
+        step = float(r["step_time"])  # type: ignore[arg-type]
+        return step / (1 + high), step / (1 + low)
 
-    ceiling = best["step_time"] * (1 + band(best))
-    close = [r["label"] for r in ranked if r["step_time"] * (1 - band(r)) <= ceiling]
+    assert all(r["likely_measured"] == pytest.approx(list(plausible(r))) for r in ranked)
+    ceiling = plausible(best)[1]
+    close = [r["label"] for r in ranked if plausible(r)[0] <= ceiling]
     assert validated == close[:4]
     with pytest.raises(SystemExit):
         main([*argv, "--validate", "some"])
@@ -288,9 +291,12 @@ def test_close_calls_are_the_strategies_within_error_of_the_best() -> None:
     best = rec.best
     close = rec.close_calls(limit=100)
     assert close[0] is best
-    ceiling = best.step_time * (1 + best.error_band)
+    ceiling = best.measured_range[1]
     for p in rec.ranked:
-        assert (p in close) == (p.step_time * (1 - p.error_band) <= ceiling)
+        assert (p in close) == (p.measured_range[0] <= ceiling)
+        fastest, slowest = p.measured_range  # predictions err fast more often: the range
+        assert fastest < p.step_time < slowest  # reaches further above than below
+        assert slowest - p.step_time > p.step_time - fastest
     assert len(rec.close_calls(limit=2)) <= 2
     if len(close) > 1:
         assert "--validate auto" in rec.reason()

@@ -252,6 +252,7 @@ def _write(path: str, rec: Recommendation, measured: list[Measured]) -> None:
                 "bubble": p.timeline.bubble_fraction,
                 "host_share": p.timeline.host_share,
                 "host_bound": p.host_bound,
+                "likely_measured": list(p.measured_range),
                 "partition": p.partition.boundaries,
             }
             for p in rec.ranked

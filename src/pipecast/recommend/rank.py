@@ -43,11 +43,11 @@ class Recommendation:
         return text
 
     def close_calls(self, limit: int = 4) -> tuple[Prediction, ...]:
-        """The best and every strategy that may really be faster than it: their predictions,
-        widened by each one's error band, overlap. Only measurement can order these."""
-        best = self.best
-        ceiling = best.step_time * (1 + best.error_band)
-        close = [p for p in self.ranked if p.step_time * (1 - p.error_band) <= ceiling]
+        """The best and every strategy that may really be faster than it: its fastest likely
+        measurement is no slower than the best's slowest (Prediction.measured_range). Only
+        measurement can order these."""
+        ceiling = self.best.measured_range[1]
+        close = [p for p in self.ranked if p.measured_range[0] <= ceiling]
         return tuple(close[:limit])
 
 

@@ -1,0 +1,60 @@
+"""How far off the step-time predictions fall, and which way: the 10th and 90th percentiles
+of (predicted - measured) / measured over every stored run's eager configurations, apart for
+device-bound and host-bound predictions, as this checkout re-predicts them from each run's
+own profiles and probe (combine.repredicted). The recommender's ERROR_RANGE
+(pipecast.recommend.predict) is this output rounded outward to whole per cents (CPU only,
+about 8 minutes; results/error-bands.txt).
+
+    cd benchmarks && python3 error_bands.py > results/error-bands.txt
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+
+from combine import repredicted
+
+from pipecast.bench.accuracy import comparisons
+
+RUNS = (
+    [f"h200x4-run{i}" for i in range(7, 12)]
+    + [f"h200x2-run{i}" for i in range(1, 4)]
+    + [f"h100x4-run{i}" for i in range(1, 13)]
+    + ["h100x2-graphs-run1", "h100x2-graphs-run2", "h200x4-graphs-run1"]
+    + ["h100x4-graphs-run1", "h100x4-graphs-run2", "h200x4-run12"]
+)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear between the closest ranks (numpy's default)."""
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * q
+    low = int(k)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (k - low)
+
+
+def main() -> None:
+    results = Path(__file__).resolve().parent / "results"
+    errors: dict[str, list[float]] = {"device": [], "host": []}
+    for run in RUNS:
+        comps = [c for c in comparisons(repredicted(results / run)) if not c.graphed]
+        for c in comps:
+            errors["host" if c.host_bound else "device"].append(c.error)
+        print(f"{run}: {len(comps)} eager configurations")
+    for regime, values in errors.items():
+        fast = sum(e < 0 for e in values) / len(values)
+        low, high = percentile(values, 0.1), percentile(values, 0.9)
+        print(
+            f"{regime}-bound: {len(values)} configurations, median {statistics.median(values):+.1%}"
+            f", 10th percentile {low:+.1%}, 90th {high:+.1%}"
+            f", 80th of |error| {percentile([abs(e) for e in values], 0.8):.1%}; "
+            f"{fast:.0%} predicted fast; ERROR_RANGE {math.floor(low * 100) / 100:+.2f}, "
+            f"{math.ceil(high * 100) / 100:+.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
