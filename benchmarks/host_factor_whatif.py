@@ -1,0 +1,75 @@
+"""Which host factor carries: stored runs re-predicted with the busy rank's slowdown taken
+three ways (CPU only; output: results/host-factor-whatif.txt).
+
+* `profile`: the probe's hostspeed.issue() with n ranks busy over the profile's own reading
+  (Cluster.host_factor, what the simulator uses);
+* `contention`: the probe's pure-Python loop with n ranks busy over alone (what profiles
+  without issue readings get);
+* `probe`: the probe's issue reading with n ranks busy over its own reading alone, both
+  taken in the same interleaved rounds, the profile's reading left out.
+
+Only runs whose probe read hostspeed.issue() differ; each line gives a variant's median and
+worst |error|, the rows within 20%, the host-bound median and the worst memory error.
+
+    cd benchmarks && python3 host_factor_whatif.py > results/host-factor-whatif.txt
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from combine import repredicted
+
+from pipecast.bench.accuracy import comparisons, summary
+from pipecast.hardware.cluster import Cluster
+
+RUNS = (
+    [f"h100x4-run{i}" for i in range(3, 13)]
+    + ["h200x4-run11", "h100x2-graphs-run1", "h100x2-graphs-run2", "h200x4-graphs-run1"]
+    + ["h100x4-graphs-run1", "h100x4-graphs-run2", "h200x4-run12"]
+)
+MEASURED = Cluster.host_factor
+
+
+def contention(self: Cluster, busy: int, profiled_issue: float = 0.0) -> float:
+    return MEASURED(self, busy, 0.0)
+
+
+def probe(self: Cluster, busy: int, profiled_issue: float = 0.0) -> float:
+    if 1 not in self.host_issue:
+        return MEASURED(self, busy, profiled_issue)
+    known = [n for n in self.host_issue if n <= busy] or [min(self.host_issue)]
+    return self.host_issue[max(known)] / self.host_issue[1]
+
+
+VARIANTS: dict[str, Callable[..., float]] = {
+    "profile": MEASURED,
+    "contention": contention,
+    "probe": probe,
+}
+
+
+def main() -> None:
+    results = Path(__file__).resolve().parent / "results"
+    totals = {name: [0, 0] for name in VARIANTS}
+    for run in RUNS:
+        cells = []
+        for name, factor in VARIANTS.items():
+            Cluster.host_factor = factor  # type: ignore[method-assign]
+            s = summary(comparisons(repredicted(results / run)))
+            totals[name][0] += s["within_20_percent"]
+            totals[name][1] += s["configurations"]
+            cells.append(
+                f"{name} {s['median_abs_error']:6.1%} {s['worst_abs_error']:6.1%} "
+                f"{s['within_20_percent']:2d} {s.get('host_bound_median_abs_error', 0.0):6.1%} "
+                f"{s['worst_abs_memory_error']:5.1%}"
+            )
+        Cluster.host_factor = MEASURED  # type: ignore[method-assign]
+        print(f"{run:20s} " + " | ".join(cells), flush=True)
+    for name, (within, rows) in totals.items():
+        print(f"{name}: {within} of {rows} within 20%")
+
+
+if __name__ == "__main__":
+    main()
