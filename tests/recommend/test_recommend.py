@@ -298,6 +298,10 @@ def test_close_calls_are_the_strategies_within_error_of_the_best() -> None:
         assert fastest < p.step_time < slowest  # reaches further above than below
         assert slowest - p.step_time > p.step_time - fastest
     assert len(rec.close_calls(limit=2)) <= 2
+    # the recommendation says what a run likely measures, slowest first
+    fastest, slowest = best.measured_range
+    assert f"likely measures {64 / slowest:,.1f}-{64 / fastest:,.1f})" in rec.reason()
+    assert 64 / slowest < best.samples_per_second < 64 / fastest
     if len(close) > 1:
         assert "--validate auto" in rec.reason()
 

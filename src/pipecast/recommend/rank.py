@@ -121,8 +121,10 @@ def explain(best: Prediction, ranked: tuple[Prediction, ...]) -> str:
         own = "pipeline" if best.strategy.kind == "hybrid" else best.strategy.kind
         if kind != own and kind not in others:
             others[kind] = pred
+    fastest, slowest = best.measured_range
     parts = [
         f"{best.strategy.label()} is predicted fastest at {best.samples_per_second:,.1f} samples/s"
+        f" (a run likely measures {best.batch / slowest:,.1f}-{best.batch / fastest:,.1f})"
     ]
     for pred in others.values():
         parts.append(
