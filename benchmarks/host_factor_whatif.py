@@ -8,8 +8,9 @@ three ways (CPU only; output: results/host-factor-whatif.txt).
 * `probe`: the probe's issue reading with n ranks busy over its own reading alone, both
   taken in the same interleaved rounds, the profile's reading left out.
 
-Only runs whose probe read hostspeed.issue() differ; each line gives a variant's median and
-worst |error|, the rows within 20%, the host-bound median and the worst memory error.
+Of error_bands.py's runs, those whose probe read hostspeed.issue() (only they differ);
+each line gives a variant's median and worst |error|, the rows within 20%, the host-bound
+median and the worst memory error.
 
     cd benchmarks && python3 host_factor_whatif.py > results/host-factor-whatif.txt
 """
@@ -20,15 +21,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from combine import repredicted
+from error_bands import RUNS
 
 from pipecast.bench.accuracy import comparisons, summary
 from pipecast.hardware.cluster import Cluster
 
-RUNS = (
-    [f"h100x4-run{i}" for i in range(3, 13)]
-    + ["h200x4-run11", "h100x2-graphs-run1", "h100x2-graphs-run2", "h200x4-graphs-run1"]
-    + ["h100x4-graphs-run1", "h100x4-graphs-run2", "h200x4-run12"]
-)
 MEASURED = Cluster.host_factor
 
 
@@ -54,6 +51,8 @@ def main() -> None:
     results = Path(__file__).resolve().parent / "results"
     totals = {name: [0, 0] for name in VARIANTS}
     for run in RUNS:
+        if not Cluster.load(str(results / run / "cluster.json")).host_issue:
+            continue  # a probe without issue readings: every variant is the contention one
         cells = []
         for name, factor in VARIANTS.items():
             Cluster.host_factor = factor  # type: ignore[method-assign]
