@@ -10,10 +10,17 @@ from torch import nn
 from pipecast import hostspeed
 from pipecast.cli.main import main
 from pipecast.data import get_spec
-from pipecast.errors import DataError, DeviceError, ShapeError
+from pipecast.errors import ConfigError, DataError, DeviceError, ShapeError
 from pipecast.models import Workload
 from pipecast.profile import Profile, robust
-from pipecast.profile.context import Context, in_place, in_situ, in_situ_hidden, rescale
+from pipecast.profile.context import (
+    Context,
+    across_windows,
+    in_place,
+    in_situ,
+    in_situ_hidden,
+    rescale,
+)
 from pipecast.profile.hold import HIDE_CAP, HIDE_LEAD, Hold, next_lead
 from pipecast.profile.measure import split_call
 from pipecast.profile.profiler import ProfileOptions, profile_model
@@ -362,3 +369,64 @@ def test_profile_prices_the_runtimes_own_backward_calls() -> None:
         assert getattr(measure, name) is getattr(backward, name)
     for name in ("backward_full", "backward_weights", "backward_input_segments"):
         assert getattr(engine, name) is getattr(backward, name)
+
+
+def test_windows_take_each_readings_median_over_windows() -> None:
+    """Three windows, one of them in a slow spell (host readings 2x) and one with a block
+    unmarked: every reading is its median over the windows, so the slow spell drops out,
+    and the per-block backward survives only where every window marked it."""
+
+    def window(host: float, marked: bool = True) -> Context:
+        return Context(
+            forward=[1e-3, 2e-3],
+            backward=4e-3,
+            host_forward=[host, 2 * host],
+            host_backward=3 * host,
+            backward_blocks=[1e-3, 3e-3] if marked else None,
+        )
+
+    fast, slow = window(1e-3), window(2e-3)
+    kept = across_windows([fast, slow, window(1.1e-3)])
+    assert kept.host_forward == pytest.approx([1.1e-3, 2.2e-3])
+    assert kept.host_backward == pytest.approx(3.3e-3)
+    assert kept.forward == [1e-3, 2e-3] and kept.backward_blocks == [1e-3, 3e-3]
+    assert across_windows([fast]) is fast
+    assert across_windows([fast, slow, window(1e-3, marked=False)]).backward_blocks is None
+    with pytest.raises(ValueError):
+        across_windows([])
+
+
+def test_profile_reads_the_host_in_windows_spread_over_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """host_windows=3: every size's plain passes run once before the per-block runs, once at
+    the size's turn and once after all of them; one window keeps the size's turn only."""
+    from pipecast.profile import profiler
+
+    calls: list[tuple[int, int]] = []  # (micro-batch, block runs so far)
+    measured = [0]
+    real_in_situ, real_measure = profiler.in_situ, profiler.measure_block
+
+    def counting_in_situ(blocks: list[nn.Module], x: torch.Tensor, *a: object) -> Context:
+        calls.append((x.shape[0], measured[0]))
+        return real_in_situ(blocks, x, *a)  # type: ignore[arg-type]
+
+    def counting_measure(*a: object, **k: object) -> dict[str, float]:
+        measured[0] += 1
+        return real_measure(*a, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(profiler, "in_situ", counting_in_situ)
+    monkeypatch.setattr(profiler, "measure_block", counting_measure)
+    w = Workload(model="lenet5", dataset="mnist")
+    options = replace(FAST, micro_batches=(2, 4), host_windows=3)
+    profile = profile_model(w.build(), w.spec, options, model_name="lenet5")
+    assert Profile.from_json(profile.to_json()).host_windows == 3
+    blocks = measured[0] // 2
+    assert sorted(mb for mb, _ in calls) == [2, 2, 2, 4, 4, 4]
+    assert calls[:2] == [(2, 0), (4, 0)]  # before any block ran
+    assert calls[-2:] == [(2, 2 * blocks), (4, 2 * blocks)]  # after every block ran
+    assert (2, blocks) in calls and (4, 2 * blocks) in calls[2:4]
+
+    calls.clear()
+    profile_model(w.build(), w.spec, replace(options, host_windows=1), model_name="lenet5")
+    assert [mb for mb, _ in calls] == [2, 4]
+    with pytest.raises(ConfigError, match="host windows"):
+        profile_model(w.build(), w.spec, replace(options, host_windows=0), model_name="lenet5")

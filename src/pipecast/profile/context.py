@@ -3,6 +3,7 @@ whole-model pass, and the isolated per-block costs rescaled to what the passes m
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -214,6 +215,35 @@ class _Pass:
     ended: object
     held: object | None = None
     """A mark before the device was held (hide_issue), else None."""
+
+
+def across_windows(windows: list[Context]) -> Context:
+    """One context from plain passes taken in several windows spread over a profile: each
+    reading's median over the windows. A host runs in spells seconds long (4 x H200: a GPT
+    forward sat near 2.4, 3.1 or 4.1 ms of host for a few seconds at a time), and one
+    window's passes, a second or two, see one spell; the median of windows far apart sees
+    the level the host keeps. Blocks are marked in every window or the result has none."""
+    if not windows:
+        raise ValueError("across_windows() needs at least one context")
+    if len(windows) == 1:
+        return windows[0]
+
+    mid = statistics.median
+
+    def each(lists: list[list[float]]) -> list[float]:
+        return [mid(column) for column in zip(*lists, strict=True)]
+
+    marked = [w.backward_blocks for w in windows]
+    return Context(
+        forward=each([w.forward for w in windows]),
+        backward=mid([w.backward for w in windows]),
+        host_forward=each([w.host_forward for w in windows]),
+        host_backward=mid([w.host_backward for w in windows]),
+        backward_blocks=each([m for m in marked if m is not None])
+        if all(m is not None for m in marked)
+        else None,
+        issue_hidden=all(w.issue_hidden for w in windows),
+    )
 
 
 def in_place(plain: dict[int, Context], held: dict[int, Context]) -> dict[int, Context]:

@@ -23,6 +23,12 @@ class ProfileOptions:
     """Time blocks in context too: forward between events in one whole-model pass, and the
     whole backward shared out by each block's isolated share. Isolated timing alone charges
     every block a fresh autograd call; a stage backs all its blocks up in one."""
+    host_windows: int = 3
+    """Windows of plain whole-model passes (`in_situ`) per size, spread over the profile:
+    one before the per-block runs, one at the size's turn, the rest after them; each
+    reading is the median over windows (context.across_windows). One window, a second or
+    two, sees one of the host's spells, and on 4 x H100 and H200 those moved a GPT
+    forward's host time by 20-40% (benchmarks/host_track.py)."""
     hide_issue: bool = True
     """Time the in-context passes' devices with the host's issuing hidden (CUDA only): more
     passes, each behind a spinning kernel long enough for the host to issue all of it first,

@@ -24,7 +24,14 @@ from pipecast.data.spec import DatasetSpec
 from pipecast.data.synthetic import synthetic_batch
 from pipecast.errors import ConfigError, DeviceError
 from pipecast.models.summary import block_name
-from pipecast.profile.context import Context, in_place, in_situ, in_situ_hidden, rescale
+from pipecast.profile.context import (
+    Context,
+    across_windows,
+    in_place,
+    in_situ,
+    in_situ_hidden,
+    rescale,
+)
 from pipecast.profile.graphed import GraphRecorder
 from pipecast.profile.measure import (
     BlockRun,
@@ -87,6 +94,8 @@ def _profile_model(
         raise ConfigError(f"micro-batch sizes must be at least 1, got {options.micro_batches}")
     if options.repeats < 1:
         raise ConfigError(f"repeats must be at least 1, got {options.repeats}")
+    if options.host_windows < 1:
+        raise ConfigError(f"host windows must be at least 1, got {options.host_windows}")
     device = devices.resolve(options.device)
     torch.manual_seed(options.seed)
     dtype = devices.DTYPES[options.dtype]
@@ -108,11 +117,27 @@ def _profile_model(
     fixed_step = optimizer_fixed(device, dtype, options)
     b_call = split_call(device, dtype, options)
     host_speed, host_issue = [hostspeed.reference()], [hostspeed.issue(device)]
-    plain_passes: dict[int, Context] = {}  # per size: whole-model passes
+    plain_passes: dict[int, list[Context]] = {mb: [] for mb in sizes}  # per size, per window
     size_issue: dict[int, float] = {}  # per size: hostspeed.issue() beside its host readings
     held_passes: dict[int, Context] = {}  # per size: passes behind a hold (hide_issue)
     hiding = options.hide_issue and device.type == "cuda"
     graphs = GraphRecorder(len(blocks), options, device)  # graph replay times
+
+    def host_window() -> None:
+        """Plain whole-model passes at every size, for the host's readings from a window
+        away from each size's own turn (ProfileOptions.host_windows)."""
+        for mb in sizes:
+            first, target = synthetic_batch(spec, mb, seed=options.seed, dtype=dtype)
+            with quiet_gc():
+                passes = in_situ(
+                    blocks, first.to(device), target.to(device), loss_fn, device, options
+                )
+            plain_passes[mb].append(passes)
+        host_issue.append(hostspeed.issue(device))
+
+    if in_context and options.host_windows > 1:
+        _check_shapes(blocks, spec, sizes[0], device, options)
+        host_window()
     for mb in sizes:
         gc.collect()
         x, target = synthetic_batch(spec, mb, seed=options.seed, dtype=dtype)
@@ -187,7 +212,7 @@ def _profile_model(
             first, _ = synthetic_batch(spec, mb, seed=options.seed, dtype=dtype)
             with quiet_gc():
                 x_in = first.to(device)
-                plain_passes[mb] = in_situ(blocks, x_in, target, loss_fn, device, options)
+                plain_passes[mb].append(in_situ(blocks, x_in, target, loss_fn, device, options))
                 if hiding:
                     behind = in_situ_hidden(blocks, x_in, target, loss_fn, device, options)
                     if behind is None:  # one size not hidden keeps the plain device times
@@ -197,7 +222,10 @@ def _profile_model(
                 graphs.whole(blocks, x_in)
             after = hostspeed.issue(device)  # the passes' host times lie between the two
             size_issue[mb] = statistics.mean([size_issue[mb], after])
-    contexts = in_place(plain_passes, held_passes)
+    for _ in range(options.host_windows - 2 if in_context else 0):
+        host_window()
+    plain = {mb: across_windows(w) for mb, w in plain_passes.items() if w}
+    contexts = in_place(plain, held_passes)
     for mb, context in contexts.items():
         rescale(costs, mb, context, loss_backward=loss[mb][1])
     graphs.apply(costs)
@@ -242,10 +270,28 @@ def _profile_model(
         host_reference=statistics.median(host_speed),
         host_issue=statistics.median(host_issue),
         size_issue=size_issue,
+        host_windows=max((len(w) for w in plain_passes.values()), default=0),
         issue_hidden=bool(contexts) and all(c.issue_hidden for c in contexts.values()),
         graph_times=graphs.enabled,
         graph_failure=graphs.failure,
     )
+
+
+def _check_shapes(
+    blocks: list[nn.Module],
+    spec: DatasetSpec,
+    mb: int,
+    device: torch.device,
+    options: ProfileOptions,
+) -> None:
+    """One forward block by block at micro-batch `mb`, without gradients: a block that fails
+    on its input raises ShapeError naming it, as the per-block runs would, before any
+    whole-model pass."""
+    x, _ = synthetic_batch(spec, mb, seed=options.seed, dtype=devices.DTYPES[options.dtype])
+    x = x.to(device)
+    with torch.no_grad():
+        for index, block in enumerate(blocks):
+            _, x = BlockRun(block, x, index, device, options).forward()
 
 
 def _input_bytes(spec: DatasetSpec, dtype: torch.dtype) -> int:

@@ -189,6 +189,10 @@ class Profile:
     readings just before and just after its whole-model passes, or without those passes the
     reading just after its per-block runs): the host's speed when those costs were read
     (empty: not recorded)."""
+    host_windows: int = 1
+    """Windows of whole-model passes each size's host costs are the median of
+    (ProfileOptions.host_windows; 1 for profiles taken before there were more, 0 for
+    profiles without whole-model passes)."""
     issue_hidden: bool = False
     """Whether the in-context passes of every size timed the device with the host's issuing
     hidden (ProfileOptions.hide_issue), so that device times are the device's alone (False
@@ -417,6 +421,7 @@ class Profile:
                 "host_reference": self.host_reference,
                 "host_issue": self.host_issue,
                 "size_issue": {str(mb): v for mb, v in self.size_issue.items()},
+                "host_windows": self.host_windows,
                 "issue_hidden": self.issue_hidden,
                 "graph_times": self.graph_times,
                 "graph_failure": self.graph_failure,
@@ -487,6 +492,7 @@ class Profile:
                 host_reference=float(doc.get("host_reference", 0.0)),
                 host_issue=float(doc.get("host_issue", 0.0)),
                 size_issue={int(mb): float(v) for mb, v in doc.get("size_issue", {}).items()},
+                host_windows=int(doc.get("host_windows", 1)),
                 issue_hidden=bool(doc.get("issue_hidden", False)),
                 graph_times=bool(doc.get("graph_times", False)),
                 graph_failure=str(doc.get("graph_failure", "")),
