@@ -1,12 +1,14 @@
 """Which host factor carries: stored runs re-predicted with the busy rank's slowdown taken
-three ways (CPU only; output: results/host-factor-whatif.txt).
+four ways (CPU only; output: results/host-factor-whatif.txt).
 
 * `profile`: the probe's hostspeed.issue() with n ranks busy over the profile's own reading
   (Cluster.host_factor, what the simulator uses);
 * `contention`: the probe's pure-Python loop with n ranks busy over alone (what profiles
   without issue readings get);
 * `probe`: the probe's issue reading with n ranks busy over its own reading alone, both
-  taken in the same interleaved rounds, the profile's reading left out.
+  taken in the same interleaved rounds, the profile's reading left out;
+* `none`: no factor, the profile's host costs as read (added after h100x4-run13, the
+  first suite with host costs read in three windows; not decided in advance).
 
 Of error_bands.py's runs, those whose probe read hostspeed.issue() (only they differ);
 each line gives a variant's median and worst |error|, the rows within 20%, the host-bound
@@ -40,10 +42,15 @@ def probe(self: Cluster, busy: int, profiled_issue: float = 0.0) -> float:
     return self.host_issue[max(known)] / self.host_issue[1]
 
 
+def none(self: Cluster, busy: int, profiled_issue: float = 0.0) -> float:
+    return 1.0
+
+
 VARIANTS: dict[str, Callable[..., float]] = {
     "profile": MEASURED,
     "contention": contention,
     "probe": probe,
+    "none": none,
 }
 
 
