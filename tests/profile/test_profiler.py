@@ -418,7 +418,9 @@ def test_profile_reads_the_host_in_windows_spread_over_it(monkeypatch: pytest.Mo
     w = Workload(model="lenet5", dataset="mnist")
     options = replace(FAST, micro_batches=(2, 4), host_windows=3)
     profile = profile_model(w.build(), w.spec, options, model_name="lenet5")
-    assert Profile.from_json(profile.to_json()).host_windows == 3
+    back = Profile.from_json(profile.to_json())
+    assert back.host_windows == 3
+    assert {mb: len(v) for mb, v in back.window_host.items()} == {2: 3, 4: 3}
     blocks = measured[0] // 2
     assert sorted(mb for mb, _ in calls) == [2, 2, 2, 4, 4, 4]
     assert calls[:2] == [(2, 0), (4, 0)]  # before any block ran

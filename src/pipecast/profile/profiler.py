@@ -271,6 +271,11 @@ def _profile_model(
         host_issue=statistics.median(host_issue),
         size_issue=size_issue,
         host_windows=max((len(w) for w in plain_passes.values()), default=0),
+        window_host={
+            mb: tuple(sum(c.host_forward) + c.host_backward for c in w)
+            for mb, w in plain_passes.items()
+            if w
+        },
         issue_hidden=bool(contexts) and all(c.issue_hidden for c in contexts.values()),
         graph_times=graphs.enabled,
         graph_failure=graphs.failure,

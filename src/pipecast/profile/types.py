@@ -193,6 +193,10 @@ class Profile:
     """Windows of whole-model passes each size's host costs are the median of
     (ProfileOptions.host_windows; 1 for profiles taken before there were more, 0 for
     profiles without whole-model passes)."""
+    window_host: dict[int, tuple[float, ...]] = field(default_factory=dict)
+    """Micro-batch size -> each window's host seconds issuing the whole model's forward and
+    backward, in the order taken: how far the host's spells moved them (empty: not
+    recorded)."""
     issue_hidden: bool = False
     """Whether the in-context passes of every size timed the device with the host's issuing
     hidden (ProfileOptions.hide_issue), so that device times are the device's alone (False
@@ -422,6 +426,7 @@ class Profile:
                 "host_issue": self.host_issue,
                 "size_issue": {str(mb): v for mb, v in self.size_issue.items()},
                 "host_windows": self.host_windows,
+                "window_host": {str(mb): list(v) for mb, v in self.window_host.items()},
                 "issue_hidden": self.issue_hidden,
                 "graph_times": self.graph_times,
                 "graph_failure": self.graph_failure,
@@ -493,6 +498,10 @@ class Profile:
                 host_issue=float(doc.get("host_issue", 0.0)),
                 size_issue={int(mb): float(v) for mb, v in doc.get("size_issue", {}).items()},
                 host_windows=int(doc.get("host_windows", 1)),
+                window_host={
+                    int(mb): tuple(float(x) for x in v)
+                    for mb, v in doc.get("window_host", {}).items()
+                },
                 issue_hidden=bool(doc.get("issue_hidden", False)),
                 graph_times=bool(doc.get("graph_times", False)),
                 graph_failure=str(doc.get("graph_failure", "")),
