@@ -166,7 +166,13 @@ def test_profile_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert code == 0 and out.exists()
     assert "Conv2d" in capsys.readouterr().out
     assert Profile.load(str(out)).model == "lenet5"
+    assert Profile.load(str(out)).host_windows == 3
     assert main(["profile", "--model", "lenet5", "--micro-batch", "0"]) == 2
+    one = ["profile", "--model", "lenet5", "--micro-batch", "2", "--repeats", "2"]
+    assert main([*one, "--host-windows", "1", "-o", str(out)]) == 0
+    assert Profile.load(str(out)).host_windows == 1
+    assert main([*one, "--host-windows", "0"]) == 2
+    assert "host windows must be at least 1" in capsys.readouterr().err
 
 
 def test_bf16_profile_halves_bytes() -> None:

@@ -28,6 +28,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--warmup", type=int, default=2, help="untimed warm-up runs")
     p.add_argument("--offload", action="store_true", help="hold one block on the device at a time")
     p.add_argument(
+        "--host-windows",
+        type=int,
+        default=3,
+        help="windows of whole-model passes spread over the profile; each size's host costs "
+        "are their median (the host's speed moves in spells of seconds)",
+    )
+    p.add_argument(
         "--hide-issue",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -103,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
         warmup=args.warmup,
         repeats=args.repeats,
         offload=True if args.offload else None,
+        host_windows=args.host_windows,
         hide_issue=args.hide_issue,
         graph_times=args.graph_times,
     )
