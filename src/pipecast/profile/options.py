@@ -28,7 +28,8 @@ class ProfileOptions:
     one before the per-block runs, one at the size's turn, the rest after them; each
     reading is the median over windows (context.across_windows). One window, a second or
     two, sees one of the host's spells, and on 4 x H100 and H200 those moved a GPT
-    forward's host time by 20-40% (benchmarks/host_track.py)."""
+    forward's host time by 20-40% (benchmarks/host_track.py). GPUs only: on a CPU, whose
+    host costs are not modelled, one window."""
     hide_issue: bool = True
     """Time the in-context passes' devices with the host's issuing hidden (CUDA only): more
     passes, each behind a spinning kernel long enough for the host to issue all of it first,

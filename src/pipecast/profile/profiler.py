@@ -57,6 +57,12 @@ __all__ = ["ProfileOptions", "measure_step", "profile_model"]
 Progress = Callable[[str], None]
 
 
+HOST_MODELLED = ("cuda",)
+"""Device types whose profiles time the host apart from the device (on a CPU the host does
+the work itself, and a profile's host costs are 0): only they read the host in
+ProfileOptions.host_windows windows, a CPU in one."""
+
+
 def _fits(model: nn.Sequential, device: torch.device) -> bool:
     if device.type != "cuda":
         return True
@@ -103,6 +109,8 @@ def _profile_model(
         model = model.to(dtype)
     offload = options.offload if options.offload is not None else not _fits(model, device)
     in_context = options.in_situ and not offload  # whole-model passes (context.in_situ)
+    # windows beyond the size's own turn only read the host, which only a GPU's profile models
+    windows = options.host_windows if device.type in HOST_MODELLED and in_context else 1
     if not offload:
         model = model.to(device)
     loss_fn = loss_for(spec)
@@ -135,7 +143,7 @@ def _profile_model(
             plain_passes[mb].append(passes)
         host_issue.append(hostspeed.issue(device))
 
-    if in_context and options.host_windows > 1:
+    if windows > 1:
         _check_shapes(blocks, spec, sizes[0], device, options)
         host_window()
     for mb in sizes:
@@ -222,7 +230,7 @@ def _profile_model(
                 graphs.whole(blocks, x_in)
             after = hostspeed.issue(device)  # the passes' host times lie between the two
             size_issue[mb] = statistics.mean([size_issue[mb], after])
-    for _ in range(options.host_windows - 2 if in_context else 0):
+    for _ in range(windows - 2):
         host_window()
     plain = {mb: across_windows(w) for mb, w in plain_passes.items() if w}
     contexts = in_place(plain, held_passes)
