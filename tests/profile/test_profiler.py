@@ -442,3 +442,22 @@ def test_profile_reads_the_host_in_windows_spread_over_it(monkeypatch: pytest.Mo
     assert [mb for mb, _ in calls] == [2, 4]
     with pytest.raises(ConfigError, match="host windows"):
         profile_model(w.build(), w.spec, replace(options, host_windows=0), model_name="lenet5")
+
+
+def test_profile_output_says_how_far_the_host_windows_lay_apart(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A GPU profile's windows (here written by hand onto a CPU profile): the spread of each
+    size's whole-model host times, and the widest printed under the table."""
+    from pipecast.cli.profile_verb import print_profile
+
+    w = Workload(model="lenet5", dataset="mnist")
+    p = profile_model(w.build(), w.spec, FAST, model_name="lenet5")
+    assert p.window_spread() == {}  # one window on a CPU, and its host time is 0
+    print_profile(p)
+    assert "windows" not in capsys.readouterr().out
+    gpu = replace(p, host_windows=3, window_host={2: (4e-3, 3e-3, 5e-3), 4: (4e-3, 4.4e-3, 4e-3)})
+    assert gpu.window_spread() == pytest.approx({2: 0.5, 4: 0.1})
+    print_profile(gpu)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "moved by up to 50% between 3 windows (micro-batch 2)" in out

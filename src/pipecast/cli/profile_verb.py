@@ -95,6 +95,13 @@ def print_profile(profile: Profile, micro_batch: int | None = None) -> None:
         style="bold",
     )
     console.print(table)
+    spread = profile.window_spread()
+    if spread:
+        worst = max(spread, key=spread.__getitem__)
+        console.print(
+            f"host: the whole model's host time moved by up to {spread[worst]:.0%} between "
+            f"{profile.host_windows} windows (micro-batch {worst}); each size keeps the median"
+        )
     if profile.graph_failure:
         console.print(f"[yellow]no CUDA graph times: {profile.graph_failure}[/]")
 

@@ -7,6 +7,7 @@ recommender read it, the profiler writes it, and its JSON form moves it between 
 from __future__ import annotations
 
 import bisect
+import statistics
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
@@ -15,6 +16,7 @@ from pipecast import jsonio
 from pipecast.allocator import SMALL_REQUEST, slot_reserved
 from pipecast.errors import ConfigError, DataError
 from pipecast.profile.stage_memory import backward_peak, graph_slot
+from pipecast.profile.stats import range_spread
 from pipecast.segments import segments
 
 FORMAT_VERSION = 1
@@ -299,6 +301,15 @@ class Profile:
         sizes = sorted(self.loss_alone)
         f, b = (_interp(sizes, [self.loss_alone[s][i] for s in sizes], micro_batch) for i in (0, 1))
         return f, b, self.loss_alone[sizes[0]][2], self.loss_alone[sizes[0]][3]
+
+    def window_spread(self) -> dict[int, float]:
+        """Micro-batch size -> how far its windows' whole-model host times lay apart,
+        (largest - smallest) / median, where it was read in more than one window."""
+        return {
+            mb: range_spread(v)
+            for mb, v in self.window_host.items()
+            if len(v) > 1 and statistics.median(v) > 0
+        }
 
     def graph_pool_factor(self, micro_batch: int) -> float:
         """How much memory a graphed stage's slot holds over what its tensors need at their
