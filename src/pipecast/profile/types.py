@@ -184,8 +184,9 @@ class Profile:
     """hostspeed.reference() while profiling (the median of readings before and after each
     size): how fast the host ran when its times were taken (0: not recorded)."""
     host_issue: float = 0.0
-    """hostspeed.issue() at the same points: the torch host work of a fixed tiny model, as
-    fast as this process issued it while profiling (0: not recorded)."""
+    """hostspeed.issue() at the same points and after each host window beyond the sizes'
+    own (the median of them all): the torch host work of a fixed tiny model, as fast as
+    this process issued it while profiling (0: not recorded)."""
     size_issue: dict[int, float] = field(default_factory=dict)
     """Micro-batch size -> hostspeed.issue() read beside that size's host costs (the mean of
     readings just before and just after its whole-model passes, or without those passes the
