@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import gc
+import math
 import statistics
 from collections.abc import Callable
 
@@ -131,16 +132,18 @@ def _profile_model(
     hiding = options.hide_issue and device.type == "cuda"
     graphs = GraphRecorder(len(blocks), options, device)  # graph replay times
 
+    def whole_batch(mb: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The batch the whole-model passes at size `mb` run on, on the device."""
+        first, target = synthetic_batch(spec, mb, seed=options.seed, dtype=dtype)
+        return first.to(device), target.to(device)
+
     def host_window() -> None:
         """Plain whole-model passes at every size, for the host's readings from a window
         away from each size's own turn (ProfileOptions.host_windows)."""
         for mb in sizes:
-            first, target = synthetic_batch(spec, mb, seed=options.seed, dtype=dtype)
+            x_in, target = whole_batch(mb)
             with quiet_gc():
-                passes = in_situ(
-                    blocks, first.to(device), target.to(device), loss_fn, device, options
-                )
-            plain_passes[mb].append(passes)
+                plain_passes[mb].append(in_situ(blocks, x_in, target, loss_fn, device, options))
         host_issue.append(hostspeed.issue(device))
 
     if windows > 1:
@@ -217,9 +220,8 @@ def _profile_model(
         host_issue.append(hostspeed.issue(device))
         size_issue[mb] = host_issue[-1]
         if in_context:
-            first, _ = synthetic_batch(spec, mb, seed=options.seed, dtype=dtype)
+            x_in, target = whole_batch(mb)
             with quiet_gc():
-                x_in = first.to(device)
                 plain_passes[mb].append(in_situ(blocks, x_in, target, loss_fn, device, options))
                 if hiding:
                     behind = in_situ_hidden(blocks, x_in, target, loss_fn, device, options)
@@ -278,7 +280,7 @@ def _profile_model(
         host_reference=statistics.median(host_speed),
         host_issue=statistics.median(host_issue),
         size_issue=size_issue,
-        host_windows=max((len(w) for w in plain_passes.values()), default=0),
+        host_windows=windows if in_context else 0,
         window_host={
             mb: tuple(sum(c.host_forward) + c.host_backward for c in w)
             for mb, w in plain_passes.items()
@@ -308,11 +310,8 @@ def _check_shapes(
 
 
 def _input_bytes(spec: DatasetSpec, dtype: torch.dtype) -> int:
-    n = 1
-    for d in spec.sample_shape:
-        n *= d
     itemsize = 8 if spec.input_kind == "tokens" else torch.empty((), dtype=dtype).element_size()
-    return n * itemsize
+    return math.prod(spec.sample_shape) * itemsize
 
 
 def measure_step(

@@ -7,7 +7,6 @@ recommender read it, the profiler writes it, and its JSON form moves it between 
 from __future__ import annotations
 
 import bisect
-import statistics
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
@@ -306,11 +305,7 @@ class Profile:
     def window_spread(self) -> dict[int, float]:
         """Micro-batch size -> how far its windows' whole-model host times lay apart,
         (largest - smallest) / median, where it was read in more than one window."""
-        return {
-            mb: range_spread(v)
-            for mb, v in self.window_host.items()
-            if len(v) > 1 and statistics.median(v) > 0
-        }
+        return {mb: range_spread(v) for mb, v in self.window_host.items() if len(v) > 1}
 
     def graph_pool_factor(self, micro_batch: int) -> float:
         """How much memory a graphed stage's slot holds over what its tensors need at their
