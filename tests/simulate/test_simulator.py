@@ -120,14 +120,32 @@ def test_transfers_delay_and_overlap() -> None:
     assert simulate(make_plan("gpipe", s, m), blocking).step_time > t1.step_time
 
 
-def test_allreduce_overlaps_last_backward_bucket_by_bucket() -> None:
-    st = StageTimes(forward=1, backward_input=1, backward_weight=1, backward=2, optimizer=0.1)
-    hidden = Costs(stages=(st,), allreduce=(1.5,), allreduce_buckets=(100,))
-    exposed = Costs(stages=(st,), allreduce=(1.5,), allreduce_buckets=(1,))
+def test_allreduce_hides_only_in_the_devices_idle_time() -> None:
     plan = make_plan("1f1b", 1, 1)
-    # starts with the last backward: 2 s of compute hide a 1.5 s all-reduce but its last bucket
-    assert simulate(plan, hidden).step_time == pytest.approx(3 + 0.015 + 0.1)
-    assert simulate(plan, exposed).step_time == pytest.approx(3 + 1.5 + 0.1)
+
+    def step(host_backward: float, buckets: int) -> float:
+        st = StageTimes(
+            forward=1,
+            backward_input=1,
+            backward_weight=1,
+            backward=2,
+            optimizer=0.1,
+            host_backward=host_backward,
+        )
+        costs = Costs(stages=(st,), allreduce=(1.5,), allreduce_buckets=(buckets,))
+        return simulate(plan, costs).step_time
+
+    # device-bound: the backward's 2 s keep the device busy, the all-reduce is paid in full
+    # after it, however finely bucketed
+    assert step(0.0, 100) == pytest.approx(3 + 1.5 + 0.1)
+    assert step(0.0, 1) == pytest.approx(3 + 1.5 + 0.1)
+    # the host issues the backward from 0 s to 5 s while the device runs the forward (0-1 s)
+    # and the backward (from 1 s, 2 s of work, done when issued): 2 s idle, where the 1.5 s
+    # all-reduce hides but for its last bucket
+    assert step(5.0, 100) == pytest.approx(5 + 0.015 + 0.1)
+    assert step(5.0, 1) == pytest.approx(5 + 1.5 + 0.1)
+    # 1 s idle (host done at 4 s): half a second of the all-reduce is left after the backward
+    assert step(4.0, 100) == pytest.approx(4 + 0.5 + 0.1)
 
 
 def test_recompute_trades_time_for_memory() -> None:

@@ -137,6 +137,7 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
     link_free: dict[tuple[int, int], float] = {}
     events: list[Event] = []
     last_backward: dict[int, Event] = {}
+    last_device: dict[int, float] = {}  # device seconds of each stage's last backward
     remaining = sum(len(a) for a in plan.actions)
     links = _Links(plan, costs, available, link_free, events) if costs.hold_sends else None
     last_stage = plan.num_stages - 1
@@ -191,10 +192,11 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
                     state.memory += st.held_bytes
                 if a.kind == "W":
                     state.memory -= held + st.held_bytes
-                    last_backward[a.stage] = events[-1]
                 elif a.kind == "BW":
                     state.memory -= held
+                if a.kind in ("W", "BW"):
                     last_backward[a.stage] = events[-1]
+                    last_device[a.stage] = _duration(a, st, costs, plan)
                 elif a.kind == "F" and plan.forward_only:
                     last_backward.setdefault(a.stage, events[-1])
                 state.free = finish
@@ -217,7 +219,7 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
             raise ConfigError(f"plan {plan.name} cannot finish: validate it first")
     compute_end = max((e.end for e in events), default=0.0)
     first = min((r.first_start for r in ranks if r.first_start >= 0), default=0.0)
-    step = _finish_step(plan, costs, ranks, last_backward, events)
+    step = _finish_step(plan, costs, ranks, last_backward, last_device, events)
     exposed_comm = 0.0
     if exposed and (costs.forward_transfer or costs.allreduce):
         exposed_comm = max(
@@ -357,10 +359,19 @@ def _finish_step(
     costs: Costs,
     ranks: list[_Rank],
     last_backward: dict[int, Event],
+    last_device: dict[int, float],
     events: list[Event],
 ) -> float:
     """All-reduce each replicated stage's gradients (overlapping its last backward bucket by
-    bucket), then the optimizer step on every rank."""
+    bucket), then the optimizer step on every rank.
+
+    The all-reduce's kernels share the rank's device with the backward's: they hide only in
+    the time that device would otherwise idle, while a host slower than its device issues
+    the backward. A device-bound backward leaves no such time and the all-reduce is paid in
+    full after it; only the last bucket's share is always paid after it, as its gradients
+    are the last computed. (Overlapped, a device's compute slows by about what the
+    all-reduce takes: DDP's device-bound rows were predicted fast by a median 4.7% over 28
+    GPU runs while the all-reduce ran beside the backward for free.)"""
     if plan.forward_only:
         return max((e.end for e in events), default=0.0)
     comm_free = [0.0] * plan.num_ranks
@@ -373,7 +384,8 @@ def _finish_step(
         ev = last_backward[stage]
         buckets = costs.allreduce_buckets[stage] if stage < len(costs.allreduce_buckets) else 1
         begin = max(ev.start, comm_free[r])
-        finish = max(begin + seconds, ev.end + seconds / buckets)
+        idle = max(ev.end - begin - last_device.get(stage, 0.0), 0.0)
+        finish = max(begin + seconds, ev.end + max(seconds / buckets, seconds - idle))
         comm_free[r] = finish
         grads_ready[r] = max(grads_ready[r], finish)
         events.append(Event(r, f"allreduce s{stage}", "allreduce", begin, finish, stage))
