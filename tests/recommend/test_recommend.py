@@ -223,6 +223,32 @@ def test_ddp_adds_its_host_work_per_tensor() -> None:
     )
 
 
+def test_ddp_all_reduces_during_a_host_bound_backward_pipecast_after_it() -> None:
+    """torch's DDP starts each gradient bucket's all-reduce during the backward, and where
+    the host binds the device has time to spare for it: only the last bucket is left after
+    the backward. pipecast's runtime launches a stage's all-reduce once its last backward is
+    done, so the whole of it follows."""
+    base = make_profile([1e-4] * 4, params=[10**8] * 4)
+    prof = replace(
+        base,
+        blocks=tuple(
+            replace(
+                b,
+                costs={mb: replace(c, host_backward=0.2) for mb, c in b.costs.items()},
+            )
+            for b in base.blocks
+        ),
+    )
+    cluster = replace(GPUS, step_overhead=0.0)
+    data = Strategy(kind="data", replicas=4)
+    ddp = predict(prof, cluster, data, 32, ddp_buckets=True)
+    runtime = predict(prof, cluster, data, 32)
+    seconds = cluster.allreduce_time(prof.param_bytes, range(4))
+    buckets = -(-prof.param_bytes // (25 * 2**20))
+    assert buckets > 1 and seconds > 1e-3
+    assert runtime.step_time - ddp.step_time == pytest.approx(seconds * (1 - 1 / buckets), rel=0.01)
+
+
 def test_pipecasts_runtime_adds_its_fixed_cost_to_every_step() -> None:
     """The probe's per-step cost of pipecast's runtime lands on every step it runs over
     several GPUs, whole, and not on one rank's steps (no collective before or barrier after

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from pipecast.errors import ConfigError
@@ -12,7 +13,7 @@ from pipecast.profile.types import Profile
 from pipecast.recommend.strategy import Strategy
 from pipecast.schedule.action import Plan
 from pipecast.schedule.generators import make_plan, stages_per_rank
-from pipecast.simulate.costs import Costs, costs_from_profile
+from pipecast.simulate.costs import BUCKET_BYTES, Costs, costs_from_profile
 from pipecast.simulate.engine import simulate
 from pipecast.simulate.timeline import Timeline
 from pipecast.training import Optimizer
@@ -72,10 +73,11 @@ class Prediction:
 
 
 def _as_ddp(costs: Costs, profile: Profile, cluster: Cluster) -> Costs:
-    """Data parallelism as torch's DistributedDataParallel runs it: its all-reduce buckets
-    hold a second copy of the gradients, and its host work (the probe's ddp_* terms) comes
-    on top of the model's: buffers broadcast before the forward, every parameter's hook and
-    bucket copies in the backward."""
+    """Data parallelism as torch's DistributedDataParallel runs it: each all-reduce bucket
+    starts during the backward as its gradients are ready, the buckets hold a second copy of
+    the gradients, and its host work (the probe's ddp_* terms) comes on top of the model's:
+    buffers broadcast before the forward, every parameter's hook and bucket copies in the
+    backward."""
     params = sum(b.param_tensors for b in profile.blocks)
     buffers = sum(b.buffer_tensors for b in profile.blocks)
     forward = cluster.ddp_step_host + buffers * cluster.ddp_buffer_host
@@ -89,7 +91,8 @@ def _as_ddp(costs: Costs, profile: Profile, cluster: Cluster) -> Costs:
         )
         for st in costs.stages
     )
-    return replace(costs, stages=stages, grad_bytes_factor=2.0)
+    buckets = tuple(max(1, math.ceil(st.param_bytes / BUCKET_BYTES)) for st in costs.stages)
+    return replace(costs, stages=stages, allreduce_buckets=buckets, grad_bytes_factor=2.0)
 
 
 def micro_batch_of(batch: int, strategy: Strategy) -> int:

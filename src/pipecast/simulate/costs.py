@@ -6,7 +6,6 @@ from a Profile, a Partition and a Cluster at one micro-batch size.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 
 from pipecast.hardware.cluster import Cluster
@@ -15,8 +14,8 @@ from pipecast.profile.types import Profile, StageCost
 from pipecast.training import Optimizer, Recompute
 
 BUCKET_BYTES = 25 * 2**20
-"""DDP's default gradient bucket: the all-reduce follows the backward bucket by bucket,
-hiding where the device would idle (simulate.engine._finish_step)."""
+"""torch DDP's default gradient bucket: DDP all-reduces each as soon as its gradients are
+ready, during the backward (recommend.predict's DDP costs; simulate.engine._finish_step)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -70,6 +69,9 @@ class Costs:
     allreduce: tuple[float, ...] = ()
     """Seconds of stage s's gradient all-reduce over its replicas (empty: none)."""
     allreduce_buckets: tuple[int, ...] = ()
+    """Buckets of stage s's all-reduce, each started during the stage's last backward as its
+    gradients are ready (torch DDP); empty: one, the whole all-reduce after that backward, as
+    pipecast's runtime launches it."""
     overlap_comm: bool = True
     """Transfers run beside compute (separate stream); False: the sender waits."""
     recompute: Recompute = "none"
@@ -186,13 +188,11 @@ def costs_from_profile(
         cluster.allreduce_time(stages[i].param_bytes, st.devices)
         for i, st in enumerate(partition.stages)
     )
-    buckets = tuple(max(1, math.ceil(s.param_bytes / BUCKET_BYTES)) for s in stages)
     return Costs(
         stages=tuple(stages),
         forward_transfer=tuple(fwd),
         backward_transfer=tuple(bwd),
         allreduce=allreduce,
-        allreduce_buckets=buckets,
         overlap_comm=overlap_comm,
         recompute=recompute,
         optimizer=optimizer,
