@@ -199,14 +199,20 @@ def test_split_call_is_only_measured_where_the_host_is_modelled() -> None:
 
 
 def test_hostspeed_reference_times_the_fixed_loop() -> None:
-    """The reading is the loop's time: four times the loop reads well over twice as long."""
+    """The reading is the loop's time: four times the loop reads well over twice as long.
+    Each length is read five times, interleaved, and the fastest kept: a busy machine only
+    adds time, so the fastest readings are the loops' own."""
     saved = hostspeed.ITERATIONS
+    once, four = [], []
     try:
-        once = hostspeed.reference(repeats=3)
-        hostspeed.ITERATIONS = 4 * saved
-        assert hostspeed.reference(repeats=3) > 2 * once > 0
+        for _ in range(5):
+            hostspeed.ITERATIONS = saved
+            once.append(hostspeed.reference(repeats=1))
+            hostspeed.ITERATIONS = 4 * saved
+            four.append(hostspeed.reference(repeats=1))
     finally:
         hostspeed.ITERATIONS = saved
+    assert min(four) > 2 * min(once) > 0
 
 
 def test_in_context_backward_is_marked_block_by_block() -> None:
