@@ -1,7 +1,8 @@
 """How far off the step-time predictions fall, and which way: the 10th and 90th percentiles
 of (predicted - measured) / measured over every stored run's eager configurations, apart for
-device-bound and host-bound predictions, as this checkout re-predicts them from each run's
-own profiles and probe (combine.repredicted). The recommender's ERROR_RANGE
+device-bound and host-bound predictions on one GPU and on several, as this checkout
+re-predicts them from each run's own profiles and probe (combine.repredicted). The
+recommender's ERROR_RANGE
 (pipecast.recommend.predict) is this output rounded outward to whole per cents (CPU only,
 about 8 minutes; results/error-bands.txt).
 
@@ -30,11 +31,17 @@ RUNS = (
 
 def main() -> None:
     results = Path(__file__).resolve().parent / "results"
-    errors: dict[str, list[float]] = {"device": [], "host": []}
+    errors: dict[str, list[float]] = {
+        f"{regime}-bound on {gpus}": []
+        for regime in ("device", "host")
+        for gpus in ("one GPU", "several GPUs")
+    }
     for run in RUNS:
         comps = [c for c in comparisons(repredicted(results / run)) if not c.graphed]
         for c in comps:
-            errors["host" if c.host_bound else "device"].append(c.error)
+            regime = "host" if c.host_bound else "device"
+            gpus = "one GPU" if c.gpus == 1 else "several GPUs"
+            errors[f"{regime}-bound on {gpus}"].append(c.error)
         print(f"{run}: {len(comps)} eager configurations")
     for regime, values in errors.items():
         fast = sum(e < 0 for e in values) / len(values)
@@ -43,7 +50,7 @@ def main() -> None:
         low, high = deciles[0], deciles[-1]
         fifths = statistics.quantiles([abs(e) for e in values], n=5, method="inclusive")
         print(
-            f"{regime}-bound: {len(values)} configurations, median {statistics.median(values):+.1%}"
+            f"{regime}: {len(values)} configurations, median {statistics.median(values):+.1%}"
             f", 10th percentile {low:+.1%}, 90th {high:+.1%}"
             f", 80th of |error| {fifths[-1]:.1%}; "
             f"{fast:.0%} predicted fast; ERROR_RANGE {math.floor(low * 100) / 100:+.2f}, "

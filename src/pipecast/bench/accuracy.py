@@ -37,6 +37,8 @@ class Comparison:
     (None: measured once): how far the measurement itself moves."""
     graphed: bool = False
     """A CUDA-graphed run (BenchConfig.cuda_graphs), summarised apart."""
+    gpus: int = 1
+    """GPUs the configuration ran on."""
 
     @property
     def repeatable(self) -> bool:
@@ -89,6 +91,7 @@ def comparisons(rows: Iterable[Row]) -> list[Comparison]:
                 _drift(r.measured.get("host_reference"), r.predicted.get("host_reference")),
                 _spread(r.measured.get("rounds")),
                 cfg.cuda_graphs,
+                cfg.gpus,
             )
         )
     return out
