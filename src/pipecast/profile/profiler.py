@@ -147,12 +147,11 @@ def _profile_model(
         host_issue.append(hostspeed.issue(device))
 
     if windows > 1:
-        _check_shapes(blocks, spec, sizes[0], device, options)
+        _check_shapes(blocks, whole_batch(sizes[0])[0], device, options)
         host_window()
     for mb in sizes:
         gc.collect()
-        x, target = synthetic_batch(spec, mb, seed=options.seed, dtype=dtype)
-        x, target = x.to(device), target.to(device)
+        x, target = whole_batch(mb)
         prev_saved_output = False
         for index, block in enumerate(blocks):
             if offload:
@@ -293,17 +292,11 @@ def _profile_model(
 
 
 def _check_shapes(
-    blocks: list[nn.Module],
-    spec: DatasetSpec,
-    mb: int,
-    device: torch.device,
-    options: ProfileOptions,
+    blocks: list[nn.Module], x: torch.Tensor, device: torch.device, options: ProfileOptions
 ) -> None:
-    """One forward block by block at micro-batch `mb`, without gradients: a block that fails
-    on its input raises ShapeError naming it, as the per-block runs would, before any
-    whole-model pass."""
-    x, _ = synthetic_batch(spec, mb, seed=options.seed, dtype=devices.DTYPES[options.dtype])
-    x = x.to(device)
+    """One forward block by block from `x`, without gradients: a block that fails on its
+    input raises ShapeError naming it, as the per-block runs would, before any whole-model
+    pass."""
     with torch.no_grad():
         for index, block in enumerate(blocks):
             _, x = BlockRun(block, x, index, device, options).forward()

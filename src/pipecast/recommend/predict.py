@@ -13,12 +13,16 @@ from pipecast.profile.types import Profile
 from pipecast.recommend.strategy import Strategy
 from pipecast.schedule.action import Plan
 from pipecast.schedule.generators import make_plan, stages_per_rank
-from pipecast.simulate.costs import BUCKET_BYTES, Costs, costs_from_profile
+from pipecast.simulate.costs import Costs, costs_from_profile
 from pipecast.simulate.engine import simulate
 from pipecast.simulate.timeline import Timeline
 from pipecast.training import Optimizer
 
 PLACEMENT: dict[str, Placement] = {"interleaved": "loop", "zb-v": "v"}
+
+BUCKET_BYTES = 25 * 2**20
+"""torch DDP's default gradient bucket: DDP all-reduces each as soon as its gradients are
+ready, during the backward (simulate.engine._finish_step)."""
 
 ERROR_RANGE: dict[tuple[str, str], tuple[float, float]] = {
     ("device", "one GPU"): (-0.01, 0.04),

@@ -13,10 +13,6 @@ from pipecast.partition.types import Partition
 from pipecast.profile.types import Profile, StageCost
 from pipecast.training import Optimizer, Recompute
 
-BUCKET_BYTES = 25 * 2**20
-"""torch DDP's default gradient bucket: DDP all-reduces each as soon as its gradients are
-ready, during the backward (recommend.predict's DDP costs; simulate.engine._finish_step)."""
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StageTimes:
@@ -70,8 +66,8 @@ class Costs:
     """Seconds of stage s's gradient all-reduce over its replicas (empty: none)."""
     allreduce_buckets: tuple[int, ...] = ()
     """Buckets of stage s's all-reduce, each started during the stage's last backward as its
-    gradients are ready (torch DDP); empty: one, the whole all-reduce after that backward, as
-    pipecast's runtime launches it."""
+    gradients are ready (torch DDP, recommend.predict); empty: one, the whole all-reduce
+    after that backward, as pipecast's runtime launches it."""
     overlap_comm: bool = True
     """Transfers run beside compute (separate stream); False: the sender waits."""
     recompute: Recompute = "none"
