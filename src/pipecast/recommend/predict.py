@@ -92,27 +92,12 @@ class Prediction:
         return self.timeline.exposed_comm / self.step_time if self.step_time > 0 else 0.0
 
 
-def _as_ddp(costs: Costs, profile: Profile, cluster: Cluster) -> Costs:
+def _as_ddp(costs: Costs) -> Costs:
     """Data parallelism as torch's DistributedDataParallel runs it: each all-reduce bucket
-    starts during the backward as its gradients are ready, the buckets hold a second copy of
-    the gradients, and its host work (the probe's ddp_* terms) comes on top of the model's:
-    buffers broadcast before the forward, every parameter's hook and bucket copies in the
-    backward."""
-    params = sum(b.param_tensors for b in profile.blocks)
-    buffers = sum(b.buffer_tensors for b in profile.blocks)
-    forward = cluster.ddp_step_host + buffers * cluster.ddp_buffer_host
-    backward = params * cluster.ddp_param_host
-    stages = tuple(
-        replace(
-            st,
-            host_forward=st.host_forward + forward,
-            host_backward_input=st.host_backward_input + backward,
-            host_backward=st.host_backward + backward,
-        )
-        for st in costs.stages
-    )
+    starts during the backward as its gradients are ready and the buckets hold a second copy
+    of the gradients (its host work: costs_from_profile's `ddp_host`)."""
     buckets = tuple(max(1, math.ceil(st.param_bytes / BUCKET_BYTES)) for st in costs.stages)
-    return replace(costs, stages=stages, allreduce_buckets=buckets, grad_bytes_factor=2.0)
+    return replace(costs, stages=costs.stages, allreduce_buckets=buckets, grad_bytes_factor=2.0)
 
 
 def micro_batch_of(batch: int, strategy: Strategy) -> int:
@@ -224,6 +209,7 @@ def predict(
     mb = micro_batch_of(batch, strategy)
     part = partition_for(profile, cluster, strategy, mb, optimizer, memory_margin)
     plan = plan_for(strategy)
+    ddp = ddp_buckets and strategy.kind == "data" and strategy.replicas > 1
     costs = costs_from_profile(
         profile,
         part,
@@ -233,10 +219,10 @@ def predict(
         recompute=strategy.recompute,
         optimizer=optimizer,
         cuda_graphs=strategy.cuda_graphs,
+        ddp_host=ddp,
     )
-    ddp = ddp_buckets and strategy.kind == "data" and strategy.replicas > 1
     if ddp:
-        costs = _as_ddp(costs, profile, cluster)
+        costs = _as_ddp(costs)
     timeline = simulate(plan, costs)
     if runtime and not ddp and strategy.gpus > 1 and cluster.step_overhead:
         timeline = replace(timeline, step_time=timeline.step_time + cluster.step_overhead)

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field, replace
 
 from pipecast.hardware.cluster import Cluster
 from pipecast.partition.types import Partition
-from pipecast.profile.types import Profile, StageCost
+from pipecast.profile.types import BlockCost, Profile, StageCost
+from pipecast.simulate.issue import fitted, span
 from pipecast.training import Optimizer, Recompute
 
 
@@ -53,6 +54,14 @@ class StageTimes:
     and a gradient copy together, an upper bound)."""
     graph_slot_large: int = 0
     """... and in large ones."""
+    forward_span: float = 0.0
+    """Seconds from when the host begins issuing the action until its device can be done
+    with it, the device idle at the start, block by block (simulate.issue.span): at least
+    the host's time and the device's, more where the blocks alternate between the two
+    (0: the totals alone)."""
+    backward_input_span: float = 0.0
+    backward_weight_span: float = 0.0
+    backward_span: float = 0.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -126,17 +135,29 @@ def costs_from_profile(
     recompute: Recompute = "none",
     optimizer: Optimizer = "sgd",
     cuda_graphs: bool = False,
+    ddp_host: bool = False,
 ) -> Costs:
     """Costs of `partition` at `micro_batch` on `cluster` (replica 0's devices carry the
     pipeline's transfers; each stage's replicas all-reduce its gradients), `cuda_graphs`:
     the stages replayed as CUDA graphs (see Costs), with the profile's graph replay times
-    where it has them (Profile.graph_times), else its eager device times."""
+    where it has them (Profile.graph_times), else its eager device times. `ddp_host`: torch
+    DistributedDataParallel's host work on top of the model's (the probe's ddp_* terms): its
+    buffers broadcast before the forward, each block's parameter hooks as the backward
+    reaches it."""
     stages = []
     busy = len({d for st in partition.stages for d in st.devices})
     slow = cluster.host_factor(min(busy, cluster.gpus_per_node), profile.host_issue)
     last = partition.num_stages - 1
     for index, st in enumerate(partition.stages):
         c = profile.stage(st.start, st.stop, micro_batch)
+        owned = profile.blocks[st.start : st.stop]
+        per_param = cluster.ddp_param_host if ddp_host else 0.0
+        # DDP broadcasts its buffers before the forward's first kernel; where its fixed cost
+        # per step falls the probe does not read (DDP's step less the plain one), so it stays
+        # in the forward's total only, beside the loss
+        before = sum(b.buffer_tensors for b in owned) * cluster.ddp_buffer_host if ddp_host else 0.0
+        fixed = cluster.ddp_step_host if ddp_host else 0.0
+        hooks = sum(b.param_tensors for b in owned) * per_param
         batch = (profile.input_bytes_per_sample if index == 0 else 0) + (
             profile.target_bytes_per_sample if index == last else 0
         )
@@ -145,32 +166,37 @@ def costs_from_profile(
         b, w = c.backward_input, c.backward_weight
         if index == 0:  # the first stage never sends an input gradient: all of it in B
             b, w = c.backward, 0.0
-        stages.append(
-            StageTimes(
-                forward=c.forward,
-                backward_input=b,
-                backward_weight=w,
-                backward=c.backward,
-                optimizer=c.optimizer_step,
-                output_bytes=c.output_bytes,
-                input_bytes=c.input_bytes,
-                activation_bytes=c.activation_bytes,
-                param_bytes=c.param_bytes,
-                workspace_bytes=c.peak_bytes,
-                held_bytes=0 if index == 0 else c.held_bytes,
-                batch_bytes=batch * micro_batch,
-                host_forward=c.host_forward * slow,
-                host_backward_input=slow
-                * (c.host_backward if index == 0 else c.host_backward_input),
-                host_backward_weight=0.0 if index == 0 else c.host_backward_weight * slow,
-                host_backward=c.host_backward * slow,
-                graph_host_forward=c.graph_host_forward * slow,
-                graph_host_backward=c.graph_host_backward * slow,
-                kept_workspace=c.kept_workspace,
-                graph_slot_small=c.graph_slot_small,
-                graph_slot_large=c.graph_slot_large,
-            )
+        times = StageTimes(
+            forward=c.forward,
+            backward_input=b,
+            backward_weight=w,
+            backward=c.backward,
+            optimizer=c.optimizer_step,
+            output_bytes=c.output_bytes,
+            input_bytes=c.input_bytes,
+            activation_bytes=c.activation_bytes,
+            param_bytes=c.param_bytes,
+            workspace_bytes=c.peak_bytes,
+            held_bytes=0 if index == 0 else c.held_bytes,
+            batch_bytes=batch * micro_batch,
+            host_forward=c.host_forward * slow + before + fixed,
+            host_backward_input=slow * (c.host_backward if index == 0 else c.host_backward_input)
+            + hooks,
+            host_backward_weight=0.0 if index == 0 else c.host_backward_weight * slow,
+            host_backward=c.host_backward * slow + hooks,
+            graph_host_forward=c.graph_host_forward * slow,
+            graph_host_backward=c.graph_host_backward * slow,
+            kept_workspace=c.kept_workspace,
+            graph_slot_small=c.graph_slot_small,
+            graph_slot_large=c.graph_slot_large,
         )
+        if not cuda_graphs:  # a graphed action is one launch
+            blocks = [
+                _Block(profile.cost(i, micro_batch), block.param_tensors * per_param)
+                for i, block in enumerate(owned, st.start)
+            ]
+            times = _with_spans(times, blocks, slow, before, first=index == 0)
+        stages.append(times)
     fwd, bwd = [], []
     for s in range(partition.num_stages - 1):
         a, b_dev = partition.stages[s].devices[0], partition.stages[s + 1].devices[0]
@@ -195,6 +221,56 @@ def costs_from_profile(
         host_overhead=cluster.host_overhead,
         cuda_graphs=cuda_graphs,
         graph_pool_factor=profile.graph_pool_factor(micro_batch) if cuda_graphs else 1.0,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Block:
+    cost: BlockCost
+    hooks: float
+    """Host seconds beyond the profile's in the block's backward (DDP's parameter hooks)."""
+
+
+def _with_spans(
+    t: StageTimes, blocks: list[_Block], slow: float, before: float, *, first: bool
+) -> StageTimes:
+    """`t` with each action's span over the stage's blocks (forward in block order after
+    `before` host seconds, backward in reverse), their host times `slow` times the
+    profile's; the first stage's B is its whole backward and it has no W."""
+    back = blocks[::-1]
+
+    def one(pairs: list[tuple[float, float]], host: float, device: float, *, last: bool) -> float:
+        """The span of `pairs` fitted to the action's totals, what the totals hold beyond
+        the blocks (the loss) `last` or first."""
+        return span(fitted(pairs, host, device, extra_first=not last))
+
+    whole = one(
+        [(b.cost.host_backward * slow + b.hooks, b.cost.backward) for b in back],
+        t.host_backward,
+        t.backward,
+        last=False,
+    )
+    forward = [(before, 0.0)] + [(b.cost.host_forward * slow, b.cost.forward) for b in blocks]
+    return replace(
+        t,
+        forward_span=one(forward, t.host_forward, t.forward, last=True),
+        backward_span=whole,
+        backward_input_span=whole
+        if first
+        else one(
+            [(b.cost.host_backward_input * slow + b.hooks, b.cost.backward_input) for b in back],
+            t.host_backward_input,
+            t.backward_input,
+            last=False,
+        ),
+        backward_weight_span=0.0
+        if first
+        else one(
+            [(b.cost.host_backward_weight * slow, b.cost.backward_weight) for b in back],
+            t.host_backward_weight,
+            t.backward_weight,
+            last=False,
+        ),
     )
 
 

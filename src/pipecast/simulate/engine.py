@@ -4,9 +4,11 @@ Each rank runs its actions in plan order; an action starts when its rank is free
 inputs have arrived. A rank has two workers: its host issues each action's work (taking the
 action's host seconds, one action after another, never waiting for the device or for data)
 and its device executes it; the device cannot begin an action before the host begins to
-issue it, nor end it before the host has issued all of it. At large micro-batches the host
-runs ahead and only device times matter; at small ones the host binds, and the bubbles
-the host spends ahead of its device are not lost.
+issue it, nor end it before the host has issued all of it, nor, its device idle when the
+host begins, before the span of its blocks (simulate.issue: where host-bound and
+device-bound blocks alternate, the device waits for the one and the host for the other).
+At large micro-batches the host runs ahead and only device times matter; at small ones the
+host binds, and the bubbles the host spends ahead of its device are not lost.
 
 Because a rank's sends leave in its own program order, replaying each rank as far as it can
 go, then the next, yields exact times, link queueing included, in O(actions).
@@ -84,6 +86,20 @@ def _host(action: Action, st: StageTimes, costs: Costs, plan: Plan) -> float:
         action.kind
     ]
     return base + extra + costs.host_overhead
+
+
+def _span(action: Action, st: StageTimes, costs: Costs, plan: Plan) -> float:
+    """Seconds from when the host begins issuing `action` until its device can be done,
+    block by block (StageTimes.*_span; 0: the totals alone)."""
+    if costs.cuda_graphs:
+        return 0.0
+    if action.kind == "F":
+        return st.forward_span
+    extra = st.forward_span if _recomputes(action, costs, plan) else 0.0
+    base = {"B": st.backward_input_span, "W": st.backward_weight_span, "BW": st.backward_span}[
+        action.kind
+    ]
+    return base + extra
 
 
 def _held(action: Action, st: StageTimes, costs: Costs, plan: Plan) -> int:
@@ -165,7 +181,11 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
                 state.host = issue + _host(a, st, costs, plan)
                 state.host_busy += state.host - issue
                 start = max(state.free, ready, issue)
-                finish = max(start + _duration(a, st, costs, plan), state.host)
+                finish = max(
+                    start + _duration(a, st, costs, plan),
+                    state.host,
+                    issue + _span(a, st, costs, plan),
+                )
                 events.append(Event(r, str(a), a.kind, start, finish, a.stage, a.mb))
                 if state.first_start < 0:
                     state.first_start = start
