@@ -151,6 +151,26 @@ def test_accuracy_apart_where_the_rounds_agreed() -> None:
     assert "round_spread_median" not in summary([once])
 
 
+def test_the_accuracy_plot_spans_each_configurations_rounds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A configuration measured in rounds gets a line at its prediction from its fastest
+    round to its slowest; one measured once gets none."""
+    from matplotlib.collections import LineCollection
+    from matplotlib.figure import Figure
+
+    from pipecast.report import plots
+
+    drawn: list[Figure] = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: drawn.append(fig) or path)
+    rounds = Comparison("a", "g", 0.05, 0.04, None, None, rounds=(0.03, 0.04, 0.06))
+    once = Comparison("b", "g", 0.01, 0.01, None, None, host_share=0.9)
+    assert plots.accuracy([rounds, once], str(tmp_path / "a.png"))
+    lines = [c for c in drawn[0].axes[0].collections if isinstance(c, LineCollection)]
+    segments = [seg.tolist() for line in lines for seg in line.get_segments()]
+    assert segments == [[[30.0, 50.0], [60.0, 50.0]]]
+
+
 def test_report_without_store_is_a_clean_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -182,6 +202,18 @@ def test_report_tells_a_slow_host_from_a_miss(tmp_path: Path) -> None:
     text = Path(md).read_text()
     assert "a median 1.30x as slow as when profiled" in text
     assert "their median |error| would be 0.0%" in text
+
+
+def test_a_comparison_keeps_the_rounds_its_row_measured(tmp_path: Path) -> None:
+    from pipecast.bench.accuracy import comparisons
+
+    store = Store(str(tmp_path / "s.sqlite"))
+    cfg = BenchConfig(suite="s", system="single", workload=LENET, gpus=1, batch=32)
+    measured = {"step_time": 2.0, "rounds": [1.0, 2.0, 3.0], "peak_allocated": [1]}
+    store.put(cfg.key, "s", "ok", cfg.to_dict(), {}, measured, {"step_time": 2.0})
+    (c,) = comparisons(store.rows())
+    assert c.rounds == (1.0, 2.0, 3.0)
+    assert c.round_spread == pytest.approx(1.0)
 
 
 TWO_STAGES = BenchConfig(

@@ -39,6 +39,8 @@ class Comparison:
     """A CUDA-graphed run (BenchConfig.cuda_graphs), summarised apart."""
     gpus: int = 1
     """GPUs the configuration ran on."""
+    rounds: tuple[float, ...] = ()
+    """The step time each round measured (empty: measured once)."""
 
     @property
     def repeatable(self) -> bool:
@@ -92,6 +94,7 @@ def comparisons(rows: Iterable[Row]) -> list[Comparison]:
                 _spread(r.measured.get("rounds")),
                 cfg.cuda_graphs,
                 cfg.gpus,
+                tuple(r.measured.get("rounds") or ()),
             )
         )
     return out

@@ -97,7 +97,7 @@ def _as_ddp(costs: Costs) -> Costs:
     starts during the backward as its gradients are ready and the buckets hold a second copy
     of the gradients (its host work: costs_from_profile's `ddp_host`)."""
     buckets = tuple(max(1, math.ceil(st.param_bytes / BUCKET_BYTES)) for st in costs.stages)
-    return replace(costs, stages=costs.stages, allreduce_buckets=buckets, grad_bytes_factor=2.0)
+    return replace(costs, allreduce_buckets=buckets, grad_bytes_factor=2.0)
 
 
 def micro_batch_of(batch: int, strategy: Strategy) -> int:

@@ -102,11 +102,16 @@ def speedups(rows: Sequence[Row], path: str) -> str | None:
 
 def accuracy(comps: Sequence[Comparison], path: str) -> str | None:
     """Predicted against measured on log axes (steps span milliseconds to seconds), host-bound
-    predictions marked apart: their error is the host's, which varies between machines."""
+    predictions marked apart: their error is the host's, which varies between machines. A
+    configuration measured in rounds has a line from its fastest round to its slowest: how
+    far the measurement itself moved."""
     if not comps:
         return None
     fig, ax = plt.subplots(figsize=(5.5, 5))
-    for bound, label, marker in ((False, "device-bound", "o"), (True, "host-bound", "x")):
+    for bound, label, marker, color in (
+        (False, "device-bound", "o", "C0"),
+        (True, "host-bound", "x", "C1"),
+    ):
         part = [c for c in comps if c.host_bound == bound]
         if part:
             ax.scatter(
@@ -114,9 +119,20 @@ def accuracy(comps: Sequence[Comparison], path: str) -> str | None:
                 [c.predicted * 1e3 for c in part],
                 s=22,
                 marker=marker,
+                color=color,
                 label=f"{label} ({len(part)})",
             )
-    values = [v * 1e3 for c in comps for v in (c.measured, c.predicted) if v > 0]
+            spread = [c for c in part if len(c.rounds) > 1]
+            if spread:
+                ax.hlines(
+                    [c.predicted * 1e3 for c in spread],
+                    [min(c.rounds) * 1e3 for c in spread],
+                    [max(c.rounds) * 1e3 for c in spread],
+                    colors=color,
+                    linewidth=0.8,
+                    alpha=0.6,
+                )
+    values = [v * 1e3 for c in comps for v in (c.measured, c.predicted, *c.rounds) if v > 0]
     low, top = min(values) / 1.3, max(values) * 1.3
     ax.plot([low, top], [low, top], color="black", linewidth=0.8)
     for band in (0.9, 1.1):
@@ -125,7 +141,7 @@ def accuracy(comps: Sequence[Comparison], path: str) -> str | None:
     ax.set_yscale("log")
     ax.set_xlabel("measured step time (ms)")
     ax.set_ylabel("predicted step time (ms)")
-    ax.set_title("predicted against measured (dashed: ±10%)", fontsize=9)
+    ax.set_title("predicted against measured (dashed: ±10%; lines: rounds)", fontsize=9)
     ax.legend(fontsize=8)
     return _save(fig, path)
 
