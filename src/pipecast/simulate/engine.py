@@ -62,15 +62,32 @@ def _recomputes(action: Action, costs: Costs, plan: Plan) -> bool:
     )
 
 
+def _by_kind(
+    action: Action,
+    costs: Costs,
+    plan: Plan,
+    forward: float,
+    backward_input: float,
+    backward_weight: float,
+    backward: float,
+) -> float:
+    """Of a stage's four per-kind quantities, `action`'s: its kind's, with the forward's on
+    top where its backward recomputes the forward."""
+    if action.kind == "F":
+        return forward
+    extra = forward if _recomputes(action, costs, plan) else 0.0
+    base = {"B": backward_input, "W": backward_weight, "BW": backward}[action.kind]
+    return base + extra
+
+
 def _duration(action: Action, st: StageTimes, costs: Costs, plan: Plan) -> float:
     """Device seconds of `action`."""
-    if action.kind == "F":
-        return st.forward
-    extra = st.forward if _recomputes(action, costs, plan) else 0.0
+    seconds = _by_kind(
+        action, costs, plan, st.forward, st.backward_input, st.backward_weight, st.backward
+    )
     if plan.async_updates and action.kind == "BW":
-        extra += st.optimizer
-    base = {"B": st.backward_input, "W": st.backward_weight, "BW": st.backward}[action.kind]
-    return base + extra
+        seconds += st.optimizer
+    return seconds
 
 
 def _host(action: Action, st: StageTimes, costs: Costs, plan: Plan) -> float:
@@ -79,13 +96,16 @@ def _host(action: Action, st: StageTimes, costs: Costs, plan: Plan) -> float:
     if costs.cuda_graphs:  # beyond the launch, only what runs eagerly (the loss)
         eager = {"F": st.graph_host_forward, "BW": st.graph_host_backward}.get(action.kind, 0.0)
         return costs.host_overhead + eager
-    if action.kind == "F":
-        return st.host_forward + costs.host_overhead
-    extra = st.host_forward if _recomputes(action, costs, plan) else 0.0
-    base = {"B": st.host_backward_input, "W": st.host_backward_weight, "BW": st.host_backward}[
-        action.kind
-    ]
-    return base + extra + costs.host_overhead
+    ops = _by_kind(
+        action,
+        costs,
+        plan,
+        st.host_forward,
+        st.host_backward_input,
+        st.host_backward_weight,
+        st.host_backward,
+    )
+    return ops + costs.host_overhead
 
 
 def _span(action: Action, st: StageTimes, costs: Costs, plan: Plan) -> float:
@@ -93,13 +113,15 @@ def _span(action: Action, st: StageTimes, costs: Costs, plan: Plan) -> float:
     block by block (StageTimes.*_span; 0: the totals alone)."""
     if costs.cuda_graphs:
         return 0.0
-    if action.kind == "F":
-        return st.forward_span
-    extra = st.forward_span if _recomputes(action, costs, plan) else 0.0
-    base = {"B": st.backward_input_span, "W": st.backward_weight_span, "BW": st.backward_span}[
-        action.kind
-    ]
-    return base + extra
+    return _by_kind(
+        action,
+        costs,
+        plan,
+        st.forward_span,
+        st.backward_input_span,
+        st.backward_weight_span,
+        st.backward_span,
+    )
 
 
 def _held(action: Action, st: StageTimes, costs: Costs, plan: Plan) -> int:
