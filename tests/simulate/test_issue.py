@@ -115,7 +115,7 @@ def test_ddp_buffers_broadcast_before_the_forward_delay_its_device() -> None:
     )
     one = Partition(stages=(Stage(0, 4, (0, 1)),), num_blocks=4)
     plain = costs_from_profile(profile, one, 8, cluster).stages[0]
-    ddp = costs_from_profile(profile, one, 8, cluster, ddp_host=True).stages[0]
+    ddp = costs_from_profile(profile, one, 8, cluster, ddp=True).stages[0]
     assert ddp.host_forward - plain.host_forward == pytest.approx(1e-3 + 12 * 1e-4)
     assert ddp.host_backward - plain.host_backward == pytest.approx(8 * 1e-4)
     # 12 buffers x 0.1 ms before 4 ms of device; the fixed 1 ms sits with the loss, at the end

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 from pipecast.errors import ConfigError
@@ -13,16 +12,12 @@ from pipecast.profile.types import Profile
 from pipecast.recommend.strategy import Strategy
 from pipecast.schedule.action import Plan
 from pipecast.schedule.generators import make_plan, stages_per_rank
-from pipecast.simulate.costs import Costs, costs_from_profile
+from pipecast.simulate.costs import costs_from_profile
 from pipecast.simulate.engine import simulate
 from pipecast.simulate.timeline import Timeline
 from pipecast.training import Optimizer
 
 PLACEMENT: dict[str, Placement] = {"interleaved": "loop", "zb-v": "v"}
-
-BUCKET_BYTES = 25 * 2**20
-"""torch DDP's default gradient bucket: DDP all-reduces each as soon as its gradients are
-ready, during the backward (simulate.engine._finish_step)."""
 
 ERROR_RANGE: dict[tuple[str, str], tuple[float, float]] = {
     ("device", "one GPU"): (-0.01, 0.04),
@@ -90,14 +85,6 @@ class Prediction:
     @property
     def comm_fraction(self) -> float:
         return self.timeline.exposed_comm / self.step_time if self.step_time > 0 else 0.0
-
-
-def _as_ddp(costs: Costs) -> Costs:
-    """Data parallelism as torch's DistributedDataParallel runs it: each all-reduce bucket
-    starts during the backward as its gradients are ready and the buckets hold a second copy
-    of the gradients (its host work: costs_from_profile's `ddp_host`)."""
-    buckets = tuple(max(1, math.ceil(st.param_bytes / BUCKET_BYTES)) for st in costs.stages)
-    return replace(costs, allreduce_buckets=buckets, grad_bytes_factor=2.0)
 
 
 def micro_batch_of(batch: int, strategy: Strategy) -> int:
@@ -219,10 +206,8 @@ def predict(
         recompute=strategy.recompute,
         optimizer=optimizer,
         cuda_graphs=strategy.cuda_graphs,
-        ddp_host=ddp,
+        ddp=ddp,
     )
-    if ddp:
-        costs = _as_ddp(costs)
     timeline = simulate(plan, costs)
     if runtime and not ddp and strategy.gpus > 1 and cluster.step_overhead:
         timeline = replace(timeline, step_time=timeline.step_time + cluster.step_overhead)

@@ -6,6 +6,8 @@ from a Profile, a Partition and a Cluster at one micro-batch size.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from pipecast.hardware.cluster import Cluster
@@ -13,6 +15,10 @@ from pipecast.partition.types import Partition
 from pipecast.profile.types import BlockCost, Profile, StageCost
 from pipecast.simulate.issue import fitted, span
 from pipecast.training import Optimizer, Recompute
+
+BUCKET_BYTES = 25 * 2**20
+"""torch DDP's default gradient bucket: DDP all-reduces each as soon as its gradients are
+ready, during the backward (simulate.engine._finish_step)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -75,7 +81,7 @@ class Costs:
     """Seconds of stage s's gradient all-reduce over its replicas (empty: none)."""
     allreduce_buckets: tuple[int, ...] = ()
     """Buckets of stage s's all-reduce, each started during the stage's last backward as its
-    gradients are ready (torch DDP, recommend.predict); empty: one, the whole all-reduce
+    gradients are ready (torch DDP, costs_from_profile's `ddp`); empty: one, the whole all-reduce
     after that backward, as pipecast's runtime launches it."""
     overlap_comm: bool = True
     """Transfers run beside compute (separate stream); False: the sender waits."""
@@ -135,29 +141,30 @@ def costs_from_profile(
     recompute: Recompute = "none",
     optimizer: Optimizer = "sgd",
     cuda_graphs: bool = False,
-    ddp_host: bool = False,
+    ddp: bool = False,
 ) -> Costs:
     """Costs of `partition` at `micro_batch` on `cluster` (replica 0's devices carry the
     pipeline's transfers; each stage's replicas all-reduce its gradients), `cuda_graphs`:
     the stages replayed as CUDA graphs (see Costs), with the profile's graph replay times
-    where it has them (Profile.graph_times), else its eager device times. `ddp_host`: torch
-    DistributedDataParallel's host work on top of the model's (the probe's ddp_* terms): its
-    buffers broadcast before the forward, each block's parameter hooks as the backward
-    reaches it."""
+    where it has them (Profile.graph_times), else its eager device times. `ddp`: the
+    replicas run as torch's DistributedDataParallel: its host work on top of the model's
+    (the probe's ddp_* terms: buffers broadcast before the forward, each block's parameter
+    hooks as the backward reaches it), each all-reduce bucket started during the backward
+    as its gradients are ready, and the buckets holding a second copy of the gradients."""
     stages = []
     busy = len({d for st in partition.stages for d in st.devices})
     slow = cluster.host_factor(min(busy, cluster.gpus_per_node), profile.host_issue)
     last = partition.num_stages - 1
+    per_param = cluster.ddp_param_host if ddp else 0.0
+    # where DDP's fixed cost per step falls the probe does not read (DDP's step less the
+    # plain one), so it stays in the forward's total only, beside the loss
+    fixed = cluster.ddp_step_host if ddp else 0.0
     for index, st in enumerate(partition.stages):
         c = profile.stage(st.start, st.stop, micro_batch)
         owned = profile.blocks[st.start : st.stop]
-        per_param = cluster.ddp_param_host if ddp_host else 0.0
-        # DDP broadcasts its buffers before the forward's first kernel; where its fixed cost
-        # per step falls the probe does not read (DDP's step less the plain one), so it stays
-        # in the forward's total only, beside the loss
-        before = sum(b.buffer_tensors for b in owned) * cluster.ddp_buffer_host if ddp_host else 0.0
-        fixed = cluster.ddp_step_host if ddp_host else 0.0
-        hooks = sum(b.param_tensors for b in owned) * per_param
+        # DDP broadcasts its buffers before the forward's first kernel
+        before = sum(b.buffer_tensors for b in owned) * cluster.ddp_buffer_host if ddp else 0.0
+        hooks = [b.param_tensors * per_param for b in owned]
         batch = (profile.input_bytes_per_sample if index == 0 else 0) + (
             profile.target_bytes_per_sample if index == last else 0
         )
@@ -181,9 +188,9 @@ def costs_from_profile(
             batch_bytes=batch * micro_batch,
             host_forward=c.host_forward * slow + before + fixed,
             host_backward_input=slow * (c.host_backward if index == 0 else c.host_backward_input)
-            + hooks,
+            + sum(hooks),
             host_backward_weight=0.0 if index == 0 else c.host_backward_weight * slow,
-            host_backward=c.host_backward * slow + hooks,
+            host_backward=c.host_backward * slow + sum(hooks),
             graph_host_forward=c.graph_host_forward * slow,
             graph_host_backward=c.graph_host_backward * slow,
             kept_workspace=c.kept_workspace,
@@ -191,11 +198,8 @@ def costs_from_profile(
             graph_slot_large=c.graph_slot_large,
         )
         if not cuda_graphs:  # a graphed action is one launch
-            blocks = [
-                _Block(profile.cost(i, micro_batch), block.param_tensors * per_param)
-                for i, block in enumerate(owned, st.start)
-            ]
-            times = _with_spans(times, blocks, slow, before, first=index == 0)
+            blocks = [profile.cost(i, micro_batch) for i in range(st.start, st.stop)]
+            times = _with_spans(times, blocks, hooks, slow, before, first=index == 0)
         stages.append(times)
     fwd, bwd = [], []
     for s in range(partition.num_stages - 1):
@@ -215,6 +219,10 @@ def costs_from_profile(
         forward_transfer=tuple(fwd),
         backward_transfer=tuple(bwd),
         allreduce=allreduce,
+        allreduce_buckets=tuple(max(1, math.ceil(st.param_bytes / BUCKET_BYTES)) for st in stages)
+        if ddp
+        else (),
+        grad_bytes_factor=2.0 if ddp else 1.0,
         overlap_comm=overlap_comm,
         recompute=recompute,
         optimizer=optimizer,
@@ -224,33 +232,33 @@ def costs_from_profile(
     )
 
 
-@dataclass(frozen=True, slots=True)
-class _Block:
-    cost: BlockCost
-    hooks: float
-    """Host seconds beyond the profile's in the block's backward (DDP's parameter hooks)."""
-
-
 def _with_spans(
-    t: StageTimes, blocks: list[_Block], slow: float, before: float, *, first: bool
+    t: StageTimes,
+    blocks: Sequence[BlockCost],
+    hooks: Sequence[float],
+    slow: float,
+    before: float,
+    *,
+    first: bool,
 ) -> StageTimes:
     """`t` with each action's span over the stage's blocks (forward in block order after
-    `before` host seconds, backward in reverse), their host times `slow` times the
-    profile's; the first stage's B is its whole backward and it has no W."""
-    back = blocks[::-1]
+    `before` host seconds, backward in reverse with each block's `hooks` on its host), their
+    host times `slow` times the profile's; the first stage's B is its whole backward and it
+    has no W."""
 
     def one(pairs: list[tuple[float, float]], host: float, device: float, *, last: bool) -> float:
         """The span of `pairs` fitted to the action's totals, what the totals hold beyond
         the blocks (the loss) `last` or first."""
         return span(fitted(pairs, host, device, extra_first=not last))
 
+    back = list(zip(blocks, hooks, strict=True))[::-1]
     whole = one(
-        [(b.cost.host_backward * slow + b.hooks, b.cost.backward) for b in back],
+        [(c.host_backward * slow + h, c.backward) for c, h in back],
         t.host_backward,
         t.backward,
         last=False,
     )
-    forward = [(before, 0.0)] + [(b.cost.host_forward * slow, b.cost.forward) for b in blocks]
+    forward = [(before, 0.0)] + [(c.host_forward * slow, c.forward) for c in blocks]
     return replace(
         t,
         forward_span=one(forward, t.host_forward, t.forward, last=True),
@@ -258,7 +266,7 @@ def _with_spans(
         backward_input_span=whole
         if first
         else one(
-            [(b.cost.host_backward_input * slow + b.hooks, b.cost.backward_input) for b in back],
+            [(c.host_backward_input * slow + h, c.backward_input) for c, h in back],
             t.host_backward_input,
             t.backward_input,
             last=False,
@@ -266,7 +274,7 @@ def _with_spans(
         backward_weight_span=0.0
         if first
         else one(
-            [(b.cost.host_backward_weight * slow, b.cost.backward_weight) for b in back],
+            [(c.host_backward_weight * slow, c.backward_weight) for c, _ in back],
             t.host_backward_weight,
             t.backward_weight,
             last=False,
