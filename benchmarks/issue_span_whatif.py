@@ -14,17 +14,12 @@ totals, and the signed median error of the host-bound rows over one GPU and over
 from __future__ import annotations
 
 import statistics
-from pathlib import Path
 from typing import Any
 
-import common  # noqa: F401  (puts src/ on the path)
-from combine import repredicted
-from error_bands import RUNS
+from whatif import compare, totals
 
 import pipecast.simulate.engine as engine
-from pipecast.bench.accuracy import comparisons
 
-RESULTS = Path(__file__).parent / "results"
 SPAN = engine._span
 
 
@@ -32,36 +27,29 @@ def _no_span(*args: Any) -> float:
     return 0.0
 
 
+def _use(fn: Any) -> Any:
+    def patch() -> None:
+        engine._span = fn
+
+    return patch
+
+
 def main() -> None:
-    variants = {"totals": _no_span, "span": SPAN}
-    totals: dict[str, dict[str, Any]] = {
-        name: {"within": 0, "rows": 0, "medians": [], "one": [], "several": []} for name in variants
-    }
-    for run in RUNS:
-        cells = []
-        for name, fn in variants.items():
-            engine._span = fn  # type: ignore[assignment]
-            cs = comparisons(repredicted(RESULTS / run))
-            errors = [abs(c.error) for c in cs]
-            within = sum(e <= 0.2 for e in errors)
-            t = totals[name]
-            t["within"] += within
-            t["rows"] += len(cs)
-            t["medians"].append(statistics.median(errors))
-            for c in cs:
-                if c.host_bound and not c.graphed:
-                    t["one" if c.gpus == 1 else "several"].append(c.error)
-            cells.append(f"{name} {statistics.median(errors):6.1%} {max(errors):6.1%} {within:2d}")
-        engine._span = SPAN
-        print(f"{run:20s} " + " | ".join(cells), flush=True)
-    base = totals["totals"]["medians"]
-    for name, t in totals.items():
-        better = sum(m < b - 1e-9 for m, b in zip(t["medians"], base, strict=True))
-        worse = sum(m > b + 1e-9 for m, b in zip(t["medians"], base, strict=True))
-        one, several = (f"{statistics.median(t[k]):+.1%} ({len(t[k])})" for k in ("one", "several"))
+    runs = compare({"totals": _use(_no_span), "span": _use(SPAN)}, _use(SPAN))
+    for name, per_run in runs.items():
+        signed = {
+            k: [
+                c.error
+                for cs in per_run
+                for c in cs
+                if c.host_bound and not c.graphed and (c.gpus == 1) == (k == "one")
+            ]
+            for k in ("one", "several")
+        }
+        one, several = (f"{statistics.median(v):+.1%} ({len(v)})" for v in signed.values())
         print(
-            f"{name}: {t['within']} of {t['rows']} within 20%; run medians better on {better}, "
-            f"worse on {worse}; host-bound signed median: one GPU {one}, several {several}"
+            f"{name}: {totals(per_run, runs['totals'])}; host-bound signed median: one GPU "
+            f"{one}, several {several}"
         )
 
 

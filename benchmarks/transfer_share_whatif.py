@@ -20,18 +20,13 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
-import common  # noqa: F401  (puts src/ on the path)
-from combine import repredicted
-from error_bands import RUNS
+from whatif import compare, totals
 
 import pipecast.recommend.predict as predict_module
-from pipecast.bench.accuracy import comparisons
 from pipecast.simulate.costs import Costs
 
-RESULTS = Path(__file__).parent / "results"
 PLAIN = predict_module.costs_from_profile
 VARIANTS: dict[str, tuple[float, float]] = {
     "plain": (0.0, 0.0),
@@ -66,32 +61,26 @@ def sharing(send: float, receive: float) -> Callable[..., Costs]:
 
 
 def main() -> None:
-    totals = {name: {"within": 0, "rows": 0, "medians": [], "pipe": []} for name in VARIANTS}
-    for run in RUNS:
-        cells = []
-        for name, (send, receive) in VARIANTS.items():
+    def patch(send: float, receive: float) -> Callable[[], None]:
+        def apply() -> None:
             predict_module.costs_from_profile = sharing(send, receive)  # type: ignore[assignment]
-            cs = comparisons(repredicted(RESULTS / run))
-            errors = [abs(c.error) for c in cs]
-            within = sum(e <= 0.2 for e in errors)
-            t = totals[name]
-            t["within"] += within
-            t["rows"] += len(cs)
-            t["medians"].append(statistics.median(errors))
-            t["pipe"] += [
-                c.error for c in cs if c.label.split(" ")[2:3] == ["pipecast"] and not c.host_bound
-            ]
-            cells.append(f"{name} {statistics.median(errors):6.1%} {max(errors):6.1%} {within:2d}")
+
+        return apply
+
+    def restore() -> None:
         predict_module.costs_from_profile = PLAIN
-        print(f"{run:20s} " + " | ".join(cells), flush=True)
-    base = totals["plain"]["medians"]
-    for name, t in totals.items():
-        better = sum(m < b - 1e-9 for m, b in zip(t["medians"], base, strict=True))
-        worse = sum(m > b + 1e-9 for m, b in zip(t["medians"], base, strict=True))
+
+    runs = compare({name: patch(*shares) for name, shares in VARIANTS.items()}, restore)
+    for name, per_run in runs.items():
+        pipe = [
+            c.error
+            for cs in per_run
+            for c in cs
+            if c.label.split(" ")[2:3] == ["pipecast"] and not c.host_bound
+        ]
         print(
-            f"{name}: {t['within']} of {t['rows']} within 20%; run medians better on {better}, "
-            f"worse on {worse}; device-bound pipeline rows ({len(t['pipe'])}) signed median "
-            f"{statistics.median(t['pipe']):+.1%}"
+            f"{name}: {totals(per_run, runs['plain'])}; device-bound pipeline rows ({len(pipe)}) "
+            f"signed median {statistics.median(pipe):+.1%}"
         )
 
 
