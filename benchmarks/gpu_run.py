@@ -17,6 +17,7 @@ from dataclasses import replace
 
 import torch
 from common import OUT, dump, left, log, pack
+from machine_state import record, steal_share
 
 from pipecast import devices
 from pipecast.bench.config import BenchConfig
@@ -118,6 +119,7 @@ def probe_options(gpus: int, dry: bool) -> ProbeOptions:
 
 
 RESUME = False
+STATE: dict[str, object] | None = None  # the machine's state as this call began
 
 
 def main() -> None:
@@ -185,6 +187,9 @@ def main() -> None:
     )
     log(f"CPUs on each GPU's NUMA node (ranks are pinned there): {local}")
     log(f"torch {torch.__version__}, {gpus} x {names[0]}")
+    global STATE
+    STATE = record(OUT, "start", readings=not dry)
+    log(f"machine state at start: {STATE['clock_mhz']}, load {STATE['loadavg']}")
 
     if RESUME and (OUT / "cluster.json").exists():
         cluster = Cluster.load(str(OUT / "cluster.json"))
@@ -433,4 +438,7 @@ if __name__ == "__main__":
     try:
         main()
     finally:
+        if STATE is not None:  # the machine at the call's end, and what was stolen meanwhile
+            end = record(OUT, "end")
+            log(f"CPU time stolen by the hypervisor during this call: {steal_share(STATE, end)}")
         pack()
