@@ -2,11 +2,14 @@
 four ways (CPU only; output: results/host-factor-whatif.txt).
 
 * `profile`: the probe's hostspeed.issue() with n ranks busy over the profile's own reading
-  (Cluster.host_factor, what the simulator uses);
+  (what the simulator used up to h100x4-run16, and still uses for a profile taken on
+  another machine);
 * `contention`: the probe's pure-Python loop with n ranks busy over alone (what profiles
   without issue readings get);
 * `probe`: the probe's issue reading with n ranks busy over its own reading alone, both
-  taken in the same interleaved rounds, the profile's reading left out;
+  taken in the same interleaved rounds, the profile's reading left out (Cluster.host_factor
+  for a profile taken on the probe's machine, as every stored run's were, since the
+  pre-registered decision on h100x4-run16);
 * `none`: no factor, the profile's host costs as read (added after h100x4-run13, the
   first suite with host costs read in three windows; not decided in advance).
 
@@ -31,23 +34,24 @@ from pipecast.hardware.cluster import Cluster
 MEASURED = Cluster.host_factor
 
 
-def contention(self: Cluster, busy: int, profiled_issue: float = 0.0) -> float:
+def profile(self: Cluster, busy: int, profiled_issue: float = 0.0, on: str = "") -> float:
+    return MEASURED(self, busy, profiled_issue)  # no machine named: the profile's reading
+
+
+def contention(self: Cluster, busy: int, profiled_issue: float = 0.0, on: str = "") -> float:
     return MEASURED(self, busy, 0.0)
 
 
-def probe(self: Cluster, busy: int, profiled_issue: float = 0.0) -> float:
-    if 1 not in self.host_issue:
-        return MEASURED(self, busy, profiled_issue)
-    known = [n for n in self.host_issue if n <= busy] or [min(self.host_issue)]
-    return self.host_issue[max(known)] / self.host_issue[1]
+def probe(self: Cluster, busy: int, profiled_issue: float = 0.0, on: str = "") -> float:
+    return MEASURED(self, busy, profiled_issue, self.machine)  # one machine: the probe's ratio
 
 
-def none(self: Cluster, busy: int, profiled_issue: float = 0.0) -> float:
+def none(self: Cluster, busy: int, profiled_issue: float = 0.0, on: str = "") -> float:
     return 1.0
 
 
 VARIANTS: dict[str, Callable[..., float]] = {
-    "profile": MEASURED,
+    "profile": profile,
     "contention": contention,
     "probe": probe,
     "none": none,

@@ -14,8 +14,10 @@ so the simulator scales profiled host costs to the speed of a busy rank.
 
 from __future__ import annotations
 
+import socket
 import statistics
 import time
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -23,6 +25,17 @@ from torch import nn
 from pipecast import devices
 
 ITERATIONS = 200_000
+
+
+def machine() -> str:
+    """Which machine this process runs on, as this boot of it: the host name and the
+    kernel's boot id where it has one. A profile and a probe that read the same are from one
+    machine, so their host readings can be compared as readings of one host."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        boot = ""
+    return f"{socket.gethostname()}:{boot}" if boot else socket.gethostname()
 
 
 def reference(repeats: int = 5) -> float:

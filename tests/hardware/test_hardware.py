@@ -153,9 +153,10 @@ def test_cluster_round_trips_host_terms() -> None:
         ddp_step_host=1e-4,
         ddp_param_host=8e-6,
         ddp_buffer_host=3e-6,
+        machine="node-7:boot-a",
     )
     back = Cluster.from_json(c.to_json())
-    assert back == c
+    assert back == c and back.machine == "node-7:boot-a"
     assert back.host_overhead == pytest.approx(2e-4)
     assert back.step_overhead == pytest.approx(9e-4)
     # without the profile's own reading: the contention factor
@@ -164,6 +165,15 @@ def test_cluster_round_trips_host_terms() -> None:
     assert back.host_factor(4, profiled_issue=1.5e-3) == pytest.approx(2.0)
     assert back.host_factor(3, profiled_issue=2e-3) == pytest.approx(1.2)
     assert back.host_factor(1, profiled_issue=4e-3) == pytest.approx(0.5)
+    # a profile taken on the probe's own machine: the probe's busy reading over its own
+    # alone, whatever the profile read (its spell is not the probe's)
+    assert back.host_factor(4, 4e-3, "node-7:boot-a") == pytest.approx(1.5)
+    assert back.host_factor(3, 4e-3, "node-7:boot-a") == pytest.approx(1.2)
+    assert back.host_factor(1, 4e-3, "node-7:boot-a") == pytest.approx(1.0)
+    # another machine (or this one rebooted): the profile's reading carries its costs here
+    assert back.host_factor(4, 4e-3, "node-7:boot-b") == pytest.approx(0.75)
+    # neither recorded its machine (the stored runs, each profiled where it was probed)
+    assert replace(back, machine="").host_factor(4, 4e-3, "") == pytest.approx(1.5)
     described = cluster_from_dict(
         {
             "gpus_per_node": 2,

@@ -55,6 +55,9 @@ def test_profile_measures_every_block_and_size() -> None:
     assert Profile.from_json(p.to_json()).host_reference == p.host_reference
     assert 0 < p.host_issue < p.host_reference  # torch's host work on a tiny model, timed
     assert Profile.from_json(p.to_json()).host_issue == p.host_issue
+    # where it was taken, as the probe names its machine
+    assert p.host_machine == hostspeed.machine() != ""
+    assert Profile.from_json(p.to_json()).host_machine == p.host_machine
     # the host's speed beside each size's host costs, a reading of the same kind
     assert sorted(p.size_issue) == [2, 4] and all(v > 0 for v in p.size_issue.values())
     assert min(p.size_issue.values()) < 10 * p.host_issue < 100 * max(p.size_issue.values())

@@ -305,11 +305,15 @@ def test_more_busy_ranks_slow_a_host_bound_prediction() -> None:
     assert slowed.step_time == pytest.approx(1.5 * calm, rel=0.05)
     assert slowed.host_bound and not predict(base, busy, strat, 32).host_bound
     assert "host-bound" in explain(slowed, (slowed,))
-    # where the profile and the probe both read hostspeed.issue, their ratio replaces it:
-    # ranks that issue 1.2x slower together than the profiler did, whatever the contention
-    read = replace(busy, host_issue={1: 1e-3, 4: 1.2e-3})
-    timed = replace(host_bound, host_issue=1e-3)
-    assert predict(timed, read, strat, 32).step_time == pytest.approx(1.2 * calm, rel=0.05)
+    # where the profile and the probe both read hostspeed.issue, that replaces it. A profile
+    # from another machine: 4 busy ranks' reading over the profile's, 1.5x
+    read = replace(busy, host_issue={1: 1e-3, 4: 1.2e-3}, machine="gpu-node:1")
+    timed = replace(host_bound, host_issue=0.8e-3, host_machine="laptop:2")
+    assert predict(timed, read, strat, 32).step_time == pytest.approx(1.5 * calm, rel=0.05)
+    # one taken on the probe's machine: the probe's busy reading over its own alone, 1.2x,
+    # whatever spell the profile met
+    here = replace(timed, host_machine="gpu-node:1")
+    assert predict(here, read, strat, 32).step_time == pytest.approx(1.2 * calm, rel=0.05)
     assert predict(host_bound, read, strat, 32).step_time == pytest.approx(slowed.step_time)
 
 

@@ -74,7 +74,7 @@ def predictions(
             "host_reference": profile.host_reference,
             "host_issue": profile.host_issue,
             "host_factor": cluster.host_factor(
-                min(strategy.gpus, cluster.gpus_per_node), profile.host_issue
+                min(strategy.gpus, cluster.gpus_per_node), profile.host_issue, profile.host_machine
             ),
             "timeline": [e.to_row() for e in pred.timeline.events],
         }

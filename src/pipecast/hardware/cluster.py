@@ -69,6 +69,9 @@ class Cluster:
     a rank alone). With a profile's own reading it turns the profile's host costs into a
     busy rank's; missing: host_contention alone is used."""
 
+    machine: str = ""
+    """hostspeed.machine() where the probe ran (empty: not recorded, or described)."""
+
     ddp_step_host: float = 0.0
     """Host seconds torch's DistributedDataParallel adds to a step whatever the model."""
     ddp_param_host: float = 0.0
@@ -77,14 +80,29 @@ class Cluster:
     ddp_buffer_host: float = 0.0
     """... and per buffer tensor (broadcast from rank 0 before every forward)."""
 
-    def host_factor(self, busy: int, profiled_issue: float = 0.0) -> float:
+    def host_factor(
+        self, busy: int, profiled_issue: float = 0.0, profiled_on: str | None = None
+    ) -> float:
         """How much slower a rank issues work with `busy` ranks busy on a node than the
-        profiler did: a rank's hostspeed.issue() reading over the profile's (`profiled_issue`)
-        where both were read, else the contention factor (1 when unmeasured). Between
-        measured counts, the nearest below."""
-        if profiled_issue > 0 and self.host_issue:
+        profiler did. A profile taken on the probe's own machine (`profiled_on` equal to
+        `machine`, both unrecorded included): the probe's hostspeed.issue() with `busy`
+        ranks at once over its own reading alone, both from the same interleaved rounds.
+        A profile from elsewhere: the probe's reading over the profile's own
+        (`profiled_issue`), which carries its host costs to this host's speed. Without
+        issue readings, the contention factor (1 when unmeasured). Between measured
+        counts, the nearest below.
+
+        On one machine, the probe's own ratio is the one the 4-GPU suites decided for
+        (benchmarks/README.md, h100x4-run16): the profile's reading is a spell of its own,
+        minutes from the probe's, and a host that changed speed between the two moved every
+        host cost by the change."""
+        if self.host_issue:
             known = [n for n in self.host_issue if n <= busy] or [min(self.host_issue)]
-            return self.host_issue[max(known)] / profiled_issue
+            reading = self.host_issue[max(known)]
+            if profiled_on is not None and profiled_on == self.machine and 1 in self.host_issue:
+                return reading / self.host_issue[1]
+            if profiled_issue > 0:
+                return reading / profiled_issue
         known = [n for n in self.host_contention if n <= busy]
         return self.host_contention[max(known)] if known else 1.0
 
@@ -164,6 +182,7 @@ class Cluster:
                 "step_overhead": self.step_overhead,
                 "host_contention": {str(n): f for n, f in self.host_contention.items()},
                 "host_issue": {str(n): s for n, s in self.host_issue.items()},
+                "machine": self.machine,
                 "ddp_step_host": self.ddp_step_host,
                 "ddp_param_host": self.ddp_param_host,
                 "ddp_buffer_host": self.ddp_buffer_host,
@@ -223,6 +242,7 @@ def cluster_from_dict(doc: dict[str, Any], source: str = "<dict>") -> Cluster:
             step_overhead=parse_seconds(doc.get("step_overhead", 0.0)),
             host_contention={int(n): float(f) for n, f in doc.get("host_contention", {}).items()},
             host_issue={int(n): parse_seconds(v) for n, v in doc.get("host_issue", {}).items()},
+            machine=str(doc.get("machine", "")),
             ddp_step_host=parse_seconds(doc.get("ddp_step_host", 0.0)),
             ddp_param_host=parse_seconds(doc.get("ddp_param_host", 0.0)),
             ddp_buffer_host=parse_seconds(doc.get("ddp_buffer_host", 0.0)),

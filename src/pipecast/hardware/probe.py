@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from pipecast import devices
+from pipecast import devices, hostspeed
 from pipecast.hardware import host_probe
 from pipecast.hardware.cluster import Cluster, Link
 from pipecast.hardware.fit import fit_link
@@ -185,6 +185,7 @@ def summarize_probe(per_rank: list[dict[str, Any]], name: str = "probed") -> Pro
             step_overhead=min(r.get("step_overhead", 0.0) for r in per_rank),
             host_contention={int(n): max(f, 1.0) for n, f in contention.items()},
             host_issue={int(n): seconds for n, seconds in issue.items()},
+            machine=hostspeed.machine(),
             ddp_step_host=ddp.get("step", 0.0),
             ddp_param_host=ddp.get("param", 0.0),
             ddp_buffer_host=ddp.get("buffer", 0.0),

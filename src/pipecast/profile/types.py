@@ -186,6 +186,8 @@ class Profile:
     """hostspeed.issue() at the same points and after each host window beyond the sizes'
     own (the median of them all): the torch host work of a fixed tiny model, as fast as
     this process issued it while profiling (0: not recorded)."""
+    host_machine: str = ""
+    """hostspeed.machine() where the profile was taken (empty: not recorded)."""
     size_issue: dict[int, float] = field(default_factory=dict)
     """Micro-batch size -> hostspeed.issue() read beside that size's host costs (the mean of
     readings just before and just after its whole-model passes, or without those passes the
@@ -431,6 +433,7 @@ class Profile:
                 "host_split_call": self.host_split_call,
                 "host_reference": self.host_reference,
                 "host_issue": self.host_issue,
+                "host_machine": self.host_machine,
                 "size_issue": {str(mb): v for mb, v in self.size_issue.items()},
                 "host_windows": self.host_windows,
                 "window_host": {str(mb): list(v) for mb, v in self.window_host.items()},
@@ -503,6 +506,7 @@ class Profile:
                 host_split_call=float(doc.get("host_split_call", 0.0)),
                 host_reference=float(doc.get("host_reference", 0.0)),
                 host_issue=float(doc.get("host_issue", 0.0)),
+                host_machine=str(doc.get("host_machine", "")),
                 size_issue={int(mb): float(v) for mb, v in doc.get("size_issue", {}).items()},
                 host_windows=int(doc.get("host_windows", 1)),
                 window_host={

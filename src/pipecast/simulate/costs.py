@@ -153,7 +153,9 @@ def costs_from_profile(
     as its gradients are ready, and the buckets holding a second copy of the gradients."""
     stages = []
     busy = len({d for st in partition.stages for d in st.devices})
-    slow = cluster.host_factor(min(busy, cluster.gpus_per_node), profile.host_issue)
+    slow = cluster.host_factor(
+        min(busy, cluster.gpus_per_node), profile.host_issue, profile.host_machine
+    )
     last = partition.num_stages - 1
     per_param = cluster.ddp_param_host if ddp else 0.0
     # where DDP's fixed cost per step falls the probe does not read (DDP's step less the
