@@ -341,7 +341,7 @@ def test_close_calls_are_the_strategies_within_error_of_the_best() -> None:
     for p in rec.ranked:
         assert (p in close) == (p.measured_range[0] <= ceiling)
         fastest, slowest = p.measured_range
-        assert fastest < p.step_time < slowest
+        assert fastest < p.step_time <= slowest  # one device-bound GPU: rarely slower
         if p.strategy.gpus > 1:  # predictions over several GPUs err fast more often: the
             assert slowest - p.step_time > p.step_time - fastest  # range reaches further up
         else:  # one device-bound GPU's, slow by a per cent or two
