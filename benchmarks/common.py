@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -14,6 +16,17 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT))
 
 START = time.time()
+
+
+def _terminated(signum: int, frame: object) -> None:
+    """`timeout` ends a call with SIGTERM, which Python otherwise dies of at once: as an
+    exit instead, a script's `finally` still packs what it wrote (and gpu_run records the
+    machine's state at the end)."""
+    raise SystemExit(128 + signum)
+
+
+if multiprocessing.parent_process() is None:  # the script itself, not its spawned ranks
+    signal.signal(signal.SIGTERM, _terminated)
 OUT = Path(os.environ.get("OUT") or ROOT / "benchmarks" / "results" / "local")
 OUT.mkdir(parents=True, exist_ok=True)
 
