@@ -248,38 +248,33 @@ def _with_spans(
     host times `slow` times the profile's; the first stage's B is its whole backward and it
     has no W."""
 
-    def one(pairs: list[tuple[float, float]], host: float, device: float, *, last: bool) -> float:
-        """The span of `pairs` fitted to the action's totals, what the totals hold beyond
-        the blocks (the loss) `last` or first."""
-        return span(fitted(pairs, host, device, extra_first=not last))
+    def backward(pairs: list[tuple[float, float]], host: float, device: float) -> float:
+        """The span of a backward's blocks (in the order it runs them), what its totals
+        hold beyond them (the runtime's cuts) ahead of them."""
+        return span(fitted(pairs, host, device, extra_first=True))
 
     back = list(zip(blocks, hooks, strict=True))[::-1]
-    whole = one(
-        [(c.host_backward * slow + h, c.backward) for c, h in back],
-        t.host_backward,
-        t.backward,
-        last=False,
+    whole = backward(
+        [(c.host_backward * slow + h, c.backward) for c, h in back], t.host_backward, t.backward
     )
     forward = [(before, 0.0)] + [(c.host_forward * slow, c.forward) for c in blocks]
     return replace(
-        t,
-        forward_span=one(forward, t.host_forward, t.forward, last=True),
+        t,  # the forward's totals hold the loss beyond its blocks: last
+        forward_span=span(fitted(forward, t.host_forward, t.forward, extra_first=False)),
         backward_span=whole,
         backward_input_span=whole
         if first
-        else one(
+        else backward(
             [(c.host_backward_input * slow + h, c.backward_input) for c, h in back],
             t.host_backward_input,
             t.backward_input,
-            last=False,
         ),
         backward_weight_span=0.0
         if first
-        else one(
+        else backward(
             [(c.host_backward_weight * slow, c.backward_weight) for c, _ in back],
             t.host_backward_weight,
             t.backward_weight,
-            last=False,
         ),
     )
 
