@@ -32,20 +32,24 @@ from pipecast.schedule.action import Action, Plan
 
 PLAIN = engine._host
 PREMIUM = 0.34
-_after: dict[int, set[Action]] = {}
+_after: dict[int, tuple[Plan, set[Action]]] = {}
+"""id(plan) -> (the plan, kept so its id is not reused; its forwards after a backward)."""
 
 
 def _after_backward(plan: Plan) -> set[Action]:
     """The forwards of `plan` that directly follow a backward action on their rank."""
-    key = id(plan)
-    if key not in _after:
-        _after[key] = {
-            a
-            for actions in plan.actions
-            for prev, a in itertools.pairwise(actions)
-            if a.kind == "F" and prev.kind in ("B", "W", "BW")
-        }
-    return _after[key]
+    kept = _after.get(id(plan))
+    if kept is None or kept[0] is not plan:
+        kept = _after[id(plan)] = (
+            plan,
+            {
+                a
+                for actions in plan.actions
+                for prev, a in itertools.pairwise(actions)
+                if a.kind == "F" and prev.kind in ("B", "W", "BW")
+            },
+        )
+    return kept[1]
 
 
 def _premium(action: Action, st: Any, costs: Any, plan: Plan) -> float:

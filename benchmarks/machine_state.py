@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -36,44 +35,39 @@ def _cpu_times() -> dict[str, int] | None:
     return {n: int(v) for n, v in zip(names, fields, strict=False)}
 
 
-def _clocks() -> dict[str, float] | None:
-    """The cores' current clock in MHz from /proc/cpuinfo: min, median, max."""
-    text = _read("/proc/cpuinfo")
-    if not text:
-        return None
-    mhz = sorted(float(line.split(":")[1]) for line in text.splitlines() if "cpu MHz" in line)
-    if not mhz:
-        return None
-    return {"min": mhz[0], "median": mhz[len(mhz) // 2], "max": mhz[-1], "cores": len(mhz)}
-
-
-def _model() -> str | None:
-    text = _read("/proc/cpuinfo") or ""
-    for line in text.splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return None
+def _cpus() -> tuple[str | None, dict[str, float] | None]:
+    """From one read of /proc/cpuinfo: the CPU's model name, and the cores' current clock
+    in MHz (min, median, max)."""
+    lines = (_read("/proc/cpuinfo") or "").splitlines()
+    model = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), None)
+    mhz = sorted(float(ln.split(":")[1]) for ln in lines if "cpu MHz" in ln)
+    clocks = (
+        {"min": mhz[0], "median": mhz[len(mhz) // 2], "max": mhz[-1], "cores": len(mhz)}
+        if mhz
+        else None
+    )
+    return model, clocks
 
 
 def snapshot(label: str, *, readings: bool = True) -> dict[str, Any]:
     """The machine's state now; `readings` adds the host-speed readings (pure-Python loop,
     and the tiny model's issue time on cuda:0 when there is one), about a second."""
+    from pipecast import hostspeed
+
+    model, clocks = _cpus()
     state: dict[str, Any] = {
         "label": label,
         "time": time.time(),
-        "host": socket.gethostname(),
-        "boot_id": (_read("/proc/sys/kernel/random/boot_id") or "").strip(),
-        "cpu_model": _model(),
+        "machine": hostspeed.machine(),  # host name and boot id, as profiles record it
+        "cpu_model": model,
         "affinity": len(os.sched_getaffinity(0)),
         "loadavg": (_read("/proc/loadavg") or "").split()[:3],
         "cpu_times": _cpu_times(),
         "pressure_cpu": _read("/proc/pressure/cpu"),
         "cgroup_cpu_max": (_read("/sys/fs/cgroup/cpu.max") or "").strip() or None,
-        "clock_mhz": _clocks(),
+        "clock_mhz": clocks,
     }
     if readings:
-        from pipecast import hostspeed
-
         state["reference_s"] = hostspeed.reference()
         try:
             import torch
