@@ -92,10 +92,20 @@ def test_recommend_cli_calibrates_once_then_uses_the_cache(
     assert main(argv) == 0
     first = capsys.readouterr().out
     assert "profile: measured" in first and "recommendation:" in first
+    # a profile measured just now needs no second reading of the host's speed
+    assert json.loads((tmp_path / "rec.json").read_text())["host_speed"] is None
+    monkeypatch.setattr("pipecast.hostspeed.reference", lambda repeats=5: 0.5)
     assert main(argv) == 0
     second = capsys.readouterr().out
     assert "profile: cached" in second and "cluster: cached" in second
-    assert (tmp_path / "rec.json").exists()
+    # a cached one is compared with the host as it reads now
+    speed = json.loads((tmp_path / "rec.json").read_text())["host_speed"]
+    assert speed["now"] == 0.5 and 0 < speed["profiled"] < 0.5
+    assert speed["ratio"] == pytest.approx(0.5 / speed["profiled"])
+    assert main([*argv, "--recalibrate"]) == 0
+    again = capsys.readouterr().out
+    assert "profile: measured" in again and "cluster: probed" in again
+    assert json.loads((tmp_path / "rec.json").read_text())["host_speed"] is None
     # a CPU profile has no graph replay times: graphed strategies say what they rest on
     assert main([*argv, "--cuda-graphs"]) == 0
     assert "predicted from eager device times" in capsys.readouterr().out

@@ -9,13 +9,14 @@ from pathlib import Path
 import torch
 from rich.table import Table
 
-from pipecast import jsonio
+from pipecast import hostspeed, jsonio
 from pipecast.cli.common import add_workload_args, count_arg, workload_from_args
 from pipecast.cli.console import console, human_bytes, human_seconds, progress
 from pipecast.errors import ConfigError
 from pipecast.hardware.load import load_cluster
 from pipecast.profile.types import Profile
 from pipecast.recommend.calibrate import calibrated_cluster, calibrated_profile, profile_sizes
+from pipecast.recommend.host_drift import HostDrift, host_drift
 from pipecast.recommend.predict import Prediction
 from pipecast.recommend.rank import Recommendation, recommend
 from pipecast.recommend.validate import Measured, decide, measure_rounds, too_close
@@ -48,6 +49,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--autocast", action="store_true")
     p.add_argument("--cluster", help="cluster JSON or preset instead of probing this machine")
     p.add_argument("--profile", help="use this profile instead of the cached one")
+    p.add_argument(
+        "--recalibrate",
+        action="store_true",
+        help="profile the model and probe the GPUs again, replacing what is cached (the "
+        "host's speed may have moved since)",
+    )
     p.add_argument("--optimizer", choices=("sgd", "momentum", "adam"), default="sgd")
     p.add_argument("--memory-margin", type=float, default=0.1)
     p.add_argument(
@@ -107,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
     gpus = args.gpus or (torch.cuda.device_count() if device == "cuda" else 4)
     if gpus < 1:
         raise ConfigError(f"--gpus must be at least 1, got {gpus}")
+    fresh = False  # a profile measured just now needs no check of the host's speed
     if args.profile:
         profile = Profile.load(args.profile)
     else:
@@ -122,7 +130,9 @@ def run(args: argparse.Namespace) -> int:
                 progress=lambda label: bar.update(
                     task, advance=1, description=f"profiling {label}"
                 ),
+                refresh=args.recalibrate,
             )
+        fresh = not cached
         console.print(
             f"profile: {'cached' if cached else 'measured'} on {profile.device} at "
             f"micro-batches {list(profile.micro_batches)}"
@@ -131,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
         cluster = load_cluster(args.cluster)
     else:
         with console.status("calibrating: probing links"):
-            cluster, cached = calibrated_cluster(gpus, device)
+            cluster, cached = calibrated_cluster(gpus, device, refresh=args.recalibrate)
         console.print(
             f"cluster: {'cached' if cached else 'probed'} {cluster.world} x "
             f"{cluster.device}, {cluster.memory_bytes / 2**30:.1f} GiB each"
@@ -156,6 +166,9 @@ def run(args: argparse.Namespace) -> int:
         cuda_graphs=args.cuda_graphs,
     )
     print_recommendation(rec, args.top)
+    drift = None if fresh else host_drift(profile.host_reference, hostspeed.reference())
+    if drift is not None and (note := drift.note(any(p.host_bound for p in rec.close_calls()))):
+        console.print(f"[yellow]{note}[/]")
     measured: list[Measured] = []
     if args.validate:
         config = RunConfig(dtype=args.dtype, autocast=args.autocast, optimizer=args.optimizer)
@@ -177,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
                 progress=announce,
             )
         print_validation(measured)
-    _write(args.output, rec, measured)
+    _write(args.output, rec, measured, drift)
     return 0
 
 
@@ -237,7 +250,9 @@ def print_validation(measured: list[Measured]) -> None:
             )
 
 
-def _write(path: str, rec: Recommendation, measured: list[Measured]) -> None:
+def _write(
+    path: str, rec: Recommendation, measured: list[Measured], drift: HostDrift | None
+) -> None:
     doc = {
         "batch": rec.batch,
         "recommended": rec.best.strategy.to_dict(),
@@ -269,6 +284,8 @@ def _write(path: str, rec: Recommendation, measured: list[Measured]) -> None:
             }
             for m in measured
         ],
+        # hostspeed.reference() seconds as profiled and now (absent: profiled just now)
+        "host_speed": drift.to_dict() if drift is not None else None,
     }
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     jsonio.write_atomic(path, json.dumps(doc, indent=1))

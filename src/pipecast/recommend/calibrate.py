@@ -52,9 +52,10 @@ def calibrated_profile(
     dtype: Dtype,
     autocast: bool,
     progress: Callable[[str], None] | None = None,
+    refresh: bool = False,
 ) -> tuple[Profile, bool]:
-    """The cached profile for this workload and device, measuring what is missing.
-    Returns (profile, came_from_cache)."""
+    """The cached profile for this workload and device, measuring what is missing (and,
+    with `refresh`, measuring it again in its place). Returns (profile, came_from_cache)."""
     dev = devices.resolve(device)
     name = devices.name(dev)
     options = ProfileOptions(
@@ -67,7 +68,7 @@ def calibrated_profile(
     graphed = f"graph_times={options.graph_times}|kept_workspace" if dev.type == "cuda" else ""
     key = _key(workload.key, name, dtype, autocast, torch.__version__, sizes, hidden, graphed)
     path = cache_dir() / f"profile-{workload.model.replace(':', '_')}-{key}.json"
-    if path.exists():
+    if path.exists() and not refresh:
         return Profile.load(str(path)), True
     profile = profile_model(
         workload.build(),
@@ -81,12 +82,13 @@ def calibrated_profile(
     return profile, False
 
 
-def calibrated_cluster(gpus: int, device: str) -> tuple[Cluster, bool]:
-    """The cached probe of `gpus` devices of this machine (measured on first use)."""
+def calibrated_cluster(gpus: int, device: str, refresh: bool = False) -> tuple[Cluster, bool]:
+    """The cached probe of `gpus` devices of this machine (measured on first use, and again
+    with `refresh`)."""
     dev = "cuda" if device.startswith("cuda") else "cpu"
     name = devices.name(devices.resolve(device))
     path = cache_dir() / f"cluster-{_key(name, gpus, dev, torch.__version__)}.json"
-    if path.exists():
+    if path.exists() and not refresh:
         return Cluster.load(str(path)), True
     count = gpus if dev == "cuda" else max(2, min(gpus, 2))
     result = probe(

@@ -1,0 +1,59 @@
+"""Has this host slowed down since the model was profiled?
+
+A host-bound step takes as long as its host needs to issue it, and the profile's host costs
+are what the host took when it was profiled. A cached profile may be minutes or days old, and
+on shared and virtual machines the host's speed moves in spells: a fixed pure-Python loop
+(hostspeed.reference) read 7 ms in one call and 13 ms in the next on one 4 x H200 machine
+(benchmarks/results/h200x4-run13). The profile keeps that loop's reading; reading it again
+before recommending tells whether the host is in a slower spell now.
+
+Over the 31 stored GPU runs (benchmarks/host_drift_rows.py), host-bound steps measured while
+the loop read 1.25x or more its profile's reading ran a median 16.6% slower than predicted
+(194 rows, 84 of them beyond 20%); between 0.8x and 1.25x, 5.8% slower (343 rows); at 0.8x or
+less, 0.9% faster (91 rows). Device-bound steps' signed medians were -2.4% to +1.0%. So a
+slower host is worth a note where a close call is host-bound, and a faster one is not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SLOWER = 1.25
+"""The loop's reading now over the profile's from which host-bound predictions ran fast."""
+
+
+@dataclass(frozen=True)
+class HostDrift:
+    profiled: float
+    """hostspeed.reference() seconds while profiling."""
+    now: float
+    """... and now."""
+
+    @property
+    def ratio(self) -> float:
+        """How many times slower the host runs now than when profiled."""
+        return self.now / self.profiled
+
+    def note(self, host_bound: bool) -> str | None:
+        """A line for the user where the host has slowed and host-bound strategies are
+        among those recommended; None otherwise."""
+        if not host_bound or self.ratio < SLOWER:
+            return None
+        return (
+            f"this host runs {self.ratio:.2f}x slower now than when the model was profiled "
+            f"(a fixed Python loop: {self.now * 1e3:.1f} ms against "
+            f"{self.profiled * 1e3:.1f} ms), and host-bound steps follow it: on stored GPU "
+            "runs they then ran a median 17% slower than predicted. --recalibrate profiles "
+            "again; --validate auto measures"
+        )
+
+    def to_dict(self) -> dict[str, float]:
+        return {"profiled": self.profiled, "now": self.now, "ratio": self.ratio}
+
+
+def host_drift(profiled: float, now: float) -> HostDrift | None:
+    """The drift between two readings of hostspeed.reference(); None where either is
+    missing (profiles taken before the profiler read it have 0)."""
+    if profiled <= 0 or now <= 0:
+        return None
+    return HostDrift(profiled, now)
