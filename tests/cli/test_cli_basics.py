@@ -40,6 +40,10 @@ def test_models_table(capsys: pytest.CaptureFixture[str]) -> None:
             ["recommend", "--device", "cpu", "--cuda-graphs", "--validate", "1"],
             "which need GPUs",
         ),
+        (
+            ["recommend", "--recalibrate", "--profile", "p.json"],
+            "--recalibrate measures a new profile and --profile gives one",
+        ),
     ],
 )
 def test_bad_input_is_one_line_exit_2(

@@ -103,6 +103,10 @@ def run(args: argparse.Namespace) -> int:
             "--cuda-graphs with --validate would run CUDA graphs, which need GPUs: "
             "drop --validate to rank them here"
         )
+    if args.recalibrate and args.profile:
+        raise ConfigError(
+            "--recalibrate measures a new profile and --profile gives one: drop one of them"
+        )
     if args.model is None:  # a sensible default: ResNet-50 on GPUs, a small job on a CPU
         args.model, args.dataset = (
             ("resnet50", "imagenet") if device == "cuda" else ("resnet18", "cifar10")
