@@ -28,6 +28,11 @@ class HostDrift:
     """hostspeed.reference() seconds while profiling."""
     now: float
     """... and now."""
+    elsewhere: bool = False
+    """The profile was taken on another machine (hostspeed.machine() differs)."""
+    cached: bool = True
+    """The profile is the calibration's cache (False: one the user gave), which
+    `--recalibrate` measures again."""
 
     @property
     def ratio(self) -> float:
@@ -39,21 +44,40 @@ class HostDrift:
         among those recommended; None otherwise."""
         if not host_bound or self.ratio < SLOWER:
             return None
+        than = (
+            "the host the model was profiled on"
+            if self.elsewhere
+            else "when the model was profiled"
+        )
+        remedy = "--recalibrate (profile again)" if self.cached else "pipecast profile here"
         return (
-            f"this host runs {self.ratio:.2f}x slower now than when the model was profiled "
-            f"(a fixed Python loop: {self.now * 1e3:.1f} ms against "
-            f"{self.profiled * 1e3:.1f} ms), and host-bound steps follow it: on stored GPU "
-            "runs they then ran a median 17% slower than predicted. --recalibrate profiles "
-            "again; --validate auto measures"
+            f"this host runs {self.ratio:.2f}x slower now than {than} (a fixed Python loop: "
+            f"{self.now * 1e3:.1f} ms against {self.profiled * 1e3:.1f} ms), and host-bound "
+            "steps follow it: on stored GPU runs they then ran a median 17% slower than "
+            f"predicted. To follow it: {remedy}, or --validate auto (measure)"
         )
 
-    def to_dict(self) -> dict[str, float]:
-        return {"profiled": self.profiled, "now": self.now, "ratio": self.ratio}
+    def to_dict(self) -> dict[str, float | bool]:
+        return {
+            "profiled": self.profiled,
+            "now": self.now,
+            "ratio": self.ratio,
+            "elsewhere": self.elsewhere,
+        }
 
 
-def host_drift(profiled: float, now: float) -> HostDrift | None:
-    """The drift between two readings of hostspeed.reference(); None where either is
-    missing (profiles taken before the profiler read it have 0)."""
+def host_drift(
+    profiled: float,
+    now: float,
+    *,
+    profiled_on: str = "",
+    here: str = "",
+    cached: bool = True,
+) -> HostDrift | None:
+    """The drift between two readings of hostspeed.reference(), the profile's taken on
+    `profiled_on` and this one on `here` (hostspeed.machine(); unrecorded counts as the
+    same machine); None where either reading is missing (profiles taken before the
+    profiler read it have 0)."""
     if profiled <= 0 or now <= 0:
         return None
-    return HostDrift(profiled, now)
+    return HostDrift(profiled, now, bool(profiled_on and here and profiled_on != here), cached)
