@@ -55,25 +55,25 @@ def main() -> None:
         worse = sum(table[a][r][0] > table[0.0][r][0] + 1e-9 for r in RUNS)
         print(f"  {a:.2f}: {within} within 20%; medians better on {better}, worse on {worse}")
     print("\nleave one run out: the a with the most rows within 20% on the others")
-    totals = {"chosen": [0, 0, 0, 0], "a=0": [0, 0, 0, 0]}  # within, median better, worst
+    counts = dict.fromkeys(("within", "within0", "better", "worse", "lower", "higher"), 0)
     for run in RUNS:
         chosen = max(GRID, key=lambda a: (sum(table[a][r][2] for r in RUNS if r != run), -a))
         m, w, n = table[chosen][run]
         m0, w0, n0 = table[0.0][run]
-        totals["chosen"][0] += n
-        totals["a=0"][0] += n0
-        totals["chosen"][1] += m < m0 - 1e-9
-        totals["chosen"][2] += m > m0 + 1e-9
-        totals["chosen"][3] += w < w0 - 1e-9
-        totals["a=0"][3] += w > w0 + 1e-9
+        counts["within"] += n
+        counts["within0"] += n0
+        counts["better"] += m < m0 - 1e-9
+        counts["worse"] += m > m0 + 1e-9
+        counts["lower"] += w < w0 - 1e-9
+        counts["higher"] += w > w0 + 1e-9
         print(
             f"{run:20s} a={chosen:.2f}: median {m:.1%} (0: {m0:.1%}), worst {w:.1%} "
             f"(0: {w0:.1%}), within 20% {n} (0: {n0})"
         )
-    c, z = totals["chosen"], totals["a=0"]
     print(
-        f"left out, chosen a: {c[0]} rows within 20% against {z[0]}; medians better on "
-        f"{c[1]} runs, worse on {c[2]}; worsts lower on {c[3]}, higher on {z[3]}"
+        f"left out, chosen a: {counts['within']} rows within 20% against "
+        f"{counts['within0']}; medians better on {counts['better']} runs, worse on "
+        f"{counts['worse']}; worsts lower on {counts['lower']}, higher on {counts['higher']}"
     )
 
 

@@ -18,23 +18,20 @@ import tempfile
 from pathlib import Path
 
 HOOK = """
-import atexit, gc, json, os, time
-_counts, _seconds, _began = [0, 0, 0], [0.0, 0.0, 0.0], [0.0]
+import atexit, gc, json, os
+_counts = [0, 0, 0]
 def _count(phase, info):
-    if phase == "start":
-        _began[0] = time.perf_counter()
-    else:
+    if phase == "stop":
         _counts[info["generation"]] += 1
-        _seconds[info["generation"]] += time.perf_counter() - _began[0]
 gc.callbacks.append(_count)
 def _dump():
     with open(os.path.join(os.environ["GC_COUNTS"], f"{os.getpid()}.json"), "w") as fh:
-        json.dump({"counts": _counts, "seconds": _seconds}, fh)
+        json.dump({"counts": _counts}, fh)
 atexit.register(_dump)
 """
 
 
-def counts(steps: int, args: argparse.Namespace, hook: Path) -> list[dict[str, list[float]]]:
+def counts(steps: int, args: argparse.Namespace, hook: Path) -> list[dict[str, list[int]]]:
     """Per process of one `pipecast train` run, in the order they started (the launcher
     first, then its helpers and the ranks), its collections."""
     out = Path(tempfile.mkdtemp())

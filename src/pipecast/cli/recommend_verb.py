@@ -170,17 +170,15 @@ def run(args: argparse.Namespace) -> int:
         cuda_graphs=args.cuda_graphs,
     )
     print_recommendation(rec, args.top)
-    drift = (
-        None
-        if fresh
-        else host_drift(
+    drift = None
+    if not fresh:
+        drift = host_drift(
             profile.host_reference,
             hostspeed.reference(),
             profiled_on=profile.host_machine,
             here=hostspeed.machine(),
             cached=not args.profile,
         )
-    )
     if drift is not None and (note := drift.note(any(p.host_bound for p in rec.close_calls()))):
         console.print(f"[yellow]{note}[/]")
     measured: list[Measured] = []

@@ -167,6 +167,7 @@ def costs_from_profile(
         # DDP broadcasts its buffers before the forward's first kernel
         before = sum(b.buffer_tensors for b in owned) * cluster.ddp_buffer_host if ddp else 0.0
         hooks = [b.param_tensors * per_param for b in owned]
+        hooks_total = sum(hooks)
         batch = (profile.input_bytes_per_sample if index == 0 else 0) + (
             profile.target_bytes_per_sample if index == last else 0
         )
@@ -190,9 +191,9 @@ def costs_from_profile(
             batch_bytes=batch * micro_batch,
             host_forward=c.host_forward * slow + before + fixed,
             host_backward_input=slow * (c.host_backward if index == 0 else c.host_backward_input)
-            + sum(hooks),
+            + hooks_total,
             host_backward_weight=0.0 if index == 0 else c.host_backward_weight * slow,
-            host_backward=c.host_backward * slow + sum(hooks),
+            host_backward=c.host_backward * slow + hooks_total,
             graph_host_forward=c.graph_host_forward * slow,
             graph_host_backward=c.graph_host_backward * slow,
             kept_workspace=c.kept_workspace,
