@@ -22,6 +22,7 @@ from pipecast.recommend.auto import auto_partition, quick_profile
 from pipecast.recommend.predict import PLACEMENT, parse_boundaries
 from pipecast.recommend.strategy import Strategy
 from pipecast.runtime.api import JobResult, run_job
+from pipecast.runtime.checkpoint import Checkpointing
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.job import TrainJob
 from pipecast.schedule.generators import make_plan
@@ -42,9 +43,12 @@ def make_job(
     device: str = "cpu",
     config: RunConfig | None = None,
     exact_init: bool = True,
+    checkpoint: Checkpointing | None = None,
 ) -> tuple[TrainJob, Profile | None]:
     """The job `train`/`infer` run, built and checked without starting any process, and the
-    quick profile the automatic partition came from (None for explicit boundaries)."""
+    quick profile the automatic partition came from (None for explicit boundaries).
+    `checkpoint`: write the training state as the run goes, and resume from it
+    (pipecast.runtime.checkpoint; `model_state(dir)` gives the trained model's state dict)."""
     config = config or RunConfig()
     workload = model if isinstance(model, Workload) else None
     sequential = None if workload else as_sequential(model)
@@ -97,6 +101,7 @@ def make_job(
         steps=steps,
         warmup_steps=warmup_steps,
         exact_init=exact_init,
+        checkpoint=checkpoint,
     )
     job.check()
     return job, profile

@@ -4,10 +4,12 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from torch import nn
 
 import pipecast.api
 from pipecast.cli.main import main
+from pipecast.runtime import checkpoint
 
 
 @pytest.mark.slow
@@ -114,3 +116,51 @@ def test_python_api_trains_a_users_sequential() -> None:
     )
     assert result.summary["samples_per_second"] > 0
     assert result.job.partition.num_blocks == 4
+
+
+def _train_args(out: Path, steps: int, *extra: str) -> list[str]:
+    return [
+        "train",
+        "--model",
+        "lenet5",
+        "--dataset",
+        "digits",  # real data: a resumed run must skip the batches already drawn
+        "--gpus",
+        "2",
+        "--micro-batches",
+        "4",
+        "--batch",
+        "32",
+        "--partition",
+        "0,6,12",
+        "--optimizer",
+        "momentum",
+        "--warmup-steps",
+        "1",
+        "--steps",
+        str(steps),
+        "--out-dir",
+        str(out),
+        *extra,
+    ]
+
+
+@pytest.mark.slow
+def test_train_resumes_from_its_checkpoint_to_the_uninterrupted_weights(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    whole, parts = tmp_path / "whole", tmp_path / "parts"
+    assert main(_train_args(tmp_path, 4, "--checkpoint-dir", str(whole))) == 0
+    assert main(_train_args(tmp_path, 2, "--checkpoint-dir", str(parts))) == 0
+    assert f"checkpoint: {parts / 'step-00000003'} (3 steps, written in " in capsys.readouterr().out
+    assert main(_train_args(tmp_path, 4, "--checkpoint-dir", str(parts))) == 2
+    assert "already holds a checkpoint (step 3)" in capsys.readouterr().err
+    assert main(_train_args(tmp_path, 4, "--checkpoint-dir", str(parts), "--resume")) == 0
+    out = capsys.readouterr().out
+    assert "(3 steps done)" in out and f"{parts / 'step-00000005'} (5 steps, written in " in out
+    want, got = checkpoint.model_state(whole), checkpoint.model_state(parts)
+    assert set(want) == set(got)
+    for name, tensor in want.items():
+        assert torch.allclose(got[name], tensor, rtol=1e-6, atol=1e-7), name
+    assert main(["train", "--model", "lenet5", "--resume"]) == 2
+    assert "need --checkpoint-dir" in capsys.readouterr().err

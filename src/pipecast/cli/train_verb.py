@@ -11,11 +11,14 @@ from rich.table import Table
 from pipecast.api import make_job
 from pipecast.cli.common import add_workload_args, workload_from_args
 from pipecast.cli.console import console, human_bytes, human_seconds
+from pipecast.errors import ConfigError
 from pipecast.hardware.load import default_cluster
 from pipecast.recommend.predict import predict
 from pipecast.recommend.strategy import Strategy
 from pipecast.report.trace import write_trace
+from pipecast.runtime import checkpoint
 from pipecast.runtime.api import JobResult, run_job
+from pipecast.runtime.checkpoint import Checkpointing
 from pipecast.runtime.config import RunConfig
 from pipecast.schedule.generators import SCHEDULES
 
@@ -51,6 +54,21 @@ def add_run_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
         )
     p.add_argument("--timeout", type=float, default=300.0, help="seconds any wait may take")
     p.add_argument("--out-dir", default="pipecast-out", help="where traces go")
+    if not inference:
+        c = p.add_argument_group("checkpoints")
+        c.add_argument(
+            "--checkpoint-dir",
+            help="write the model's and optimizer's state here after the last step (and "
+            "every --checkpoint-every steps); under torchrun, a file system every node shares",
+        )
+        c.add_argument("--checkpoint-every", type=int, default=0, help="steps between checkpoints")
+        c.add_argument("--keep", type=int, default=2, help="complete checkpoints kept")
+        c.add_argument(
+            "--resume",
+            action="store_true",
+            help="start from the newest complete checkpoint in --checkpoint-dir (on any "
+            "partition, schedule or GPU count); --steps counts from the start of training",
+        )
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -76,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         cuda_graphs=getattr(args, "cuda_graphs", False),
     )
+    cp = _checkpointing(args)
     with console.status(
         "planning (quick profile and partition)" if args.partition == "auto" else "planning"
     ):
@@ -92,17 +111,28 @@ def run(args: argparse.Namespace) -> int:
             device=args.device,
             config=config,
             exact_init=args.device == "cpu",
+            checkpoint=cp,
         )
     console.print(
         f"{schedule} on {job.world} {args.device} rank(s), partition "
         f"{job.partition.boundaries}, batch {job.batch} in "
         f"{job.plan.num_microbatches} micro-batches"
     )
-    with console.status(f"running {args.warmup_steps} warm-up + {args.steps} steps"):
+    saved = job.resume_from()
+    first = saved.step if saved is not None else 0
+    if saved is not None:
+        console.print(f"resuming from {saved.path} ({saved.step} steps done)")
+    with console.status(
+        f"running steps {first}-{job.total_steps - 1} ({args.warmup_steps} warm-up)"
+    ):
         result = run_job(job)
     if result is None:  # a torchrun rank other than 0
         return 0
     print_result(result, inference=args.inference)
+    if cp is not None and (last := checkpoint.latest(cp.dir)) is not None:
+        seconds = [t for r in result.reports for done, t in r.checkpoints if done == last.step]
+        took = f", written in {human_seconds(max(seconds))}" if seconds else ""
+        console.print(f"checkpoint: {last.path} ({last.step} steps{took})")
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     trace = out / f"{workload.model}-{schedule}-{job.world}.measured.trace.json"
@@ -131,6 +161,16 @@ def run(args: argparse.Namespace) -> int:
     write_trace(str(trace), *timelines)
     console.print(f"trace: {trace}")
     return 0
+
+
+def _checkpointing(args: argparse.Namespace) -> Checkpointing | None:
+    if getattr(args, "checkpoint_dir", None) is None:
+        if getattr(args, "resume", False) or getattr(args, "checkpoint_every", 0):
+            raise ConfigError("--resume and --checkpoint-every need --checkpoint-dir")
+        return None
+    return Checkpointing(
+        args.checkpoint_dir, every=args.checkpoint_every, keep=args.keep, resume=args.resume
+    )
 
 
 def print_result(result: JobResult, *, inference: bool) -> None:

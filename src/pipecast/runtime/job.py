@@ -11,6 +11,13 @@ from pipecast.errors import ConfigError
 from pipecast.models.workload import Workload
 from pipecast.partition.types import Partition
 from pipecast.runtime import graphs
+from pipecast.runtime.checkpoint import (
+    Checkpointing,
+    Saved,
+    check_resumable,
+    latest,
+    stage_blocks,
+)
 from pipecast.runtime.config import RunConfig
 from pipecast.schedule.action import Plan
 
@@ -38,6 +45,9 @@ class TrainJob:
     False: build only this rank's blocks, on the meta device, then initialise them there."""
     capture: bool = False
     """Return parameters and gradients after the last step (tests)."""
+    checkpoint: Checkpointing | None = None
+    """Write the training state to disk as the run goes, and resume from it
+    (pipecast.runtime.checkpoint)."""
     meta: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -72,3 +82,51 @@ class TrainJob:
         if self.steps < 1:
             raise ConfigError(f"steps must be at least 1, got {self.steps}")
         graphs.check(self.plan, self.config, self.device)
+        self.resume_from()
+
+    @property
+    def total_steps(self) -> int:
+        """Steps from the start of training, warm-up included."""
+        return self.warmup_steps + self.steps
+
+    def resume_from(self) -> Saved | None:
+        """The checkpoint this job starts from (None: from scratch); a one-line error where
+        its directory holds the wrong one, or holds one and resuming was not asked for."""
+        cp = self.checkpoint
+        if cp is None:
+            return None
+        if self.plan.name == "forward-only":
+            raise ConfigError("a forward-only run trains nothing to checkpoint")
+        saved = latest(cp.dir)
+        if saved is None:
+            return None
+        if not cp.resume:
+            raise ConfigError(
+                f"{cp.dir} already holds a checkpoint (step {saved.step}): resume from it, "
+                f"or write to another directory"
+            )
+        check_resumable(
+            saved,
+            blocks=self.partition.num_blocks,
+            optimizer=self.config.optimizer,
+            total=self.total_steps,
+        )
+        return saved
+
+    def checkpoint_meta(self) -> dict[str, Any]:
+        """What a checkpoint of this job records beside its files (meta.json)."""
+        part = self.partition
+        return {
+            "model": self.workload.model if self.workload else "model",
+            "blocks": part.num_blocks,
+            "stage_blocks": stage_blocks((i, s.start, s.stop) for i, s in enumerate(part.stages)),
+            "optimizer": self.config.optimizer,
+            "dtype": self.config.dtype,
+            "layout": self.layout,
+        }
+
+    @property
+    def layout(self) -> str:
+        """Plan, split and world: a run of the same layout draws the same random numbers on
+        the same rank, so a checkpoint's generator states carry to it."""
+        return f"{self.plan.name} {self.partition.boundaries} x{self.replicas}"

@@ -22,6 +22,7 @@ from pipecast.data.spec import DatasetSpec
 from pipecast.data.synthetic import synthetic_batch
 from pipecast.devices import DTYPES
 from pipecast.errors import ConfigError, PipecastError
+from pipecast.runtime import checkpoint
 from pipecast.runtime.engine import PipelineEngine, StepResult
 from pipecast.runtime.job import TrainJob
 from pipecast.runtime.launch import Context
@@ -59,6 +60,9 @@ class RankReport:
     grads: dict[str, torch.Tensor] = field(default_factory=dict)
     versions: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
     device: str = "cpu"
+    checkpoints: list[tuple[int, float]] = field(default_factory=list)
+    """(steps done, seconds this rank took to write its part and meet the others) for each
+    checkpoint it wrote."""
 
 
 def _spec(job: TrainJob) -> DatasetSpec:
@@ -101,6 +105,12 @@ class _Data:
             self.real = load_digits_as_mnist().split(0.8, seed=0)[0]  # the training split
         self._iter: Iterator[tuple[torch.Tensor, torch.Tensor]] = iter(())
         self.epoch = 0
+
+    def seek(self, step: int) -> None:
+        """Continue as a run that has already drawn `step` batches (after a resume)."""
+        if self.real is not None:
+            for s in range(step):
+                self.batch(s)
 
     def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         if self.real is None:
@@ -153,8 +163,13 @@ def run_rank(ctx: Context, job: TrainJob) -> RankReport:
     report = RankReport(ctx.rank, pipeline_rank, replica, own, device=str(ctx.device))
     fault = _fault(ctx.rank)
     final: StepResult | None = None
+    total = job.total_steps
+    start = _resume(ctx, job, stages)
+    data.seek(start)
+    # the first step after a resume pays the cold start, as a warm-up step does
+    timed_from = max(job.warmup_steps, start + 1 if 0 < start < total - 1 else start)
     try:
-        for step in range(job.warmup_steps + job.steps):
+        for step in range(start, total):
             if fault is not None and fault[0] == step:  # fault injection, for tests
                 if fault[1] == "hang":
                     time.sleep(10**6)
@@ -175,7 +190,7 @@ def run_rank(ctx: Context, job: TrainJob) -> RankReport:
             _barrier(ctx, f"after step {step}")
             engine.watchdog.idle()
             seconds = time.perf_counter() - began
-            if step >= job.warmup_steps:
+            if step >= timed_from:
                 report.steps.append(
                     StepRecord(
                         step,
@@ -190,7 +205,13 @@ def run_rank(ctx: Context, job: TrainJob) -> RankReport:
                     )
                 )
                 final = result
-            if job.capture and step == job.warmup_steps + job.steps - 1:
+            if job.checkpoint is not None and job.checkpoint.due(step + 1, total):
+                engine.watchdog.at(None, f"writing the checkpoint after step {step}")
+                began = time.perf_counter()
+                _save(ctx, job, stages, step + 1, replica)
+                report.checkpoints.append((step + 1, time.perf_counter() - began))
+                engine.watchdog.idle()
+            if job.capture and step == total - 1:
                 for st in stages.values():  # slices of nn.Sequential keep global names
                     for name, p in st.module.named_parameters():
                         report.params[name] = p.detach().cpu().clone()
@@ -203,6 +224,39 @@ def run_rank(ctx: Context, job: TrainJob) -> RankReport:
         engine.close()
     report.versions = {s: st.version_log for s, st in stages.items()}
     return report
+
+
+def _resume(ctx: Context, job: TrainJob, stages: dict[int, StageModule]) -> int:
+    """Set this rank's stages (and, on the same layout, its random-number generators) to the
+    job's checkpoint; the steps it had completed (0: none to resume from)."""
+    saved = job.resume_from()
+    if saved is None:
+        return 0
+    for s, st in stages.items():
+        bounds = job.partition.stages[s]
+        st.version = checkpoint.load_stage(
+            saved, st.module, st.optimizer, bounds.start, bounds.stop
+        )
+    if saved.meta.get("layout") == job.layout:
+        checkpoint.load_rank(saved, ctx.rank, ctx.device)
+    return saved.step
+
+
+def _save(
+    ctx: Context, job: TrainJob, stages: dict[int, StageModule], done: int, replica: int
+) -> None:
+    """Every rank writes its part of the checkpoint after `done` steps (the stages once, from
+    replica 0: replicas hold the same state); rank 0 marks it complete once all have."""
+    cp = job.checkpoint
+    assert cp is not None
+    if replica == 0:
+        for s, st in stages.items():
+            state = checkpoint.stage_state(st.module, st.optimizer, st.version)
+            checkpoint.write_stage(cp.dir, done, s, state)
+    checkpoint.write_rank(cp.dir, done, ctx.rank, ctx.device)
+    _barrier(ctx, f"after writing the checkpoint of step {done}")
+    if ctx.rank == 0:
+        checkpoint.finish(cp.dir, done, job.checkpoint_meta(), cp.keep)
 
 
 def own_share(

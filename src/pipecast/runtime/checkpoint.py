@@ -1,0 +1,260 @@
+"""Training state on disk, so that a run that dies part way resumes where it stopped.
+
+A checkpoint belongs to the model, not to the partition: each stage writes its state dict
+(parameters and buffers, such as batch norm's statistics) and its optimizer state under the
+blocks' global names (a slice of an nn.Sequential keeps them). A run can therefore resume on
+another partition, schedule or number of GPUs, and the state loads straight into the whole
+model (`model_state`).
+
+    DIR/step-00000120/stage-003.pt   stage 3's state dict, optimizer state and weight version
+    DIR/step-00000120/rank-001.pt    rank 1's random-number generators
+    DIR/step-00000120/meta.json      written last, once every other file is in place
+
+A step directory without meta.json is one that a run died while writing. Resuming ignores it,
+and the next complete checkpoint removes it. Under torchrun across nodes, DIR must be on one
+file system that every node shares.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from pipecast.errors import ConfigError
+
+META = "meta.json"
+PREFIX = "step-"
+
+
+@dataclass(frozen=True)
+class Checkpointing:
+    """Where and how often a run writes its state, and whether it starts from it."""
+
+    dir: str
+    every: int = 0
+    """Write after every `every` completed steps (0: only after the last step). A run always
+    writes after its last step."""
+    keep: int = 2
+    """Complete checkpoints kept; older ones are removed once a newer one is complete."""
+    resume: bool = False
+    """Start from the newest complete checkpoint in `dir` (from scratch when there is none).
+    Without it, a `dir` that already holds a checkpoint is an error, not overwritten."""
+
+    def __post_init__(self) -> None:
+        if self.every < 0:
+            raise ConfigError(f"checkpoint interval must be 0 or more steps, got {self.every}")
+        if self.keep < 1:
+            raise ConfigError(f"keep at least 1 checkpoint, got {self.keep}")
+
+    def due(self, done: int, total: int) -> bool:
+        """Whether to write after `done` of `total` steps have completed."""
+        return done == total or (self.every > 0 and done % self.every == 0)
+
+
+@dataclass(frozen=True)
+class Saved:
+    """One complete checkpoint: its directory and what meta.json says of it."""
+
+    path: Path
+    meta: dict[str, Any]
+
+    @property
+    def step(self) -> int:
+        """Steps completed when it was written."""
+        return int(self.meta["step"])
+
+    def stage_files(self, start: int, stop: int) -> list[Path]:
+        """The stage files holding any of the blocks start..stop-1."""
+        return [
+            self.path / name
+            for name, (a, b) in self.meta["stage_blocks"].items()
+            if a < stop and start < b
+        ]
+
+
+def step_dir(root: str | Path, step: int) -> Path:
+    return Path(root) / f"{PREFIX}{step:08d}"
+
+
+def _steps(root: Path) -> list[tuple[int, Path]]:
+    out = []
+    if root.is_dir():
+        for p in root.iterdir():
+            if p.is_dir() and p.name.startswith(PREFIX) and p.name[len(PREFIX) :].isdigit():
+                out.append((int(p.name[len(PREFIX) :]), p))
+    return sorted(out)
+
+
+def latest(root: str | Path) -> Saved | None:
+    """The newest complete checkpoint under `root` (None when there is none)."""
+    for _, path in reversed(_steps(Path(root))):
+        try:
+            meta = json.loads((path / META).read_text())
+        except (OSError, ValueError):
+            continue  # a run died writing it
+        return Saved(path, meta)
+    return None
+
+
+def _atomic_save(obj: object, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def stage_state(
+    module: torch.nn.Module, optimizer: torch.optim.Optimizer | None, version: int
+) -> dict[str, Any]:
+    """A stage's state dict and optimizer state, keyed by global names, on the CPU."""
+    params = {n: t.detach().cpu().clone() for n, t in module.state_dict().items()}
+    state: dict[str, dict[str, Any]] = {}
+    if optimizer is not None:
+        name_of = {id(p): n for n, p in module.named_parameters()}
+        for p, s in optimizer.state.items():
+            state[name_of[id(p)]] = {
+                k: v.detach().cpu().clone() if isinstance(v, torch.Tensor) else v
+                for k, v in s.items()
+            }
+    return {"model": params, "optimizer": state, "version": version}
+
+
+def write_stage(root: str | Path, step: int, stage: int, state: Mapping[str, Any]) -> None:
+    path = step_dir(root, step)
+    path.mkdir(parents=True, exist_ok=True)
+    _atomic_save(dict(state), path / f"stage-{stage:03d}.pt")
+
+
+def rng_state(device: torch.device) -> dict[str, torch.Tensor]:
+    out = {"cpu": torch.get_rng_state()}
+    if device.type == "cuda":
+        out["cuda"] = torch.cuda.get_rng_state(device)
+    return out
+
+
+def write_rank(root: str | Path, step: int, rank: int, device: torch.device) -> None:
+    path = step_dir(root, step)
+    path.mkdir(parents=True, exist_ok=True)
+    _atomic_save(rng_state(device), path / f"rank-{rank:03d}.pt")
+
+
+def finish(root: str | Path, step: int, meta: Mapping[str, Any], keep: int) -> Path:
+    """Mark the checkpoint of `step` complete (every rank has written its files) and remove
+    what it supersedes: complete checkpoints beyond the newest `keep`, and every incomplete
+    one older than it."""
+    path = step_dir(root, step)
+    tmp = path / (META + ".tmp")
+    tmp.write_text(json.dumps({**meta, "step": step}, indent=1))
+    os.replace(tmp, path / META)
+    complete = 0
+    for s, p in reversed(_steps(Path(root))):
+        if s > step:
+            continue
+        if (p / META).exists():
+            complete += 1
+            if complete <= keep:
+                continue
+        shutil.rmtree(p, ignore_errors=True)
+    return path
+
+
+def check_resumable(saved: Saved, *, blocks: int, optimizer: str, total: int) -> None:
+    """What makes `saved` the wrong state for a run, as a one-line error."""
+    where = f"checkpoint {saved.path}"
+    if int(saved.meta.get("blocks", -1)) != blocks:
+        raise ConfigError(
+            f"{where} holds a model of {saved.meta.get('blocks')} blocks, this one has {blocks}"
+        )
+    if saved.meta.get("optimizer") != optimizer:
+        raise ConfigError(
+            f"{where} holds {saved.meta.get('optimizer')} optimizer state, this run uses "
+            f"{optimizer}: resume with the same optimizer"
+        )
+    if saved.step >= total:
+        raise ConfigError(
+            f"{where} has completed {saved.step} steps already, as many as this run asks for "
+            f"({total}): ask for more steps"
+        )
+
+
+def load_stage(
+    saved: Saved,
+    module: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    start: int,
+    stop: int,
+) -> int:
+    """Set a stage of blocks start..stop-1 to its state in `saved`, parameters and buffers
+    copied in place (into the stage's dtype and device); its weight version."""
+    params: dict[str, torch.Tensor] = {}
+    state: dict[str, dict[str, Any]] = {}
+    versions = []
+    for path in saved.stage_files(start, stop):
+        part = torch.load(path, map_location="cpu", weights_only=True)
+        params.update(part["model"])
+        state.update(part["optimizer"])
+        versions.append(int(part["version"]))
+    own = module.state_dict()
+    missing = [n for n in own if n not in params]
+    if missing:
+        raise ConfigError(
+            f"checkpoint {saved.path} has no {missing[0]!r} ({len(missing)} entries "
+            f"missing): was it written by another model?"
+        )
+    for n, t in own.items():
+        if params[n].shape != t.shape:
+            raise ConfigError(
+                f"checkpoint {saved.path}: {n!r} is {tuple(params[n].shape)} there, "
+                f"{tuple(t.shape)} in the model"
+            )
+    module.load_state_dict({n: params[n] for n in own})
+    if optimizer is not None:
+        current = optimizer.state_dict()
+        order = [n for n, p in module.named_parameters() if p.requires_grad]
+        current["state"] = {i: state[n] for i, n in enumerate(order) if n in state}
+        optimizer.load_state_dict(current)
+    return max(versions, default=0)
+
+
+def load_rank(saved: Saved, rank: int, device: torch.device) -> bool:
+    """Restore `rank`'s random-number generators where the checkpoint has them (False: it
+    has none for this rank)."""
+    path = saved.path / f"rank-{rank:03d}.pt"
+    if not path.exists():
+        return False
+    rng = torch.load(path, map_location="cpu", weights_only=True)
+    torch.set_rng_state(rng["cpu"])
+    if device.type == "cuda" and "cuda" in rng:
+        torch.cuda.set_rng_state(rng["cuda"], device)
+    return True
+
+
+def model_state(root: str | Path, step: int | None = None) -> dict[str, torch.Tensor]:
+    """The whole model's state dict from the newest complete checkpoint under `root` (or
+    from `step`): `model.load_state_dict(model_state(dir))`."""
+    saved = latest(root) if step is None else _at(root, step)
+    if saved is None:
+        raise ConfigError(f"no complete checkpoint in {root}")
+    out: dict[str, torch.Tensor] = {}
+    for path in saved.stage_files(0, int(saved.meta["blocks"])):
+        out.update(torch.load(path, map_location="cpu", weights_only=True)["model"])
+    return out
+
+
+def _at(root: str | Path, step: int) -> Saved | None:
+    path = step_dir(root, step)
+    try:
+        return Saved(path, json.loads((path / META).read_text()))
+    except (OSError, ValueError):
+        return None
+
+
+def stage_blocks(bounds: Iterable[tuple[int, int, int]]) -> dict[str, tuple[int, int]]:
+    """meta.json's map from stage file to the blocks it holds: (stage, start, stop) each."""
+    return {f"stage-{s:03d}.pt": (a, b) for s, a, b in bounds}

@@ -1,0 +1,191 @@
+"""A run that dies part way resumes where it stopped, with the weights and optimizer state an
+uninterrupted run has (pipecast.runtime.checkpoint)."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from tests.runtime.helpers import assert_close, merged, pipeline_job, run
+from torch import nn
+
+from pipecast.errors import ConfigError
+from pipecast.models import Workload
+from pipecast.runtime import checkpoint
+from pipecast.runtime.checkpoint import Checkpointing
+from pipecast.runtime.config import RunConfig
+from pipecast.runtime.job import TrainJob
+from pipecast.runtime.launch import RankFailed
+
+LENET = Workload(model="lenet5", dataset="mnist")  # 12 blocks, no batch norm, no dropout
+
+
+def _model() -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Linear(6, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 8), nn.Linear(8, 3)
+    )
+
+
+def _train(model: nn.Module, opt: torch.optim.Optimizer, steps: int, seed: int) -> None:
+    for step in range(steps):
+        g = torch.Generator().manual_seed(seed + step)
+        x, y = torch.randn(16, 6, generator=g), torch.randint(0, 3, (16,), generator=g)
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+
+
+def _write(
+    root: Path, step: int, stages: list[tuple[nn.Module, torch.optim.Optimizer, int, int]]
+) -> None:
+    for i, (module, opt, _, _) in enumerate(stages):
+        checkpoint.write_stage(root, step, i, checkpoint.stage_state(module, opt, step))
+    meta = {
+        "blocks": 5,
+        "optimizer": "adam",
+        "stage_blocks": checkpoint.stage_blocks((i, a, b) for i, (_, _, a, b) in enumerate(stages)),
+    }
+    checkpoint.finish(root, step, meta, keep=2)
+
+
+def test_a_checkpoint_of_two_stages_resumes_as_one_stage(tmp_path: Path) -> None:
+    """Parameters, batch-norm statistics and Adam's state, written by two stages under their
+    global names, loaded into one stage that holds every block: the next steps equal those of
+    a model that never stopped."""
+    whole = _model()
+    opt = torch.optim.Adam(whole.parameters(), lr=0.01)
+    _train(whole, opt, 3, seed=0)
+    front, back = whole[:2], whole[2:]
+    opts = [
+        torch.optim.Adam(front.parameters(), lr=0.01),
+        torch.optim.Adam(back.parameters(), lr=0.01),
+    ]
+    for o in opts:  # the same state, split by stage
+        for p in o.param_groups[0]["params"]:
+            o.state[p] = opt.state[p]
+    _write(tmp_path, 3, [(front, opts[0], 0, 2), (back, opts[1], 2, 5)])
+
+    fresh = _model()
+    fresh_opt = torch.optim.Adam(fresh.parameters(), lr=0.01)
+    saved = checkpoint.latest(tmp_path)
+    assert saved is not None and saved.step == 3
+    assert checkpoint.load_stage(saved, fresh, fresh_opt, 0, 5) == 3
+    at_three = _state(whole)
+    _equal(_state(fresh), at_three)
+    _equal(checkpoint.model_state(tmp_path), at_three)
+    _train(whole, opt, 2, seed=3)
+    _train(fresh, fresh_opt, 2, seed=3)
+    _equal(_state(fresh), _state(whole))
+
+
+def _state(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def _equal(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor]) -> None:
+    assert set(got) == set(want)
+    for k, v in want.items():
+        assert torch.equal(got[k], v), k
+
+
+def test_only_complete_checkpoints_count_and_old_ones_go(tmp_path: Path) -> None:
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    _train(model, opt, 1, seed=0)
+    for step in (1, 2, 3):
+        _write(tmp_path, step, [(model, opt, 0, 5)])
+    # a run that died writing step 4: its files, no meta.json
+    checkpoint.write_stage(tmp_path, 4, 0, checkpoint.stage_state(model, opt, 4))
+    saved = checkpoint.latest(tmp_path)
+    assert saved is not None and saved.step == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "step-00000002",
+        "step-00000003",
+        "step-00000004",
+    ]
+    _write(tmp_path, 5, [(model, opt, 0, 5)])  # keeps 2 complete, drops the dead one
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-00000003", "step-00000005"]
+
+
+def test_a_checkpoint_of_another_model_is_a_one_line_error(tmp_path: Path) -> None:
+    model = _model()
+    _write(tmp_path, 1, [(model, torch.optim.Adam(model.parameters()), 0, 5)])
+    saved = checkpoint.latest(tmp_path)
+    assert saved is not None
+    other = nn.Sequential(nn.Linear(6, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 4))
+    with pytest.raises(
+        ConfigError, match=re.escape("'3.weight' is (8, 8) there, (4, 8) in the model")
+    ):
+        checkpoint.load_stage(saved, other, None, 0, 5)
+    with pytest.raises(ConfigError, match=re.escape("has no '5.weight'")):
+        checkpoint.load_stage(saved, nn.Sequential(*model, nn.Linear(3, 3)), None, 0, 6)
+    with pytest.raises(ConfigError, match="holds a model of 5 blocks, this one has 6"):
+        checkpoint.check_resumable(saved, blocks=6, optimizer="adam", total=4)
+    with pytest.raises(ConfigError, match="holds adam optimizer state, this run uses sgd"):
+        checkpoint.check_resumable(saved, blocks=5, optimizer="sgd", total=4)
+    with pytest.raises(ConfigError, match="completed 1 steps already"):
+        checkpoint.check_resumable(saved, blocks=5, optimizer="adam", total=1)
+    with pytest.raises(ConfigError, match="no complete checkpoint"):
+        checkpoint.model_state(tmp_path / "nothing")
+    with pytest.raises(ConfigError, match="interval"):
+        Checkpointing(str(tmp_path), every=-1)
+
+
+def test_due_after_every_interval_and_always_at_the_end() -> None:
+    cp = Checkpointing("d", every=3)
+    assert [d for d in range(1, 11) if cp.due(d, 10)] == [3, 6, 9, 10]
+    assert [d for d in range(1, 6) if Checkpointing("d").due(d, 5)] == [5]
+
+
+def _job(
+    root: Path | None,
+    steps: int,
+    *,
+    resume: bool = False,
+    schedule: str = "1f1b",
+    ranks: int = 2,
+    bounds: tuple[int, ...] = (0, 6, 12),
+) -> TrainJob:
+    config = RunConfig(lr=0.01, timeout_s=20, optimizer="adam")
+    job = pipeline_job(LENET, schedule, ranks, 4, list(bounds), batch=8, steps=steps, config=config)
+    if root is None:
+        return job
+    return replace(job, checkpoint=Checkpointing(str(root), every=1, resume=resume))
+
+
+@pytest.mark.slow
+def test_a_run_killed_part_way_resumes_to_the_uninterrupted_weights(tmp_path: Path) -> None:
+    """Adam over a 2-rank 1F1B pipeline: rank 1 dies at the start of step 3 of 5; the rerun
+    resumes from the checkpoint of step 3 and ends where a run that never died ends."""
+    want = merged(run(_job(None, 5)), "params")
+    os.environ["PIPECAST_FAULT"] = "1:3"
+    try:
+        with pytest.raises(RankFailed):
+            run(_job(tmp_path, 5))
+    finally:
+        del os.environ["PIPECAST_FAULT"]
+    saved = checkpoint.latest(tmp_path)
+    assert saved is not None and saved.step == 3
+    with pytest.raises(ConfigError, match=re.escape("already holds a checkpoint (step 3)")):
+        _job(tmp_path, 5).check()  # not asked to resume: nothing is overwritten
+    resumed = run(_job(tmp_path, 5, resume=True))
+    assert [s.step for s in resumed.reports[0].steps] == [4]  # step 3 warms up, 4 is timed
+    assert [done for done, _ in resumed.reports[1].checkpoints] == [4, 5]
+    assert_close(merged(resumed, "params"), want, rtol=1e-6)
+    assert_close(checkpoint.model_state(tmp_path), want, rtol=1e-6)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-00000004", "step-00000005"]
+
+
+@pytest.mark.slow
+def test_a_checkpoint_resumes_on_another_partition_and_schedule(tmp_path: Path) -> None:
+    """Written by 2 ranks under 1F1B, resumed by 3 ranks under ZB-H1 with other boundaries:
+    the same weights as 4 uninterrupted steps on the first layout."""
+    want = merged(run(_job(None, 4)), "params")
+    run(_job(tmp_path, 2))
+    resumed = run(_job(tmp_path, 4, resume=True, schedule="zb-h1", ranks=3, bounds=(0, 4, 8, 12)))
+    assert_close(merged(resumed, "params"), want, rtol=1e-5)
