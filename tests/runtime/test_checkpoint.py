@@ -16,10 +16,12 @@ from torch import nn
 from pipecast.errors import ConfigError
 from pipecast.models import Workload
 from pipecast.runtime import checkpoint
+from pipecast.runtime.api import run_job
 from pipecast.runtime.checkpoint import Checkpointing
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.job import TrainJob
 from pipecast.runtime.launch import RankFailed
+from pipecast.runtime.worker import StepProgress
 
 LENET = Workload(model="lenet5", dataset="mnist")  # 12 blocks, no batch norm, no dropout
 
@@ -185,7 +187,11 @@ def test_a_run_killed_part_way_resumes_to_the_uninterrupted_weights(tmp_path: Pa
     assert saved is not None and saved.step == 3
     with pytest.raises(ConfigError, match=re.escape("already holds a checkpoint (step 3)")):
         _job(tmp_path, 5).check()  # not asked to resume: nothing is overwritten
-    resumed = run(_job(tmp_path, 5, resume=True))
+    heard: list[StepProgress] = []  # what a progress bar hears, as the run goes
+    resumed = run_job(_job(tmp_path, 5, resume=True), progress=heard.append)
+    assert resumed is not None
+    assert heard[-1].done == heard[-1].total == 5 and heard[-1].loss is not None
+    assert all(p.done >= 4 for p in heard)  # the resumed run starts past step 3
     assert [s.step for s in resumed.reports[0].steps] == [4]  # step 3 warms up, 4 is timed
     assert [done for done, _ in resumed.reports[1].checkpoints] == [4, 5]
     assert_close(merged(resumed, "params"), want, rtol=1e-6)

@@ -5,7 +5,15 @@ from __future__ import annotations
 import sys
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 # Piped into a file or a CI log there is no terminal to size to; rich would assume 80 columns
 # and wrap every strategy name, so such output gets room for a full table row.
@@ -13,13 +21,17 @@ console = Console(width=None if sys.stdout.isatty() else 140)
 err_console = Console(stderr=True)
 
 
-def progress() -> Progress:
-    """A progress bar on stderr, so that stdout stays clean for tables and JSON."""
+def progress(*, note: bool = False) -> Progress:
+    """A progress bar on stderr, so that stdout stays clean for tables and JSON. `note`: a
+    `note` field after the count (every task must give one) and the time remaining."""
+    extra: list[ProgressColumn] = [TextColumn("{task.fields[note]}")] if note else []
     return Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
+        *extra,
         TimeElapsedColumn(),
+        *([TimeRemainingColumn()] if note else []),
         console=err_console,
         transient=not sys.stderr.isatty(),
         disable=False,

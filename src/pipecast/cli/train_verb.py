@@ -10,7 +10,7 @@ from rich.table import Table
 
 from pipecast.api import make_job
 from pipecast.cli.common import add_workload_args, workload_from_args
-from pipecast.cli.console import console, human_bytes, human_seconds
+from pipecast.cli.console import console, human_bytes, human_seconds, progress
 from pipecast.errors import ConfigError
 from pipecast.hardware.load import default_cluster
 from pipecast.recommend.predict import predict
@@ -20,6 +20,8 @@ from pipecast.runtime import checkpoint
 from pipecast.runtime.api import JobResult, run_job
 from pipecast.runtime.checkpoint import Checkpointing
 from pipecast.runtime.config import RunConfig
+from pipecast.runtime.job import TrainJob
+from pipecast.runtime.worker import StepProgress
 from pipecast.schedule.generators import SCHEDULES
 
 
@@ -122,10 +124,7 @@ def run(args: argparse.Namespace) -> int:
     first = saved.step if saved is not None else 0
     if saved is not None:
         console.print(f"resuming from {saved.path} ({saved.step} steps done)")
-    with console.status(
-        f"running steps {first}-{job.total_steps - 1} ({args.warmup_steps} warm-up)"
-    ):
-        result = run_job(job)
+    result = _run_with_bar(job, first, "inference" if args.inference else "training")
     if result is None:  # a torchrun rank other than 0
         return 0
     print_result(result, inference=args.inference)
@@ -163,6 +162,18 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_with_bar(job: TrainJob, first: int, what: str) -> JobResult | None:
+    """Run `job` under a progress bar of its steps (warm-up included), with the last loss."""
+    with progress(note=True) as bar:
+        task = bar.add_task(what, total=job.total_steps, completed=first, note="")
+
+        def update(p: StepProgress) -> None:
+            note = f"loss {p.loss:.4f}" if p.loss is not None else ""
+            bar.update(task, completed=p.done, note=note)
+
+        return run_job(job, progress=update)
+
+
 def _checkpointing(args: argparse.Namespace) -> Checkpointing | None:
     if getattr(args, "checkpoint_dir", None) is None:
         if getattr(args, "resume", False) or getattr(args, "checkpoint_every", 0):
@@ -171,6 +182,10 @@ def _checkpointing(args: argparse.Namespace) -> Checkpointing | None:
     return Checkpointing(
         args.checkpoint_dir, every=args.checkpoint_every, keep=args.keep, resume=args.resume
     )
+
+
+TABLE_ROWS = 12
+"""Timed steps the table shows: all up to this many, else the first two and the last ten."""
 
 
 def print_result(result: JobResult, *, inference: bool) -> None:
@@ -184,7 +199,12 @@ def print_result(result: JobResult, *, inference: bool) -> None:
             steps[s.step] = max(steps.get(s.step, 0.0), s.seconds)
             if s.loss is not None and r.replica == 0:
                 losses[s.step] = s.loss
-    for step, seconds in sorted(steps.items()):
+    order = sorted(steps)
+    shown = order if len(order) <= TABLE_ROWS else order[:2] + order[-(TABLE_ROWS - 2) :]
+    for i, step in enumerate(shown):
+        if i == 2 and len(shown) < len(order):
+            table.add_row("...", f"{len(order) - len(shown)} more", "", "")
+        seconds = steps[step]
         loss = f"{losses[step]:.4f}" if step in losses and not inference else ""
         table.add_row(str(step), human_seconds(seconds), f"{result.job.batch / seconds:,.1f}", loss)
     console.print(table)

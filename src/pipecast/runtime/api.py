@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -9,7 +10,7 @@ import torch.distributed as dist
 
 from pipecast.runtime.job import TrainJob
 from pipecast.runtime.launch import Backend, Context, run_distributed, spawn, under_torchrun
-from pipecast.runtime.worker import RankReport, run_rank, summary
+from pipecast.runtime.worker import RankReport, StepProgress, run_rank, summary
 from pipecast.simulate.timeline import Event, Timeline
 
 
@@ -55,9 +56,12 @@ def _gathered(ctx: Context, job: TrainJob) -> list[RankReport] | None:
     return reports if ctx.rank == 0 else None
 
 
-def run_job(job: TrainJob) -> JobResult | None:
+def run_job(
+    job: TrainJob, progress: Callable[[StepProgress], None] | None = None
+) -> JobResult | None:
     """Run `job`. Locally: spawn `job.world` processes and return every rank's report. Under
-    torchrun: run this rank; rank 0 returns everyone's reports, other ranks None."""
+    torchrun: run this rank; rank 0 returns everyone's reports, other ranks None.
+    `progress` hears after every step how far the run has got (locally only)."""
     job.check()
     backend: Backend = "nccl" if job.device == "cuda" else "gloo"
     timeout = job.config.timeout_s + 60
@@ -71,5 +75,6 @@ def run_job(job: TrainJob) -> JobResult | None:
         backend=backend,
         timeout_s=timeout,
         grace_s=job.config.timeout_s + 10,
+        progress=progress,
     )
     return JobResult(job, reports)

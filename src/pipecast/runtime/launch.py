@@ -74,6 +74,33 @@ def write_report(status: str, value: Any, path: str | None = None) -> None:
     tmp.rename(out)
 
 
+PROGRESS_ENV = "PIPECAST_PROGRESS"
+
+
+def write_progress(value: Any) -> None:
+    """Tell the launcher how far the run has got (read by `spawn`'s `progress`; nothing
+    happens outside spawn, under torchrun for one)."""
+    target = os.environ.get(PROGRESS_ENV)
+    if target:
+        out = Path(target)
+        tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(pickle.dumps(value))
+        tmp.replace(out)
+
+
+def _read_progress(path: Path, progress: Callable[[Any], None], seen: int) -> int:
+    """Hand the newest progress written to `path` since `seen` (its mtime) to `progress`."""
+    try:
+        mtime = path.stat().st_mtime_ns
+        if mtime == seen:
+            return seen
+        value = pickle.loads(path.read_bytes())
+    except (OSError, pickle.UnpicklingError, EOFError, ValueError):
+        return seen
+    progress(value)
+    return mtime
+
+
 class RankFailed(PipecastError):
     """A rank ended with an error; the message carries that rank's own one-line reason."""
 
@@ -139,6 +166,7 @@ def _worker(
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
     out = Path(outdir) / f"rank{local_rank}.pkl"
     os.environ[REPORT_ENV] = str(out)  # the watchdog leaves its report here if it fires
+    os.environ[PROGRESS_ENV] = str(Path(outdir) / "progress.pkl")
     try:
         with process_group(local_rank, world, local_rank, backend, timeout_s) as ctx:
             result = fn(ctx, *args)
@@ -163,10 +191,12 @@ def spawn(
     backend: Backend = "gloo",
     timeout_s: float = 300.0,
     grace_s: float | None = None,
+    progress: Callable[[Any], None] | None = None,
 ) -> list[Any]:
     """Run fn(context, *args) in `world` fresh processes; return each rank's result.
     `timeout_s` bounds collective waits; once a rank dies, the others get `grace_s` (default
-    `timeout_s`) to report before they are killed.
+    `timeout_s`) to report before they are killed. `progress` receives, in this process,
+    what a rank passes to `write_progress` (the newest value, as the ranks go).
 
     `fn` and `args` must be picklable (a module-level function). Raises RankFailed with the
     first failing rank's reason."""
@@ -189,7 +219,11 @@ def spawn(
             join=False,
             start_method="spawn",
         )
-        _wait_all(context.processes, grace_s=timeout_s if grace_s is None else grace_s)
+        _wait_all(
+            context.processes,
+            grace_s=timeout_s if grace_s is None else grace_s,
+            watch=(Path(outdir) / "progress.pkl", progress) if progress else None,
+        )
         results: list[Any] = []
         failures: list[str] = []
         for rank in range(world):
@@ -214,11 +248,19 @@ def spawn(
         return results
 
 
-def _wait_all(processes: list[Any], grace_s: float) -> None:
+def _wait_all(
+    processes: list[Any],
+    grace_s: float,
+    watch: tuple[Path, Callable[[Any], None]] | None = None,
+) -> None:
     """Wait for every rank. When one dies, the others get `grace_s` to notice and report
-    (their watchdogs fire within their timeout) before they are killed."""
+    (their watchdogs fire within their timeout) before they are killed. `watch`: a progress
+    file and what to hand its news to."""
     first_death: float | None = None
+    seen = 0
     while any(p.is_alive() for p in processes):
+        if watch is not None:
+            seen = _read_progress(*watch, seen)
         if first_death is None and any(not p.is_alive() and p.exitcode for p in processes):
             first_death = time.monotonic()
         if first_death is not None and time.monotonic() - first_death > grace_s:
@@ -229,6 +271,8 @@ def _wait_all(processes: list[Any], grace_s: float) -> None:
         time.sleep(0.05)
     for p in processes:
         p.join(timeout=5)
+    if watch is not None:
+        _read_progress(*watch, seen)
 
 
 def under_torchrun() -> bool:

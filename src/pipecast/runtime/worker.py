@@ -25,7 +25,7 @@ from pipecast.errors import ConfigError, PipecastError
 from pipecast.runtime import checkpoint
 from pipecast.runtime.engine import PipelineEngine, StepResult
 from pipecast.runtime.job import TrainJob
-from pipecast.runtime.launch import Context
+from pipecast.runtime.launch import Context, write_progress
 from pipecast.runtime.stage import StageModule, materialize
 from pipecast.simulate.timeline import Event
 
@@ -45,6 +45,18 @@ class StepRecord:
     host_after: float = 0.0
     """Before and after the action loop (see StepResult); the rest of `seconds` is the
     barrier after the step."""
+
+
+@dataclass(frozen=True)
+class StepProgress:
+    """How far a run has got, after each step (from the rank that computes the loss)."""
+
+    done: int
+    """Steps completed since the start of training (a resumed run starts past 0)."""
+    total: int
+    loss: float | None
+    seconds: float
+    """The step's wall time on that rank."""
 
 
 @dataclass
@@ -165,6 +177,7 @@ def run_rank(ctx: Context, job: TrainJob) -> RankReport:
     final: StepResult | None = None
     total = job.total_steps
     start = _resume(ctx, job, stages)
+    reporter = replica == 0 and last in stages  # the rank with the loss
     data.seek(start)
     # the first step after a resume pays the cold start, as a warm-up step does
     timed_from = max(job.warmup_steps, start + 1 if 0 < start < total - 1 else start)
@@ -205,6 +218,8 @@ def run_rank(ctx: Context, job: TrainJob) -> RankReport:
                     )
                 )
                 final = result
+            if reporter:
+                write_progress(StepProgress(step + 1, total, result.loss, seconds))
             if job.checkpoint is not None and job.checkpoint.due(step + 1, total):
                 engine.watchdog.at(None, f"writing the checkpoint after step {step}")
                 began = time.perf_counter()
