@@ -228,3 +228,17 @@ def test_data_parallel_replicas_write_one_copy_and_resume_alone(tmp_path: Path) 
     ]
     resumed = run(_job(tmp_path, 3, resume=True, optimizer="momentum"))
     assert_close(merged(resumed, "params"), want, rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_pipedream_resumes_with_its_weight_versions(tmp_path: Path) -> None:
+    """PipeDream updates after every micro-batch: the weights and each stage's version count
+    after a resume match a run that never stopped."""
+    want = run(_job(None, 4, schedule="pipedream"))
+    run(_job(tmp_path, 2, schedule="pipedream"))
+    resumed = run(_job(tmp_path, 4, resume=True, schedule="pipedream"))
+    assert_close(merged(resumed, "params"), merged(want, "params"), rtol=1e-6)
+    saved = checkpoint.latest(tmp_path)
+    assert saved is not None and saved.step == 4
+    for path in saved.path.glob("stage-*.pt"):
+        assert torch.load(path, weights_only=True)["version"] == 4 * 4  # M=4 updates a step
