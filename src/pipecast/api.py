@@ -13,6 +13,8 @@ import copy
 from torch import nn
 
 from pipecast.data.registry import get_spec
+from pipecast.data.source import DataSource, as_arrays
+from pipecast.errors import ConfigError
 from pipecast.hardware.load import default_cluster
 from pipecast.models.user import as_sequential
 from pipecast.models.workload import Workload
@@ -44,11 +46,16 @@ def make_job(
     config: RunConfig | None = None,
     exact_init: bool = True,
     checkpoint: Checkpointing | None = None,
+    data: object = None,
+    data_dir: str | None = None,
 ) -> tuple[TrainJob, Profile | None]:
     """The job `train`/`infer` run, built and checked without starting any process, and the
     quick profile the automatic partition came from (None for explicit boundaries).
     `checkpoint`: write the training state as the run goes, and resume from it
-    (pipecast.runtime.checkpoint; `model_state(dir)` gives the trained model's state dict)."""
+    (pipecast.runtime.checkpoint; `model_state(dir)` gives the trained model's state dict).
+    Real samples to train on: `data`, (inputs, targets) tensors, an ArrayData or a dataset of
+    (input, target) pairs; or `data_dir`, MNIST or CIFAR-10 files for `dataset`. Without
+    either, batches are synthetic (real for 'digits')."""
     config = config or RunConfig()
     workload = model if isinstance(model, Workload) else None
     sequential = None if workload else as_sequential(model)
@@ -102,9 +109,18 @@ def make_job(
         warmup_steps=warmup_steps,
         exact_init=exact_init,
         checkpoint=checkpoint,
+        data=_source(spec.name, data, data_dir),
     )
     job.check()
     return job, profile
+
+
+def _source(dataset: str, data: object, data_dir: str | None) -> DataSource | None:
+    if data is not None and data_dir is not None:
+        raise ConfigError("give data or data_dir, not both")
+    if data is not None:
+        return DataSource(dataset, arrays=as_arrays(data))
+    return DataSource(dataset, directory=data_dir) if data_dir is not None else None
 
 
 def train(model: nn.Module | list[nn.Module] | Workload, **kwargs: object) -> JobResult:

@@ -7,11 +7,8 @@ import argparse
 from rich.table import Table
 
 from pipecast.cli.console import console
-from pipecast.data.arrays import ArrayData
-from pipecast.data.digits import load_digits_as_mnist
-from pipecast.data.files import load_cifar10, load_mnist
 from pipecast.data.registry import DESCRIPTIONS, get_spec
-from pipecast.errors import ConfigError
+from pipecast.data.source import load_real
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -25,24 +22,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--data-dir", help="directory with MNIST IDX files or CIFAR-10 batches")
     p.add_argument("--test-split", action="store_true", help="read the test split")
     p.set_defaults(func=run)
-
-
-def load_real(dataset: str, data_dir: str | None, *, train: bool = True) -> ArrayData:
-    """Real samples: the shipped digits set, or MNIST/CIFAR-10 files under `data_dir`."""
-    if dataset == "digits":
-        return load_digits_as_mnist()
-    if dataset not in ("mnist", "cifar10"):
-        get_spec(dataset)  # unknown names get the list of valid ones
-        raise ConfigError(
-            f"'{dataset}' is synthetic only: real data exists for digits, mnist and cifar10"
-        )
-    if data_dir is None:
-        raise ConfigError(f"reading {dataset} needs --data-dir (nothing is downloaded)")
-    return (
-        load_mnist(data_dir, train=train)
-        if dataset == "mnist"
-        else load_cifar10(data_dir, train=train)
-    )
 
 
 def run(args: argparse.Namespace) -> int:

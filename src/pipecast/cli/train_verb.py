@@ -57,6 +57,11 @@ def add_run_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
     p.add_argument("--timeout", type=float, default=300.0, help="seconds any wait may take")
     p.add_argument("--out-dir", default="pipecast-out", help="where traces go")
     if not inference:
+        p.add_argument(
+            "--data-dir",
+            help="train on real samples: MNIST IDX files or CIFAR-10 python batches here "
+            "(--dataset mnist or cifar10); default: synthetic batches (real for digits)",
+        )
         c = p.add_argument_group("checkpoints")
         c.add_argument(
             "--checkpoint-dir",
@@ -114,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
             config=config,
             exact_init=args.device == "cpu",
             checkpoint=cp,
+            data_dir=getattr(args, "data_dir", None),
         )
     console.print(
         f"{schedule} on {job.world} {args.device} rank(s), partition "

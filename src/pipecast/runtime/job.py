@@ -7,6 +7,9 @@ from typing import Any, Literal
 
 from torch import nn
 
+from pipecast.data.registry import get_spec
+from pipecast.data.source import DataSource
+from pipecast.data.spec import DatasetSpec
 from pipecast.errors import ConfigError
 from pipecast.models.workload import Workload
 from pipecast.partition.types import Partition
@@ -34,6 +37,9 @@ class TrainJob:
     """A user's model object instead of a workload (sent to every rank)."""
     dataset: str | None = None
     """Data set name when `model` is given (synthetic shapes, or 'digits' for real data)."""
+    data: DataSource | None = None
+    """Real samples to train on (default: synthetic batches of the data set's shapes, or for
+    'digits' the shipped digits)."""
     replicas: int = 1
     config: RunConfig = field(default_factory=RunConfig)
     device: Literal["cpu", "cuda"] = "cpu"
@@ -49,6 +55,19 @@ class TrainJob:
     """Write the training state to disk as the run goes, and resume from it
     (pipecast.runtime.checkpoint)."""
     meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def spec(self) -> DatasetSpec:
+        """The shapes the model takes."""
+        return (
+            self.workload.spec if self.workload is not None else get_spec(self.dataset or "mnist")
+        )
+
+    def source(self) -> DataSource:
+        """Where the samples come from."""
+        if self.data is not None:
+            return self.data
+        return DataSource(self.workload.dataset if self.workload else self.dataset or "mnist")
 
     @property
     def world(self) -> int:
@@ -82,6 +101,7 @@ class TrainJob:
         if self.steps < 1:
             raise ConfigError(f"steps must be at least 1, got {self.steps}")
         graphs.check(self.plan, self.config, self.device)
+        self.source().check(self.spec, self.batch)
         self.resume_from()
 
     @property

@@ -15,9 +15,8 @@ import torch.distributed as dist
 from torch import nn
 
 from pipecast import devices
-from pipecast.data.digits import load_digits_as_mnist
 from pipecast.data.loss import loss_for
-from pipecast.data.registry import get_spec
+from pipecast.data.source import fits
 from pipecast.data.spec import DatasetSpec
 from pipecast.data.synthetic import synthetic_batch
 from pipecast.devices import DTYPES
@@ -77,12 +76,6 @@ class RankReport:
     checkpoint it wrote."""
 
 
-def _spec(job: TrainJob) -> DatasetSpec:
-    if job.workload is not None:
-        return job.workload.spec
-    return get_spec(job.dataset or "mnist")
-
-
 def _blocks(job: TrainJob, ctx: Context, own: list[int]) -> dict[int, nn.Sequential]:
     part = job.partition
     if job.model is not None:
@@ -112,11 +105,17 @@ class _Data:
 
     def __init__(self, job: TrainJob, spec: DatasetSpec, device: torch.device) -> None:
         self.job, self.spec, self.device = job, spec, device
-        self.real = None
-        if (job.workload and job.workload.dataset == "digits") or job.dataset == "digits":
-            self.real = load_digits_as_mnist().split(0.8, seed=0)[0]  # the training split
+        source = job.source()
+        self.real = source.load() if source.real else None
+        if self.real is not None:
+            fits(self.real, spec, job.batch)
+        cfg = job.config
+        self.dtype = DTYPES[cfg.dtype] if not cfg.autocast else torch.float32
         self._iter: Iterator[tuple[torch.Tensor, torch.Tensor]] = iter(())
         self.epoch = 0
+
+    def _on_device(self, t: torch.Tensor) -> torch.Tensor:
+        return t.to(self.device, self.dtype if t.is_floating_point() else t.dtype)
 
     def seek(self, step: int) -> None:
         """Continue as a run that has already drawn `step` batches (after a resume)."""
@@ -126,18 +125,15 @@ class _Data:
 
     def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         if self.real is None:
-            dtype = torch.float32
-            cfg = self.job.config
-            if not cfg.autocast and cfg.dtype != "fp32":
-                dtype = DTYPES[cfg.dtype]
             device = self.device if self.device.type == "cuda" else None
+            seed = self.job.config.seed + step
             return synthetic_batch(
-                self.spec, self.job.batch, seed=cfg.seed + step, dtype=dtype, device=device
+                self.spec, self.job.batch, seed=seed, dtype=self.dtype, device=device
             )
         for _ in range(2):
             try:
                 x, y = next(self._iter)
-                return x.to(self.device), y.to(self.device)
+                return self._on_device(x), self._on_device(y)
             except StopIteration:
                 self._iter = self.real.batches(self.job.batch, seed=self.epoch)
                 self.epoch += 1
@@ -151,7 +147,7 @@ def run_rank(ctx: Context, job: TrainJob) -> RankReport:
     width = job.plan.num_ranks
     pipeline_rank, replica = ctx.rank % width, ctx.rank // width
     own = job.plan.stages_of(pipeline_rank)
-    spec = _spec(job)
+    spec = job.spec
     blocks = _blocks(job, ctx, own)
     last = job.plan.num_stages - 1
     stages = {
