@@ -1,11 +1,39 @@
-"""Vocabulary of a training setup shared by planning and runtime: optimizers, recomputation."""
+"""Vocabulary of a training setup shared by planning and runtime: optimizers, recomputation,
+learning-rate schedules."""
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 Optimizer = Literal["sgd", "momentum", "adam"]
 Recompute = Literal["none", "all", "all-but-last"]
+LrSchedule = Literal["constant", "linear", "cosine"]
+LR_SCHEDULES: tuple[LrSchedule, ...] = ("constant", "linear", "cosine")
 
 OPTIMIZER_STATE: dict[str, float] = {"sgd": 0.0, "momentum": 1.0, "adam": 2.0}
 """Optimizer state per parameter, in units of the parameter's bytes."""
+
+
+def learning_rate(
+    base: float,
+    step: int,
+    total: int,
+    *,
+    schedule: LrSchedule = "constant",
+    warmup: int = 0,
+    floor: float = 0.0,
+) -> float:
+    """The learning rate of step `step` (from 0) of `total`: a linear rise over the first
+    `warmup` steps (base / warmup, 2 base / warmup, ..., base), then `schedule` from base
+    down to `floor` at the last step ('constant' stays at base). A pure function of the
+    step, so a resumed run picks it up where it stopped."""
+    if step < warmup:
+        return base * (step + 1) / warmup
+    span = total - 1 - warmup
+    if schedule == "constant" or span <= 0:
+        return base
+    done = min(max((step - warmup) / span, 0.0), 1.0)
+    if schedule == "linear":
+        return floor + (base - floor) * (1.0 - done)
+    return floor + (base - floor) * 0.5 * (1.0 + math.cos(math.pi * done))

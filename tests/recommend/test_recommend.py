@@ -416,3 +416,13 @@ def test_recommend_weighs_graphs_only_when_asked() -> None:
                 assert pred.step_time < 0.9 * twin.step_time
     assert host_bound > 0
     assert rec.best.strategy.cuda_graphs
+
+
+def test_clipping_prices_the_norms_all_reduce_over_every_gpu() -> None:
+    p = make_profile([1e-3] * 4, params=[10**6] * 4)
+    pipe = Strategy(kind="pipeline", stages=2, microbatches=4)
+    plain, clipped = predict(p, GPUS, pipe, 32), predict(p, GPUS, pipe, 32, clip=True)
+    assert clipped.step_time > plain.step_time
+    assert [e.rank for e in clipped.timeline.events if e.name == "clip norm"] == [0, 1]
+    one = Strategy(kind="single")  # one GPU: no all-reduce, nothing to wait for
+    assert predict(p, GPUS, one, 32, clip=True).step_time == predict(p, GPUS, one, 32).step_time

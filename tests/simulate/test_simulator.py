@@ -307,3 +307,20 @@ def test_a_host_running_ahead_holds_the_transfers_still_in_flight() -> None:
     assert simulate(plan, behind).peak_memory == (100 * 2 + 500, 100 + 500)
     # the first stage's received gradients wait likewise for their data to land
     assert simulate(plan, ahead).peak_memory[0] > simulate(plan, behind).peak_memory[0]
+
+
+def test_clipping_makes_every_rank_wait_for_the_global_norm() -> None:
+    """Under 1F1B the last stage's rank finishes its backwards first and would step its
+    optimizer at once; clipped to a global norm, it waits for every rank's gradients and
+    the norm's all-reduce."""
+    first = StageTimes(forward=1, backward_input=1, backward_weight=1, backward=2, optimizer=1)
+    last = replace(first, optimizer=2.5)
+    plan = make_plan("1f1b", 2, 4)
+    plain = simulate(plan, Costs(stages=(first, last)))
+    clipped = simulate(plan, Costs(stages=(first, last), clip_sync=0.25))
+    ready = max(e.end for e in plain.events if e.kind in ("B", "BW"))
+    done_last = max(e.end for e in plain.events if e.kind in ("B", "BW") and e.rank == 1)
+    assert done_last + 2.5 < ready + 1  # unclipped, the last rank's step hides in rank 0's
+    assert plain.step_time == pytest.approx(ready + 1)
+    assert clipped.step_time == pytest.approx(ready + 0.25 + 2.5)
+    assert sum(e.name == "clip norm" for e in clipped.events) == 2

@@ -23,6 +23,7 @@ from pipecast.runtime.config import RunConfig
 from pipecast.runtime.job import TrainJob
 from pipecast.runtime.worker import StepProgress
 from pipecast.schedule.generators import SCHEDULES
+from pipecast.training import LR_SCHEDULES
 
 
 def add_run_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
@@ -45,6 +46,23 @@ def add_run_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
     p.add_argument("--autocast", action="store_true")
     p.add_argument("--optimizer", choices=("sgd", "momentum", "adam"), default="sgd")
     p.add_argument("--lr", type=float, default=0.01)
+    if not inference:
+        p.add_argument(
+            "--lr-schedule",
+            choices=LR_SCHEDULES,
+            default="constant",
+            help="after the warm-up, keep the rate or bring it to --lr-min at the last step",
+        )
+        p.add_argument(
+            "--lr-warmup", type=int, default=0, help="steps over which the rate rises to --lr"
+        )
+        p.add_argument("--lr-min", type=float, default=0.0)
+        p.add_argument(
+            "--clip-grad-norm",
+            type=float,
+            default=0.0,
+            help="scale the gradients to this global L2 norm over all stages when above it",
+        )
     p.add_argument("--recompute", choices=("none", "all", "all-but-last"), default="none")
     if not inference:
         p.add_argument(
@@ -97,6 +115,10 @@ def run(args: argparse.Namespace) -> int:
         autocast=args.autocast,
         optimizer=args.optimizer,
         lr=args.lr,
+        lr_schedule=getattr(args, "lr_schedule", "constant"),
+        lr_warmup=getattr(args, "lr_warmup", 0),
+        lr_min=getattr(args, "lr_min", 0.0),
+        clip_grad_norm=getattr(args, "clip_grad_norm", 0.0),
         recompute=args.recompute,
         timeout_s=args.timeout,
         cuda_graphs=getattr(args, "cuda_graphs", False),
@@ -158,6 +180,7 @@ def run(args: argparse.Namespace) -> int:
             strategy,
             job.batch,
             optimizer=args.optimizer,
+            clip=config.clip_grad_norm > 0,
         )
         timelines.insert(0, ("predicted", predicted.timeline))
         console.print(
@@ -196,23 +219,30 @@ TABLE_ROWS = 12
 
 def print_result(result: JobResult, *, inference: bool) -> None:
     table = Table(title="per step (slowest rank)")
-    for col in ("step", "time", "samples/s", "loss" if not inference else "-"):
-        table.add_column(col, justify="right")
     steps: dict[int, float] = {}
     losses: dict[int, float] = {}
+    norms: dict[int, float] = {}
     for r in result.reports:
         for s in r.steps:
             steps[s.step] = max(steps.get(s.step, 0.0), s.seconds)
             if s.loss is not None and r.replica == 0:
                 losses[s.step] = s.loss
+            if s.grad_norm is not None:
+                norms[s.step] = s.grad_norm
+    columns = ["step", "time", "samples/s", "loss" if not inference else "-"]
+    for col in columns + (["grad norm"] if norms else []):
+        table.add_column(col, justify="right")
     order = sorted(steps)
     shown = order if len(order) <= TABLE_ROWS else order[:2] + order[-(TABLE_ROWS - 2) :]
     for i, step in enumerate(shown):
         if i == 2 and len(shown) < len(order):
-            table.add_row("...", f"{len(order) - len(shown)} more", "", "")
+            table.add_row("...", f"{len(order) - len(shown)} more", *[""] * (len(columns) - 2))
         seconds = steps[step]
         loss = f"{losses[step]:.4f}" if step in losses and not inference else ""
-        table.add_row(str(step), human_seconds(seconds), f"{result.job.batch / seconds:,.1f}", loss)
+        norm = [f"{norms[step]:.4g}" if step in norms else ""] if norms else []
+        table.add_row(
+            str(step), human_seconds(seconds), f"{result.job.batch / seconds:,.1f}", loss, *norm
+        )
     console.print(table)
     summary = result.summary
     memory = ", ".join(human_bytes(m) for m in summary["peak_allocated"])

@@ -183,13 +183,15 @@ def predict(
     overlap_comm: bool = True,
     ddp_buckets: bool = False,
     runtime: bool = True,
+    clip: bool = False,
 ) -> Prediction:
     """Simulate `strategy` for a global batch of `batch` samples on `cluster`. With
     `ddp_buckets`, data parallelism runs as torch's DistributedDataParallel, whose
     all-reduce buckets hold a second copy of the gradients. Otherwise, with `runtime`, it
     runs on pipecast's runtime, whose steps over several GPUs each cost
     `cluster.step_overhead` more (the ranks agree on the step's shapes before it and meet at a
-    barrier after it; one rank alone does neither)."""
+    barrier after it; one rank alone does neither). `clip`: the gradients are clipped to
+    their global norm before the optimizer step (RunConfig.clip_grad_norm)."""
     if strategy.gpus > cluster.world:
         raise ConfigError(
             f"{strategy.label()} needs {strategy.gpus} GPUs, the cluster has {cluster.world}"
@@ -208,6 +210,7 @@ def predict(
         optimizer=optimizer,
         cuda_graphs=strategy.cuda_graphs,
         ddp=ddp,
+        clip=clip,
     )
     timeline = simulate(plan, costs)
     if runtime and not ddp and strategy.gpus > 1 and cluster.step_overhead:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from pipecast.training import Optimizer, Recompute
+from pipecast.errors import ConfigError
+from pipecast.training import LR_SCHEDULES, LrSchedule, Optimizer, Recompute
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -15,6 +16,15 @@ class RunConfig:
     autocast: bool = False
     optimizer: Optimizer = "sgd"
     lr: float = 0.01
+    lr_schedule: LrSchedule = "constant"
+    """After the warm-up, the learning rate stays (constant) or falls to `lr_min` at the last
+    step, in a straight line or a half cosine (pipecast.training.learning_rate)."""
+    lr_warmup: int = 0
+    """Steps over which the learning rate rises linearly to `lr`."""
+    lr_min: float = 0.0
+    clip_grad_norm: float = 0.0
+    """Scale the gradients so that their global L2 norm, over every stage of the pipeline, is
+    at most this (as torch.nn.utils.clip_grad_norm_ over the whole model); 0: no clipping."""
     recompute: Recompute = "none"
     """Activation recomputation: none, all micro-batches, or all but the last (GPipe)."""
     timeout_s: float = 300.0
@@ -36,3 +46,14 @@ class RunConfig:
     seed: int = 0
     bucket_bytes: int = 25 * 2**20
     """Gradient all-reduce bucket size for replicated stages."""
+
+    def __post_init__(self) -> None:
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ConfigError(
+                f"unknown learning-rate schedule {self.lr_schedule!r}: {', '.join(LR_SCHEDULES)}"
+            )
+        if self.lr_warmup < 0 or self.lr_min < 0 or self.clip_grad_norm < 0:
+            raise ConfigError(
+                "lr_warmup, lr_min and clip_grad_norm must be 0 or more, got "
+                f"{self.lr_warmup}, {self.lr_min}, {self.clip_grad_norm}"
+            )

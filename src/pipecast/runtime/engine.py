@@ -83,6 +83,9 @@ class StepResult:
     host_after: float = 0.0
     """Seconds of the step after its action loop (waiting for sends and all-reduces, the
     optimizer step, the loss, waiting for the device)."""
+    grad_norm: float | None = None
+    """The gradients' global L2 norm before clipping (RunConfig.clip_grad_norm; None: not
+    clipped)."""
 
     @cached_property
     def events(self) -> list[Event]:
@@ -252,7 +255,11 @@ class PipelineEngine:
         self.channels.finish_sends()
         self.watchdog.at(None, "all-reducing gradients across replicas")
         allreduce.finish(pending_reduce)
+        norm = None
         if not plan.forward_only and not plan.async_updates:
+            if self.config.clip_grad_norm > 0:
+                self.watchdog.at(None, "clipping the gradients to their global norm")
+                norm = self._clip(self.config.clip_grad_norm)
             self.watchdog.at(None, "optimizer step")
             for st in self.stages.values():
                 if st.optimizer is not None:
@@ -277,7 +284,25 @@ class PipelineEngine:
             host_loop=host_loop,
             host_before=host_before,
             host_after=time.perf_counter() - loop_began - host_loop,
+            grad_norm=float(norm) if norm is not None else None,
         )
+
+    def _clip(self, limit: float) -> torch.Tensor:
+        """Scale every stage's gradients by min(1, limit / (norm + 1e-6)), the norm being
+        their L2 norm over the whole pipeline, as torch.nn.utils.clip_grad_norm_ does over a
+        whole model; the norm before (on the device: nothing waits for it here)."""
+        grads = [p.grad for st in self.stages.values() for p in st.params if p.grad is not None]
+        squares = torch.zeros((), dtype=torch.float32, device=self.device)
+        if grads:
+            norms = torch.stack([torch.linalg.vector_norm(g, dtype=torch.float32) for g in grads])
+            squares = norms.square().sum()
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            dist.all_reduce(squares)  # every replica holds the same gradients, so each counts
+        norm = (squares / self.replicas).sqrt()  # ... `replicas` times over
+        scale = torch.clamp(limit / (norm + 1e-6), max=1.0)
+        for g in grads:
+            g.mul_(scale)
+        return norm
 
     def zero_grad(self) -> None:
         for s, st in self.stages.items():

@@ -100,6 +100,11 @@ class TrainJob:
             )
         if self.steps < 1:
             raise ConfigError(f"steps must be at least 1, got {self.steps}")
+        if self.config.clip_grad_norm > 0 and self.plan.async_updates:
+            raise ConfigError(
+                "gradient clipping needs the whole model's gradients at once; PipeDream "
+                "updates each stage on its own after every micro-batch"
+            )
         graphs.check(self.plan, self.config, self.device)
         self.source().check(self.spec, self.batch)
         self.resume_from()

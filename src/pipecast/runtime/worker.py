@@ -27,6 +27,7 @@ from pipecast.runtime.job import TrainJob
 from pipecast.runtime.launch import Context, write_progress
 from pipecast.runtime.stage import StageModule, materialize
 from pipecast.simulate.timeline import Event
+from pipecast.training import learning_rate
 
 
 @dataclass
@@ -44,6 +45,8 @@ class StepRecord:
     host_after: float = 0.0
     """Before and after the action loop (see StepResult); the rest of `seconds` is the
     barrier after the step."""
+    grad_norm: float | None = None
+    """The gradients' global norm before clipping (None: not clipped)."""
 
 
 @dataclass(frozen=True)
@@ -190,6 +193,7 @@ def run_rank(ctx: Context, job: TrainJob) -> RankReport:
                 replica=replica,
                 replicas=job.replicas,
             )
+            _set_lr(stages, job, step)
             engine.watchdog.at(None, f"waiting at the barrier before step {step}")
             _barrier(ctx, f"before step {step}")
             began = time.perf_counter()
@@ -211,6 +215,7 @@ def run_rank(ctx: Context, job: TrainJob) -> RankReport:
                         host_loop=result.host_loop,
                         host_before=result.host_before,
                         host_after=result.host_after,
+                        grad_norm=result.grad_norm,
                     )
                 )
                 final = result
@@ -235,6 +240,23 @@ def run_rank(ctx: Context, job: TrainJob) -> RankReport:
         engine.close()
     report.versions = {s: st.version_log for s, st in stages.items()}
     return report
+
+
+def _set_lr(stages: dict[int, StageModule], job: TrainJob, step: int) -> None:
+    """Every stage's learning rate for `step` (RunConfig's schedule)."""
+    cfg = job.config
+    lr = learning_rate(
+        cfg.lr,
+        step,
+        job.total_steps,
+        schedule=cfg.lr_schedule,
+        warmup=cfg.lr_warmup,
+        floor=cfg.lr_min,
+    )
+    for st in stages.values():
+        if st.optimizer is not None:
+            for group in st.optimizer.param_groups:
+                group["lr"] = lr
 
 
 def _resume(ctx: Context, job: TrainJob, stages: dict[int, StageModule]) -> int:

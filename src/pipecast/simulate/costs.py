@@ -79,6 +79,11 @@ class Costs:
     """Seconds to move the input gradient of stage s+1 back to stage s."""
     allreduce: tuple[float, ...] = ()
     """Seconds of stage s's gradient all-reduce over its replicas (empty: none)."""
+    clip_sync: float = 0.0
+    """Seconds of the all-reduce that sums the gradients' squared norm over every rank when
+    they are clipped to a global norm (RunConfig.clip_grad_norm): no rank steps its
+    optimizer before every rank's gradients are ready and that all-reduce is done. 0: no
+    clipping. The norm's own device time (a read of the gradients) is not priced."""
     allreduce_buckets: tuple[int, ...] = ()
     """Buckets of stage s's all-reduce, each started during the stage's last backward as its
     gradients are ready (torch DDP, costs_from_profile's `ddp`); empty: one, the whole all-reduce
@@ -142,6 +147,7 @@ def costs_from_profile(
     optimizer: Optimizer = "sgd",
     cuda_graphs: bool = False,
     ddp: bool = False,
+    clip: bool = False,
 ) -> Costs:
     """Costs of `partition` at `micro_batch` on `cluster` (replica 0's devices carry the
     pipeline's transfers; each stage's replicas all-reduce its gradients), `cuda_graphs`:
@@ -150,7 +156,8 @@ def costs_from_profile(
     replicas run as torch's DistributedDataParallel: its host work on top of the model's
     (the probe's ddp_* terms: buffers broadcast before the forward, each block's parameter
     hooks as the backward reaches it), each all-reduce bucket started during the backward
-    as its gradients are ready, and the buckets holding a second copy of the gradients."""
+    as its gradients are ready, and the buckets holding a second copy of the gradients.
+    `clip`: the gradients are clipped to their global norm (Costs.clip_sync)."""
     stages = []
     busy = len({d for st in partition.stages for d in st.devices})
     slow = cluster.host_factor(
@@ -217,8 +224,10 @@ def costs_from_profile(
         cluster.allreduce_time(stages[i].param_bytes, st.devices)
         for i, st in enumerate(partition.stages)
     )
+    ranks = sorted({d for st in partition.stages for d in st.devices})
     return Costs(
         stages=tuple(stages),
+        clip_sync=cluster.allreduce_time(4, ranks) if clip and len(ranks) > 1 else 0.0,
         forward_transfer=tuple(fwd),
         backward_transfer=tuple(bwd),
         allreduce=allreduce,

@@ -405,7 +405,8 @@ def _finish_step(
     events: list[Event],
 ) -> float:
     """All-reduce each replicated stage's gradients (overlapping its last backward bucket by
-    bucket), then the optimizer step on every rank.
+    bucket), then, where the gradients are clipped to a global norm, the all-reduce of their
+    norm once every rank's are ready, then the optimizer step on every rank.
 
     The all-reduce's kernels share the rank's device with the backward's: they hide only in
     the time that device would otherwise idle, while a host slower than its device issues
@@ -431,6 +432,11 @@ def _finish_step(
         comm_free[r] = finish
         grads_ready[r] = max(grads_ready[r], finish)
         events.append(Event(r, f"allreduce s{stage}", "allreduce", begin, finish, stage))
+    if costs.clip_sync > 0 and not plan.async_updates:  # every rank waits for the global norm
+        ready = max(grads_ready)
+        for r in range(plan.num_ranks):
+            events.append(Event(r, "clip norm", "allreduce", ready, ready + costs.clip_sync))
+        grads_ready = [ready + costs.clip_sync] * plan.num_ranks
     step = 0.0
     for r in range(plan.num_ranks):
         optimizer = (
