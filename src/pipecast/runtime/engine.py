@@ -290,18 +290,18 @@ class PipelineEngine:
     def _clip(self, limit: float) -> torch.Tensor:
         """Scale every stage's gradients by min(1, limit / (norm + 1e-6)), the norm being
         their L2 norm over the whole pipeline, as torch.nn.utils.clip_grad_norm_ does over a
-        whole model; the norm before (on the device: nothing waits for it here)."""
-        grads = [p.grad for st in self.stages.values() for p in st.params if p.grad is not None]
+        whole model (with torch's own fused kernels); the norm before (on the device:
+        nothing waits for it here)."""
+        params = [p for st in self.stages.values() for p in st.params if p.grad is not None]
         squares = torch.zeros((), dtype=torch.float32, device=self.device)
-        if grads:
-            norms = torch.stack([torch.linalg.vector_norm(g, dtype=torch.float32) for g in grads])
-            squares = norms.square().sum()
+        if params:
+            grads = [p.grad for p in params if p.grad is not None]
+            squares = torch.nn.utils.get_total_norm(grads).float().square()
         if dist.is_initialized() and dist.get_world_size() > 1:
             dist.all_reduce(squares)  # every replica holds the same gradients, so each counts
         norm = (squares / self.replicas).sqrt()  # ... `replicas` times over
-        scale = torch.clamp(limit / (norm + 1e-6), max=1.0)
-        for g in grads:
-            g.mul_(scale)
+        if params:
+            torch.nn.utils.clip_grads_with_norm_(params, limit, norm)
         return norm
 
     def zero_grad(self) -> None:
