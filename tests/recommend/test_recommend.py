@@ -131,6 +131,17 @@ def test_recommend_cli_calibrates_once_then_uses_the_cache(
     ceiling = plausible(best)[1]
     close = [r["label"] for r in ranked if plausible(r)[0] <= ceiling]
     assert validated == close[:4]
+    # the file names what to run: the measured fastest, and what it was predicted for
+    fastest = min(doc["validation"], key=lambda v: v["measured"])
+    assert doc["run"]["label"] == fastest["label"] and doc["run"]["why"] == "measured fastest"
+    assert doc["workload"]["model"] == "lenet5" and doc["device"] == "cpu"
+    capsys.readouterr()
+    train = ["train", "--recommendation", str(tmp_path / "rec.json"), "--steps", "1"]
+    assert main([*train, "--warmup-steps", "0", "--out-dir", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert f"running {fastest['label']} (predicted" in out and "recommended as" in out
+    assert main([*train, "--pick", str(len(ranked) + 1)]) == 2
+    assert f"pick 1 to {len(ranked)}" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main([*argv, "--validate", "some"])
     with pytest.raises(SystemExit):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 import torch
 from rich.table import Table
@@ -202,7 +203,15 @@ def run(args: argparse.Namespace) -> int:
                 progress=announce,
             )
         print_validation(measured)
-    _write(args.output, rec, measured, drift)
+    about = {
+        "workload": workload.to_dict(),
+        "device": device,
+        "dtype": args.dtype,
+        "autocast": args.autocast,
+        "optimizer": args.optimizer,
+    }
+    _write(args.output, rec, measured, drift, about)
+    console.print(f"run it: pipecast train --recommendation {args.output} --steps 100")
     return 0
 
 
@@ -262,28 +271,39 @@ def print_validation(measured: list[Measured]) -> None:
             )
 
 
+def _entry(p: Prediction) -> dict[str, Any]:
+    return {
+        "strategy": p.strategy.to_dict(),
+        "label": p.strategy.label(),
+        "step_time": p.step_time,
+        "samples_per_second": p.samples_per_second,
+        "peak_memory": p.peak_memory,
+        "bubble": p.timeline.bubble_fraction,
+        "host_share": p.timeline.host_share,
+        "host_bound": p.host_bound,
+        "likely_measured": list(p.measured_range),
+        "partition": p.partition.boundaries,
+    }
+
+
 def _write(
-    path: str, rec: Recommendation, measured: list[Measured], drift: HostDrift | None
+    path: str,
+    rec: Recommendation,
+    measured: list[Measured],
+    drift: HostDrift | None,
+    about: dict[str, Any],
 ) -> None:
+    """The recommendation as JSON: `about` (the workload and precision it was made for), the
+    ranking, and under "run" the strategy `pipecast train --recommendation` runs: the
+    measured fastest where it validated, else the predicted fastest."""
+    run = decide(measured).prediction if measured else rec.best
     doc = {
+        **about,
         "batch": rec.batch,
         "recommended": rec.best.strategy.to_dict(),
         "reason": rec.reason(),
-        "ranked": [
-            {
-                "strategy": p.strategy.to_dict(),
-                "label": p.strategy.label(),
-                "step_time": p.step_time,
-                "samples_per_second": p.samples_per_second,
-                "peak_memory": p.peak_memory,
-                "bubble": p.timeline.bubble_fraction,
-                "host_share": p.timeline.host_share,
-                "host_bound": p.host_bound,
-                "likely_measured": list(p.measured_range),
-                "partition": p.partition.boundaries,
-            }
-            for p in rec.ranked
-        ],
+        "run": {**_entry(run), "why": "measured fastest" if measured else "predicted fastest"},
+        "ranked": [_entry(p) for p in rec.ranked],
         "rejected": [{"label": r.strategy.label(), "reason": r.reason} for r in rec.rejected],
         "validation": [
             {

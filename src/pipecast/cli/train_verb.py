@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from pipecast.cli.common import add_workload_args, workload_from_args
 from pipecast.cli.console import console, human_bytes, human_seconds, progress
 from pipecast.errors import ConfigError
 from pipecast.hardware.load import default_cluster
+from pipecast.recommend.chosen import Chosen, chosen
 from pipecast.recommend.predict import predict
 from pipecast.recommend.strategy import Strategy
 from pipecast.report.trace import write_trace
@@ -27,7 +29,18 @@ from pipecast.training import LR_SCHEDULES
 
 
 def add_run_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
-    add_workload_args(p)
+    add_workload_args(p, required=False)
+    if not inference:
+        p.add_argument(
+            "--recommendation",
+            metavar="FILE",
+            help="run what `pipecast recommend` wrote here: its workload, batch, precision, "
+            "optimizer, GPUs, schedule, micro-batches and partition (the measured fastest "
+            "where it validated, else the predicted fastest)",
+        )
+        p.add_argument(
+            "--pick", type=int, default=0, help="with --recommendation: the N-th of its ranking"
+        )
     p.add_argument("--gpus", type=int, default=2, help="processes (GPUs, or CPU ranks)")
     p.add_argument("--replicas", type=int, default=1, help="data-parallel pipeline replicas")
     if not inference:
@@ -108,6 +121,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    followed = None
+    if getattr(args, "recommendation", None):
+        followed = _follow(args, args.recommendation, args.pick)
+    elif args.model is None:
+        raise ConfigError("--model is required (or --recommendation FILE)")
     workload = workload_from_args(args)
     schedule = "forward-only" if args.inference else args.schedule
     config = RunConfig(
@@ -156,6 +174,12 @@ def run(args: argparse.Namespace) -> int:
     if result is None:  # a torchrun rank other than 0
         return 0
     print_result(result, inference=args.inference)
+    if followed is not None and followed.predicted > 0:
+        measured = result.summary["step_time"]
+        console.print(
+            f"recommended as {human_seconds(followed.predicted)} a step; measured "
+            f"{human_seconds(measured)} ({followed.predicted / measured - 1:+.1%})"
+        )
     if cp is not None and (last := checkpoint.latest(cp.dir)) is not None:
         seconds = [t for r in result.reports for done, t in r.checkpoints if done == last.step]
         took = f", written in {human_seconds(max(seconds))}" if seconds else ""
@@ -189,6 +213,31 @@ def run(args: argparse.Namespace) -> int:
     write_trace(str(trace), *timelines)
     console.print(f"trace: {trace}")
     return 0
+
+
+def _follow(args: argparse.Namespace, path: str, pick: int) -> Chosen:
+    """Set `args` to the strategy, workload and precision of the recommendation at `path`."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read the recommendation {path}: {exc}") from None
+    c = chosen(doc, pick)
+    if c.workload is None and args.model is None:
+        raise ConfigError(f"{path} does not name its model: give --model")
+    if c.workload is not None:
+        if args.model not in (None, c.workload.model):
+            raise ConfigError(f"{path} is for {c.workload.model}, not {args.model}")
+        for key, value in c.workload.to_dict().items():
+            setattr(args, key, value)
+    s = c.strategy
+    args.gpus, args.replicas = s.gpus, s.replicas
+    args.schedule, args.micro_batches = c.schedule, s.microbatches
+    args.batch, args.partition = c.batch, c.partition
+    args.recompute, args.cuda_graphs = s.recompute, s.cuda_graphs
+    args.dtype, args.autocast, args.optimizer = c.dtype, c.autocast, c.optimizer
+    args.device = "cuda" if c.device.startswith("cuda") else "cpu"
+    console.print(f"running {c.label} (predicted {human_seconds(c.predicted)} a step) from {path}")
+    return c
 
 
 def _run_with_bar(job: TrainJob, first: int, what: str) -> JobResult | None:
