@@ -71,6 +71,13 @@ def add_run_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
         )
         p.add_argument("--lr-min", type=float, default=0.0)
         p.add_argument(
+            "--loss-scale",
+            type=float,
+            default=None,
+            help="dynamic loss scaling from this scale (default: 65536 for fp16, off "
+            "otherwise; 0: off)",
+        )
+        p.add_argument(
             "--clip-grad-norm",
             type=float,
             default=0.0,
@@ -137,6 +144,7 @@ def run(args: argparse.Namespace) -> int:
         lr_warmup=getattr(args, "lr_warmup", 0),
         lr_min=getattr(args, "lr_min", 0.0),
         clip_grad_norm=getattr(args, "clip_grad_norm", 0.0),
+        loss_scale=getattr(args, "loss_scale", None),
         recompute=args.recompute,
         timeout_s=args.timeout,
         cuda_graphs=getattr(args, "cuda_graphs", False),
@@ -293,6 +301,13 @@ def print_result(result: JobResult, *, inference: bool) -> None:
             str(step), human_seconds(seconds), f"{result.job.batch / seconds:,.1f}", loss, *norm
         )
     console.print(table)
+    scaled = [s for r in result.reports if r.global_rank == 0 for s in r.steps if s.loss_scale]
+    if scaled:
+        skipped = sum(s.skipped for s in scaled)
+        console.print(
+            f"loss scaling: {skipped} of {len(scaled)} timed steps skipped (gradients "
+            f"overflowed); the last ran at scale {scaled[-1].loss_scale:g}"
+        )
     summary = result.summary
     memory = ", ".join(human_bytes(m) for m in summary["peak_allocated"])
     line = (

@@ -22,6 +22,13 @@ class RunConfig:
     lr_warmup: int = 0
     """Steps over which the learning rate rises linearly to `lr`."""
     lr_min: float = 0.0
+    loss_scale: float | None = None
+    """Dynamic loss scaling, as torch.amp.GradScaler does it, from this scale: the loss is
+    multiplied by it before the backward and the gradients divided by it after; a step whose
+    gradients overflow anywhere in the pipeline is skipped and the scale halves, and after
+    `loss_scale_interval` steps without one it doubles. None: from 2**16 where the dtype
+    is fp16, off otherwise; 0: off."""
+    loss_scale_interval: int = 2000
     clip_grad_norm: float = 0.0
     """Scale the gradients so that their global L2 norm, over every stage of the pipeline, is
     at most this (as torch.nn.utils.clip_grad_norm_ over the whole model); 0: no clipping."""
@@ -47,10 +54,22 @@ class RunConfig:
     bucket_bytes: int = 25 * 2**20
     """Gradient all-reduce bucket size for replicated stages."""
 
+    @property
+    def initial_loss_scale(self) -> float:
+        """The scale dynamic loss scaling starts from (0: no scaling)."""
+        if self.loss_scale is None:
+            return 2.0**16 if self.dtype == "fp16" else 0.0
+        return self.loss_scale
+
     def __post_init__(self) -> None:
         if self.lr_schedule not in LR_SCHEDULES:
             raise ConfigError(
                 f"unknown learning-rate schedule {self.lr_schedule!r}: {', '.join(LR_SCHEDULES)}"
+            )
+        if (self.loss_scale or 0.0) < 0 or self.loss_scale_interval < 1:
+            raise ConfigError(
+                f"loss_scale must be 0 or more and loss_scale_interval at least 1, got "
+                f"{self.loss_scale} and {self.loss_scale_interval}"
             )
         if self.lr_warmup < 0 or self.lr_min < 0 or self.clip_grad_norm < 0:
             raise ConfigError(

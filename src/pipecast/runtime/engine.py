@@ -86,6 +86,10 @@ class StepResult:
     grad_norm: float | None = None
     """The gradients' global L2 norm before clipping (RunConfig.clip_grad_norm; None: not
     clipped)."""
+    skipped: bool = False
+    """Dynamic loss scaling found an overflow: the optimizer did not step."""
+    loss_scale: float = 0.0
+    """The loss scale this step ran with (0: no scaling)."""
 
     @cached_property
     def events(self) -> list[Event]:
@@ -124,6 +128,10 @@ class PipelineEngine:
         self.plan, self.stages, self.config, self.device = plan, stages, config, device
         self.rank, self.replica, self.replicas = pipeline_rank, replica, replicas
         self.loss_fn = loss_fn
+        self.loss_scale = 0.0 if plan.async_updates else config.initial_loss_scale
+        """Dynamic loss scaling's current scale (0: off); the same on every rank."""
+        self.scale_growth = 0
+        """Steps since the scale last changed without an overflow."""
         width = plan.num_ranks
         self.global_rank = replica * width + pipeline_rank
         self.channels = Channels(plan, pipeline_rank, replica, replicas, device, config.timeout_s)
@@ -214,7 +222,7 @@ class PipelineEngine:
                     scale = microbatch.size(tg_mbs[a.mb]) / total
                     loss = self.loss_fn(out, tg_mbs[a.mb]) * scale
                     loss_sum = loss.detach() if loss_sum is None else loss_sum + loss.detach()
-                    micro.out = loss
+                    micro.out = loss * self.loss_scale if self.loss_scale else loss
                 elif st.last:
                     outputs.append(out.detach())
                 self.clock.end(mark, self.global_rank, str(a), "F", a.stage, a.mb)
@@ -255,14 +263,17 @@ class PipelineEngine:
         self.channels.finish_sends()
         self.watchdog.at(None, "all-reducing gradients across replicas")
         allreduce.finish(pending_reduce)
-        norm = None
+        norm, skipped, scale = None, False, self.loss_scale
         if not plan.forward_only and not plan.async_updates:
-            if self.config.clip_grad_norm > 0:
+            if self.loss_scale:
+                self.watchdog.at(None, "unscaling the gradients")
+                skipped = self._unscale()
+            if self.config.clip_grad_norm > 0 and not skipped:
                 self.watchdog.at(None, "clipping the gradients to their global norm")
                 norm = self._clip(self.config.clip_grad_norm)
             self.watchdog.at(None, "optimizer step")
             for st in self.stages.values():
-                if st.optimizer is not None:
+                if st.optimizer is not None and not skipped:
                     st.optimizer.step()
         self.watchdog.at(None, "waiting for the device to finish the step")
         marks = self.clock.take()
@@ -285,7 +296,33 @@ class PipelineEngine:
             host_before=host_before,
             host_after=time.perf_counter() - loop_began - host_loop,
             grad_norm=float(norm) if norm is not None else None,
+            skipped=skipped,
+            loss_scale=scale,
         )
+
+    def _unscale(self) -> bool:
+        """Divide every stage's gradients by the loss scale and learn whether any rank's
+        overflowed; update the scale as torch.amp.GradScaler does (halve on an overflow,
+        double after `loss_scale_interval` clean steps). True: skip this step's update."""
+        found = torch.zeros(1, dtype=torch.float32, device=self.device)
+        inverse = torch.full((1,), 1.0 / self.loss_scale, dtype=torch.float32, device=self.device)
+        by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+        for st in self.stages.values():
+            for p in st.params:
+                if p.grad is not None:
+                    by_dtype.setdefault(p.grad.dtype, []).append(p.grad)
+        for grads in by_dtype.values():
+            torch._amp_foreach_non_finite_check_and_unscale_(grads, found, inverse)
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            dist.all_reduce(found, op=dist.ReduceOp.MAX)
+        overflow = bool(found.item())
+        self.scale_growth = 0 if overflow else self.scale_growth + 1
+        if overflow:
+            self.loss_scale *= 0.5
+        elif self.scale_growth == self.config.loss_scale_interval:
+            self.loss_scale *= 2.0
+            self.scale_growth = 0
+        return overflow
 
     def _clip(self, limit: float) -> torch.Tensor:
         """Scale every stage's gradients by min(1, limit / (norm + 1e-6)), the norm being

@@ -100,6 +100,11 @@ class TrainJob:
             )
         if self.steps < 1:
             raise ConfigError(f"steps must be at least 1, got {self.steps}")
+        if (self.config.loss_scale or 0.0) > 0 and self.plan.async_updates:
+            raise ConfigError(
+                "loss scaling skips a step the whole pipeline overflowed in; PipeDream updates "
+                "each stage on its own after every micro-batch (use bf16, or loss_scale 0)"
+            )
         if self.config.clip_grad_norm > 0 and self.plan.async_updates:
             raise ConfigError(
                 "gradient clipping needs the whole model's gradients at once; PipeDream "

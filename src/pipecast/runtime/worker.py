@@ -47,6 +47,9 @@ class StepRecord:
     barrier after the step."""
     grad_norm: float | None = None
     """The gradients' global norm before clipping (None: not clipped)."""
+    skipped: bool = False
+    """The gradients overflowed under loss scaling: no update."""
+    loss_scale: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -175,7 +178,7 @@ def run_rank(ctx: Context, job: TrainJob) -> RankReport:
     fault = _fault(ctx.rank)
     final: StepResult | None = None
     total = job.total_steps
-    start = _resume(ctx, job, stages)
+    start = _resume(ctx, job, stages, engine)
     reporter = replica == 0 and last in stages  # the rank with the loss
     data.seek(start)
     # the first step after a resume pays the cold start, as a warm-up step does
@@ -216,6 +219,8 @@ def run_rank(ctx: Context, job: TrainJob) -> RankReport:
                         host_before=result.host_before,
                         host_after=result.host_after,
                         grad_norm=result.grad_norm,
+                        skipped=result.skipped,
+                        loss_scale=result.loss_scale,
                     )
                 )
                 final = result
@@ -224,7 +229,7 @@ def run_rank(ctx: Context, job: TrainJob) -> RankReport:
             if job.checkpoint is not None and job.checkpoint.due(step + 1, total):
                 engine.watchdog.at(None, f"writing the checkpoint after step {step}")
                 began = time.perf_counter()
-                _save(ctx, job, stages, step + 1, replica)
+                _save(ctx, job, stages, step + 1, replica, engine)
                 report.checkpoints.append((step + 1, time.perf_counter() - began))
                 engine.watchdog.idle()
             if job.capture and step == total - 1:
@@ -259,12 +264,18 @@ def _set_lr(stages: dict[int, StageModule], job: TrainJob, step: int) -> None:
                 group["lr"] = lr
 
 
-def _resume(ctx: Context, job: TrainJob, stages: dict[int, StageModule]) -> int:
-    """Set this rank's stages (and, on the same layout, its random-number generators) to the
-    job's checkpoint; the steps it had completed (0: none to resume from)."""
+def _resume(
+    ctx: Context, job: TrainJob, stages: dict[int, StageModule], engine: PipelineEngine
+) -> int:
+    """Set this rank's stages (and, on the same layout, its random-number generators) and
+    the loss scale to the job's checkpoint; the steps it had completed (0: none to resume
+    from)."""
     saved = job.resume_from()
     if saved is None:
         return 0
+    if engine.loss_scale and saved.meta.get("loss_scale"):
+        engine.loss_scale = float(saved.meta["loss_scale"])
+        engine.scale_growth = int(saved.meta.get("loss_scale_growth", 0))
     for s, st in stages.items():
         bounds = job.partition.stages[s]
         st.version = checkpoint.load_stage(
@@ -276,7 +287,12 @@ def _resume(ctx: Context, job: TrainJob, stages: dict[int, StageModule]) -> int:
 
 
 def _save(
-    ctx: Context, job: TrainJob, stages: dict[int, StageModule], done: int, replica: int
+    ctx: Context,
+    job: TrainJob,
+    stages: dict[int, StageModule],
+    done: int,
+    replica: int,
+    engine: PipelineEngine,
 ) -> None:
     """Every rank writes its part of the checkpoint after `done` steps (the stages once, from
     replica 0: replicas hold the same state); rank 0 marks it complete once all have."""
@@ -289,7 +305,8 @@ def _save(
     checkpoint.write_rank(cp.dir, done, ctx.rank, ctx.device)
     _barrier(ctx, f"after writing the checkpoint of step {done}")
     if ctx.rank == 0:
-        checkpoint.finish(cp.dir, done, job.checkpoint_meta(), cp.keep)
+        scaling = {"loss_scale": engine.loss_scale, "loss_scale_growth": engine.scale_growth}
+        checkpoint.finish(cp.dir, done, {**job.checkpoint_meta(), **scaling}, cp.keep)
 
 
 def own_share(

@@ -1,0 +1,79 @@
+"""Dynamic loss scaling over a pipeline: the steps it skips, the scales it runs with and the
+weights it ends with are those of one process under torch.amp.GradScaler."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from tests.runtime.helpers import assert_close, merged, pipeline_job, run
+
+from pipecast.data.loss import loss_for
+from pipecast.data.synthetic import synthetic_batch
+from pipecast.errors import ConfigError
+from pipecast.models import Workload
+from pipecast.runtime import checkpoint
+from pipecast.runtime.checkpoint import Checkpointing
+from pipecast.runtime.config import RunConfig
+
+LENET = Workload(model="lenet5", dataset="mnist")
+# 2**20 overflows the fp16 backward of LeNet's first step; a clean step every 2 doubles it
+CONFIG = RunConfig(
+    dtype="fp16", autocast=True, lr=0.1, timeout_s=60, loss_scale=2.0**20, loss_scale_interval=2
+)
+
+
+def _reference(steps: int, batch: int) -> tuple[dict[str, torch.Tensor], list[float], list[bool]]:
+    torch.manual_seed(0)
+    model = LENET.build()
+    opt = torch.optim.SGD(model.parameters(), lr=CONFIG.lr)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**20, growth_interval=2)
+    scales, skipped = [], []
+    for step in range(steps):
+        opt.zero_grad(set_to_none=True)
+        x, y = synthetic_batch(LENET.spec, batch, seed=step)
+        with torch.autocast("cpu", dtype=torch.float16):
+            out = model(x)
+        loss = loss_for(LENET.spec)(out, y)
+        scales.append(scaler.get_scale())
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        skipped.append(scaler.get_scale() < scales[-1])
+    return {n: p.detach().clone() for n, p in model.named_parameters()}, scales, skipped
+
+
+@pytest.mark.slow
+def test_loss_scaling_skips_and_scales_as_torch_does(tmp_path: Path) -> None:
+    steps, batch = 5, 12
+    want, scales, skipped = _reference(steps, batch)
+    assert skipped[0] and not all(skipped)  # the case exercises both branches
+    job = pipeline_job(LENET, "1f1b", 2, 4, [0, 6, 12], batch=batch, steps=steps, config=CONFIG)
+    result = run(job)
+    last = next(r for r in result.reports if r.pipeline_rank == 1)
+    assert [s.loss_scale for s in last.steps] == scales
+    assert [s.skipped for s in last.steps] == skipped
+    assert_close(merged(result, "params"), want, rtol=1e-3)
+    # a checkpoint carries the scale: resumed after step 2, the same scales follow
+    cp = Checkpointing(str(tmp_path), resume=True)
+    run(replace(job, steps=2, checkpoint=cp))
+    saved = checkpoint.latest(tmp_path)
+    assert saved is not None and saved.meta["loss_scale"] == scales[2]
+    resumed = run(replace(job, checkpoint=cp))
+    last = next(r for r in resumed.reports if r.pipeline_rank == 1)
+    assert [s.loss_scale for s in last.steps] == scales[3:]  # step 2 warms up untimed
+    assert_close(merged(resumed, "params"), want, rtol=1e-3)
+
+
+def test_scaling_defaults_to_fp16_and_refuses_pipedream() -> None:
+    assert RunConfig(dtype="fp16").initial_loss_scale == 2.0**16
+    assert RunConfig(dtype="bf16").initial_loss_scale == 0.0
+    assert RunConfig(dtype="fp16", loss_scale=0.0).initial_loss_scale == 0.0
+    with pytest.raises(ConfigError, match="loss_scale must be 0 or more"):
+        RunConfig(loss_scale=-1.0)
+    job = pipeline_job(LENET, "pipedream", 2, 4, [0, 6, 12])
+    with pytest.raises(ConfigError, match="PipeDream updates each stage on its own"):
+        replace(job, config=RunConfig(dtype="fp16", loss_scale=1024.0)).check()
+    replace(job, config=RunConfig(dtype="fp16")).check()  # automatic scaling stays off there
