@@ -11,8 +11,14 @@ and what clipping costs a step.
 2. Cost: GPT (24 layers of width 2048, batch 32, bf16, Adam) under 1F1B at M=8 over 2 GPUs,
    without clipping and clipped to 1.0 in turn over three rounds, in a fresh world per run;
    the median of 10 steps after 3.
+3. Loss scaling (`--part fp16`): the small transformer in fp16 autocast, SGD, from a scale of
+   2**20 that doubles after 2 clean steps, 6 steps under 1F1B over 2 GPUs, against one process
+   on one GPU accumulating the same 4 micro-batches under torch.amp.GradScaler (an overflow
+   depends on what one backward sums: a whole batch's weight gradients in fp16 overflow
+   where a micro-batch's do not): the scales and skipped steps, and the weights.
 
     OUT=/tmp/feat python3 benchmarks/training_features.py [--dry-run]   (dry: CPU ranks, tiny)
+        [--part equal|cost|fp16]   (one part alone; default: equal and cost)
 """
 
 from __future__ import annotations
@@ -67,6 +73,68 @@ def _reference(
             for p in model.parameters():
                 p -= lr * p.grad  # type: ignore[operator]
     return {n: p.detach().cpu().clone() for n, p in model.named_parameters()}
+
+
+def loss_scaling(dry: bool) -> dict[str, Any]:
+    device = torch.device("cpu" if dry else "cuda")
+    data = _samples(24)
+    config = RunConfig(
+        dtype="fp16",
+        autocast=True,
+        lr=0.05,
+        timeout_s=60,
+        loss_scale=2.0**20,
+        loss_scale_interval=2,
+    )
+    steps = 6
+    job, _ = make_job(
+        SMALL,
+        gpus=2,
+        schedule="1f1b",
+        microbatches=4,
+        batch=8,
+        partition="0,3,6",
+        steps=steps,
+        warmup_steps=0,
+        device=device.type,
+        config=config,
+        exact_init=True,
+        data=data,
+    )
+    result = run_job(replace(job, capture=True))
+    assert result is not None
+    got: dict[str, torch.Tensor] = {}
+    for r in result.reports:
+        got.update(r.params)
+    last = next(r for r in result.reports if r.pipeline_rank == 1)
+    torch.manual_seed(config.seed)
+    model = SMALL.build().to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=config.lr)
+    scaler = torch.amp.GradScaler(device.type, init_scale=2.0**20, growth_interval=2)
+    drawn = list(data.batches(8, seed=0)) + list(data.batches(8, seed=1))
+    scales = []
+    for x, y in drawn[:steps]:  # the pipeline's 4 micro-batches, accumulated
+        opt.zero_grad(set_to_none=True)
+        scales.append(scaler.get_scale())
+        for xm, ym in zip(x.to(device).chunk(4), y.to(device).chunk(4), strict=True):
+            with torch.autocast(device.type, dtype=torch.float16):
+                out = model(xm)
+            loss = loss_for(SMALL.spec)(out, ym) * (len(xm) / len(x))
+            scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+    want = {n: p.detach().cpu().clone() for n, p in model.named_parameters()}
+    row = {
+        "scales": [s.loss_scale for s in last.steps],
+        "skipped": [s.skipped for s in last.steps],
+        "scales_gradscaler": scales,
+        "worst_rel": _worst(want, got),
+    }
+    log(
+        f"fp16 loss scaling: pipeline scales {row['scales']} skipped {row['skipped']}; "
+        f"GradScaler {scales}; weights worst {row['worst_rel']:.2e}"
+    )
+    return row
 
 
 def _worst(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
@@ -154,7 +222,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dry-run", action="store_true")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--part", choices=("equal", "cost", "fp16"))
     args = ap.parse_args()
+    if args.part == "fp16":
+        dump("training_features_fp16.json", loss_scaling(args.dry_run))
+        pack()
+        return
     out: dict[str, Any] = {"equivalence": equivalence(args.dry_run)}
     dump("training_features.json", out)
     out["cost"] = cost(args.dry_run, args.rounds)

@@ -1,5 +1,6 @@
 """Dynamic loss scaling over a pipeline: the steps it skips, the scales it runs with and the
-weights it ends with are those of one process under torch.amp.GradScaler."""
+weights it ends with are those of one process accumulating the same micro-batches under
+torch.amp.GradScaler (whether a backward overflows depends on how many samples it sums)."""
 
 from __future__ import annotations
 
@@ -31,14 +32,15 @@ def _reference(steps: int, batch: int) -> tuple[dict[str, torch.Tensor], list[fl
     opt = torch.optim.SGD(model.parameters(), lr=CONFIG.lr)
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**20, growth_interval=2)
     scales, skipped = [], []
-    for step in range(steps):
+    for step in range(steps):  # the pipeline's 4 micro-batches, accumulated
         opt.zero_grad(set_to_none=True)
         x, y = synthetic_batch(LENET.spec, batch, seed=step)
-        with torch.autocast("cpu", dtype=torch.float16):
-            out = model(x)
-        loss = loss_for(LENET.spec)(out, y)
         scales.append(scaler.get_scale())
-        scaler.scale(loss).backward()
+        for xm, ym in zip(x.chunk(4), y.chunk(4), strict=True):
+            with torch.autocast("cpu", dtype=torch.float16):
+                out = model(xm)
+            loss = loss_for(LENET.spec)(out, ym) * (len(xm) / batch)
+            scaler.scale(loss).backward()
         scaler.step(opt)
         scaler.update()
         skipped.append(scaler.get_scale() < scales[-1])
