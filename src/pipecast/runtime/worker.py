@@ -228,9 +228,9 @@ def run_rank(ctx: Context, job: TrainJob) -> RankReport:
                 write_progress(StepProgress(step + 1, total, result.loss, seconds))
             if job.checkpoint is not None and job.checkpoint.due(step + 1, total):
                 engine.watchdog.at(None, f"writing the checkpoint after step {step}")
-                began = time.perf_counter()
+                writing = time.perf_counter()
                 _save(ctx, job, stages, step + 1, replica, engine)
-                report.checkpoints.append((step + 1, time.perf_counter() - began))
+                report.checkpoints.append((step + 1, time.perf_counter() - writing))
                 engine.watchdog.idle()
             if job.capture and step == total - 1:
                 for st in stages.values():  # slices of nn.Sequential keep global names

@@ -90,9 +90,24 @@ def _duration(action: Action, st: StageTimes, costs: Costs, plan: Plan) -> float
     return seconds
 
 
-def _host(action: Action, st: StageTimes, costs: Costs, plan: Plan) -> float:
+FORWARD_AFTER_BACKWARD = 0.34
+"""Host premium on the ops of a pipeline forward that directly follows a backward action
+(B, W or BW) on its rank, in plans of two or more stages: such a forward issues slower than
+the profile's forwards, which follow forwards (a one-GPU profile's whole passes already read
+a forward after the previous backward). `forward_host.py` read +34% for a GPT stage on
+4 x H100 (benchmarks/results/h100x4-forward-host/); over the stored runs, GPT's pipeline
+forwards took 1.11-1.14x the simulator's charge under GPipe and 1.30-1.53x under 1F1B and
+ZB-H1. Adopted by a rule decided before h100x4-run17 and applied to it: lower median (9.1%
+against 10.2%), more rows within 20% (45 against 42), the same worst (34.4%)
+(benchmarks/forward_after_backward_whatif.py)."""
+
+
+def _host(
+    action: Action, st: StageTimes, costs: Costs, plan: Plan, after_backward: bool = False
+) -> float:
     """Host seconds to issue `action`: its ops, and the runtime's own work per action (a
-    graphed action's ops are one launch)."""
+    graphed action's ops are one launch). `after_backward`: the rank's previous action was a
+    backward (FORWARD_AFTER_BACKWARD)."""
     if costs.cuda_graphs:  # beyond the launch, only what runs eagerly (the loss)
         eager = {"F": st.graph_host_forward, "BW": st.graph_host_backward}.get(action.kind, 0.0)
         return costs.host_overhead + eager
@@ -105,6 +120,8 @@ def _host(action: Action, st: StageTimes, costs: Costs, plan: Plan) -> float:
         st.host_backward_weight,
         st.host_backward,
     )
+    if after_backward and action.kind == "F" and plan.num_stages > 1:
+        ops += FORWARD_AFTER_BACKWARD * st.host_forward
     return ops + costs.host_overhead
 
 
@@ -200,7 +217,8 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
                     break
                 ready = max((available[d] for d in deps), default=0.0)
                 st = costs.stages[a.stage]
-                state.host = issue + _host(a, st, costs, plan)
+                after = state.head > 0 and actions[state.head - 1].kind in ("B", "W", "BW")
+                state.host = issue + _host(a, st, costs, plan, after)
                 state.host_busy += state.host - issue
                 start = max(state.free, ready, issue)
                 finish = max(
