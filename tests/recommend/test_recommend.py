@@ -9,6 +9,7 @@ from tests.partition.test_partition import make_profile
 
 from pipecast.cli.main import main
 from pipecast.errors import ConfigError
+from pipecast.hardware.cluster import Cluster
 from pipecast.hardware.presets import describe
 from pipecast.models import Workload
 from pipecast.profile.profiler import ProfileOptions, profile_model
@@ -437,3 +438,31 @@ def test_clipping_prices_the_norms_all_reduce_over_every_gpu() -> None:
     assert [e.rank for e in clipped.timeline.events if e.name == "clip norm"] == [0, 1]
     one = Strategy(kind="single")  # one GPU: no all-reduce, nothing to wait for
     assert predict(p, GPUS, one, 32, clip=True).step_time == predict(p, GPUS, one, 32).step_time
+
+
+def test_cpu_ranks_share_the_cores_the_profile_had_to_itself() -> None:
+    """On a CPU, n ranks computing at once each run slower than the profiler's one process
+    did (Cluster.cpu_compute): their device times grow by the probe's factor; a GPU
+    profile's do not."""
+    gpu_profile = make_profile([1e-3] * 4, params=[10**3] * 4)
+    cpu_profile = replace(gpu_profile, device="cpu")
+    shared = replace(GPUS, cpu_compute={1: 1.0, 2: 2.0, 4: 3.0})
+    data4 = Strategy(kind="data", replicas=4)
+    one = Strategy(kind="single")
+    cpu4, cpu1 = predict(cpu_profile, shared, data4, 32), predict(cpu_profile, shared, one, 32)
+    assert cpu4.step_time > 2.9 * predict(cpu_profile, GPUS, data4, 32).step_time
+    assert cpu1.step_time == predict(cpu_profile, GPUS, one, 32).step_time
+    assert predict(gpu_profile, shared, data4, 32).step_time == (
+        predict(gpu_profile, GPUS, data4, 32).step_time
+    )
+    assert shared.compute_factor(3) == 2.0 and shared.compute_factor(8) == 3.0
+    assert Cluster.from_json(shared.to_json()).cpu_compute == {1: 1.0, 2: 2.0, 4: 3.0}
+
+
+@pytest.mark.slow
+def test_the_probe_reads_cpu_ranks_sharing_the_cores() -> None:
+    from pipecast.hardware.host_probe import cpu_compute
+
+    factors = cpu_compute([1, 2])
+    # two ranks each get half the cores (or share one): each computes slower than one alone
+    assert set(factors) == {1, 2} and factors[2] > factors[1]

@@ -69,6 +69,10 @@ class Cluster:
     a rank alone). With a profile's own reading it turns the profile's host costs into a
     busy rank's; missing: host_contention alone is used."""
 
+    cpu_compute: dict[int, float] = field(default_factory=dict)
+    """CPU ranks only: n -> how much longer a fixed compute takes in each of n ranks running
+    at once (each with the runtime's share of the cores) than in one process with every
+    core, as the profiler runs. Ranks share the cores a profile had to itself; missing: 1."""
     machine: str = ""
     """hostspeed.machine() where the probe ran (empty: not recorded, or described)."""
 
@@ -105,6 +109,12 @@ class Cluster:
                 return reading / profiled_issue
         known = [n for n in self.host_contention if n <= busy]
         return self.host_contention[max(known)] if known else 1.0
+
+    def compute_factor(self, busy: int) -> float:
+        """How much slower each of `busy` CPU ranks computes than the profiler did
+        (cpu_compute, the nearest count measured at or below; 1 without readings)."""
+        known = [n for n in self.cpu_compute if n <= busy]
+        return self.cpu_compute[max(known)] if known else 1.0
 
     def __post_init__(self) -> None:
         if self.nodes < 1 or self.gpus_per_node < 1:
@@ -182,6 +192,7 @@ class Cluster:
                 "step_overhead": self.step_overhead,
                 "host_contention": {str(n): f for n, f in self.host_contention.items()},
                 "host_issue": {str(n): s for n, s in self.host_issue.items()},
+                "cpu_compute": {str(n): f for n, f in self.cpu_compute.items()},
                 "machine": self.machine,
                 "ddp_step_host": self.ddp_step_host,
                 "ddp_param_host": self.ddp_param_host,
@@ -242,6 +253,7 @@ def cluster_from_dict(doc: dict[str, Any], source: str = "<dict>") -> Cluster:
             step_overhead=parse_seconds(doc.get("step_overhead", 0.0)),
             host_contention={int(n): float(f) for n, f in doc.get("host_contention", {}).items()},
             host_issue={int(n): parse_seconds(v) for n, v in doc.get("host_issue", {}).items()},
+            cpu_compute={int(n): float(f) for n, f in doc.get("cpu_compute", {}).items()},
             machine=str(doc.get("machine", "")),
             ddp_step_host=parse_seconds(doc.get("ddp_step_host", 0.0)),
             ddp_param_host=parse_seconds(doc.get("ddp_param_host", 0.0)),

@@ -165,3 +165,39 @@ def ddp_overhead(ctx: Context, repeats: int = 9) -> dict[str, float]:
         key: statistics.median(row[i] for row in rows)
         for i, key in enumerate(("step", "param", "buffer"))
     }
+
+
+def _matmuls(side: int = 384, repeats: int = 8) -> float:
+    """Median seconds of a fixed CPU matmul with this process's threads."""
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(side, side, generator=generator)
+    y = torch.randn(side, side, generator=generator)
+    torch.matmul(x, y)
+    times = []
+    for _ in range(repeats):
+        began = time.perf_counter()
+        torch.matmul(x, y)
+        times.append(time.perf_counter() - began)
+    return statistics.median(times)
+
+
+def _compute_rank(ctx: Context) -> float:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.barrier()  # every rank computes at once
+    return _matmuls()
+
+
+def cpu_compute(counts: Sequence[int]) -> dict[int, float]:
+    """For CPU ranks: n -> the median over n ranks computing at once (each with the
+    runtime's threads, cores // n) of a fixed matmul's time, over its time in this process
+    with torch's own threads (as the profiler computes)."""
+    from pipecast.runtime.launch import spawn
+
+    alone = _matmuls()
+    out = {}
+    for n in counts:
+        times = spawn(_compute_rank, n, backend="gloo", timeout_s=120)
+        out[n] = max(statistics.median(times) / alone, 1.0)
+    return out

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from pipecast import devices
+from pipecast.hardware import host_probe
 from pipecast.hardware.cluster import Cluster
 from pipecast.hardware.probe import ProbeOptions, probe
 from pipecast.models.workload import Workload
@@ -103,5 +104,7 @@ def calibrated_cluster(gpus: int, device: str, refresh: bool = False) -> tuple[C
     cluster = result.cluster
     if dev == "cpu" and gpus > count:
         cluster = replace(cluster, gpus_per_node=gpus, pairs={})  # the CPU link, for more ranks
+    if dev == "cpu":  # ranks share the cores the profile had to itself
+        cluster = replace(cluster, cpu_compute=host_probe.cpu_compute(range(1, gpus + 1)))
     cluster.save(str(path))
     return cluster, False

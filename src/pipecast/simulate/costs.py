@@ -163,6 +163,8 @@ def costs_from_profile(
     slow = cluster.host_factor(
         min(busy, cluster.gpus_per_node), profile.host_issue, profile.host_machine
     )
+    # CPU ranks share the cores the profile had to itself (Cluster.cpu_compute)
+    shared = cluster.compute_factor(busy) if profile.device == "cpu" else 1.0
     last = partition.num_stages - 1
     per_param = cluster.ddp_param_host if ddp else 0.0
     # where DDP's fixed cost per step falls the probe does not read (DDP's step less the
@@ -184,11 +186,11 @@ def costs_from_profile(
         if index == 0:  # the first stage never sends an input gradient: all of it in B
             b, w = c.backward, 0.0
         times = StageTimes(
-            forward=c.forward,
-            backward_input=b,
-            backward_weight=w,
-            backward=c.backward,
-            optimizer=c.optimizer_step,
+            forward=c.forward * shared,
+            backward_input=b * shared,
+            backward_weight=w * shared,
+            backward=c.backward * shared,
+            optimizer=c.optimizer_step * shared,
             output_bytes=c.output_bytes,
             input_bytes=c.input_bytes,
             activation_bytes=c.activation_bytes,
