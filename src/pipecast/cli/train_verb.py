@@ -132,7 +132,8 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "recommendation", None):
         followed = _follow(args, args.recommendation, args.pick)
     elif args.model is None:
-        raise ConfigError("--model is required (or --recommendation FILE)")
+        also = "" if args.inference else " (or --recommendation FILE)"
+        raise ConfigError(f"--model is required{also}")
     workload = workload_from_args(args)
     schedule = "forward-only" if args.inference else args.schedule
     config = RunConfig(
