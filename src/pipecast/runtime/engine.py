@@ -36,6 +36,7 @@ from pipecast.runtime.backward import (
 from pipecast.runtime.channels import Channels, cached_group
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.events import ActionClock, StepMarks
+from pipecast.runtime.gradients import LossScaler, clip_global_norm
 from pipecast.runtime.send_plan import post_positions
 from pipecast.runtime.stage import StageModule
 from pipecast.runtime.watchdog import Watchdog
@@ -128,10 +129,11 @@ class PipelineEngine:
         self.plan, self.stages, self.config, self.device = plan, stages, config, device
         self.rank, self.replica, self.replicas = pipeline_rank, replica, replicas
         self.loss_fn = loss_fn
-        self.loss_scale = 0.0 if plan.async_updates else config.initial_loss_scale
-        """Dynamic loss scaling's current scale (0: off); the same on every rank."""
-        self.scale_growth = 0
-        """Steps since the scale last changed without an overflow."""
+        self.scaler = LossScaler(
+            0.0 if plan.async_updates else config.initial_loss_scale,
+            config.loss_scale_interval,
+        )
+        """Dynamic loss scaling (scale 0: off); the same on every rank."""
         width = plan.num_ranks
         self.global_rank = replica * width + pipeline_rank
         self.channels = Channels(plan, pipeline_rank, replica, replicas, device, config.timeout_s)
@@ -222,7 +224,7 @@ class PipelineEngine:
                     scale = microbatch.size(tg_mbs[a.mb]) / total
                     loss = self.loss_fn(out, tg_mbs[a.mb]) * scale
                     loss_sum = loss.detach() if loss_sum is None else loss_sum + loss.detach()
-                    micro.out = loss * self.loss_scale if self.loss_scale else loss
+                    micro.out = loss * self.scaler.scale if self.scaler.scale else loss
                 elif st.last:
                     outputs.append(out.detach())
                 self.clock.end(mark, self.global_rank, str(a), "F", a.stage, a.mb)
@@ -263,14 +265,16 @@ class PipelineEngine:
         self.channels.finish_sends()
         self.watchdog.at(None, "all-reducing gradients across replicas")
         allreduce.finish(pending_reduce)
-        norm, skipped, scale = None, False, self.loss_scale
+        norm, skipped, scale = None, False, self.scaler.scale
+        params = [p for st in self.stages.values() for p in st.params]
         if not plan.forward_only and not plan.async_updates:
-            if self.loss_scale:
+            if self.scaler.scale:
                 self.watchdog.at(None, "unscaling the gradients")
-                skipped = self._unscale()
+                skipped = self.scaler.unscale(params, self.device)
             if self.config.clip_grad_norm > 0 and not skipped:
                 self.watchdog.at(None, "clipping the gradients to their global norm")
-                norm = self._clip(self.config.clip_grad_norm)
+                limit = self.config.clip_grad_norm
+                norm = clip_global_norm(params, limit, self.replicas, self.device)
             self.watchdog.at(None, "optimizer step")
             for st in self.stages.values():
                 if st.optimizer is not None and not skipped:
@@ -299,47 +303,6 @@ class PipelineEngine:
             skipped=skipped,
             loss_scale=scale,
         )
-
-    def _unscale(self) -> bool:
-        """Divide every stage's gradients by the loss scale and learn whether any rank's
-        overflowed; update the scale as torch.amp.GradScaler does (halve on an overflow,
-        double after `loss_scale_interval` clean steps). True: skip this step's update."""
-        found = torch.zeros(1, dtype=torch.float32, device=self.device)
-        inverse = torch.full((1,), 1.0 / self.loss_scale, dtype=torch.float32, device=self.device)
-        by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
-        for st in self.stages.values():
-            for p in st.params:
-                if p.grad is not None:
-                    by_dtype.setdefault(p.grad.dtype, []).append(p.grad)
-        for grads in by_dtype.values():
-            torch._amp_foreach_non_finite_check_and_unscale_(grads, found, inverse)
-        if dist.is_initialized() and dist.get_world_size() > 1:
-            dist.all_reduce(found, op=dist.ReduceOp.MAX)
-        overflow = bool(found.item())
-        self.scale_growth = 0 if overflow else self.scale_growth + 1
-        if overflow:
-            self.loss_scale *= 0.5
-        elif self.scale_growth == self.config.loss_scale_interval:
-            self.loss_scale *= 2.0
-            self.scale_growth = 0
-        return overflow
-
-    def _clip(self, limit: float) -> torch.Tensor:
-        """Scale every stage's gradients by min(1, limit / (norm + 1e-6)), the norm being
-        their L2 norm over the whole pipeline, as torch.nn.utils.clip_grad_norm_ does over a
-        whole model (with torch's own fused kernels); the norm before (on the device:
-        nothing waits for it here)."""
-        params = [p for st in self.stages.values() for p in st.params if p.grad is not None]
-        squares = torch.zeros((), dtype=torch.float32, device=self.device)
-        if params:
-            grads = [p.grad for p in params if p.grad is not None]
-            squares = torch.nn.utils.get_total_norm(grads).float().square()
-        if dist.is_initialized() and dist.get_world_size() > 1:
-            dist.all_reduce(squares)  # every replica holds the same gradients, so each counts
-        norm = (squares / self.replicas).sqrt()  # ... `replicas` times over
-        if params:
-            torch.nn.utils.clip_grads_with_norm_(params, limit, norm)
-        return norm
 
     def zero_grad(self) -> None:
         for s, st in self.stages.items():

@@ -273,9 +273,9 @@ def _resume(
     saved = job.resume_from()
     if saved is None:
         return 0
-    if engine.loss_scale and saved.meta.get("loss_scale"):
-        engine.loss_scale = float(saved.meta["loss_scale"])
-        engine.scale_growth = int(saved.meta.get("loss_scale_growth", 0))
+    if engine.scaler.scale and saved.meta.get("loss_scale"):
+        engine.scaler.scale = float(saved.meta["loss_scale"])
+        engine.scaler.growth = int(saved.meta.get("loss_scale_growth", 0))
     for s, st in stages.items():
         bounds = job.partition.stages[s]
         st.version = checkpoint.load_stage(
@@ -305,7 +305,8 @@ def _save(
     checkpoint.write_rank(cp.dir, done, ctx.rank, ctx.device)
     _barrier(ctx, f"after writing the checkpoint of step {done}")
     if ctx.rank == 0:
-        scaling = {"loss_scale": engine.loss_scale, "loss_scale_growth": engine.scale_growth}
+        scaler = engine.scaler
+        scaling = {"loss_scale": scaler.scale, "loss_scale_growth": scaler.growth}
         checkpoint.finish(cp.dir, done, {**job.checkpoint_meta(), **scaling}, cp.keep)
 
 
