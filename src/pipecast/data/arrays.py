@@ -38,6 +38,16 @@ class ArrayData:
             idx = order[start : start + batch_size]
             yield self.inputs[idx], self.targets[idx]
 
+    def epochs(self, batch_size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Shuffled batches without end, epoch after epoch, epoch e shuffled with seed e
+        (each epoch's last partial batch dropped)."""
+        if batch_size > len(self):
+            raise ConfigError(f"batch {batch_size} is larger than the data set ({len(self)})")
+        epoch = 0
+        while True:
+            yield from self.batches(batch_size, seed=epoch)
+            epoch += 1
+
     def split(self, fraction: float, *, seed: int = 0) -> tuple[ArrayData, ArrayData]:
         """A seeded split into (first `fraction`, rest)."""
         order = torch.randperm(len(self), generator=torch.Generator().manual_seed(seed))

@@ -134,6 +134,8 @@ class PipelineEngine:
             config.loss_scale_interval,
         )
         """Dynamic loss scaling (scale 0: off); the same on every rank."""
+        self._params = [p for st in stages.values() for p in st.params]
+        """Every trainable parameter this rank holds, for what touches all their gradients."""
         width = plan.num_ranks
         self.global_rank = replica * width + pipeline_rank
         self.channels = Channels(plan, pipeline_rank, replica, replicas, device, config.timeout_s)
@@ -266,15 +268,14 @@ class PipelineEngine:
         self.watchdog.at(None, "all-reducing gradients across replicas")
         allreduce.finish(pending_reduce)
         norm, skipped, scale = None, False, self.scaler.scale
-        params = [p for st in self.stages.values() for p in st.params]
         if not plan.forward_only and not plan.async_updates:
             if self.scaler.scale:
                 self.watchdog.at(None, "unscaling the gradients")
-                skipped = self.scaler.unscale(params, self.device)
+                skipped = self.scaler.unscale(self._params, self.device)
             if self.config.clip_grad_norm > 0 and not skipped:
                 self.watchdog.at(None, "clipping the gradients to their global norm")
                 limit = self.config.clip_grad_norm
-                norm = clip_global_norm(params, limit, self.replicas, self.device)
+                norm = clip_global_norm(self._params, limit, self.replicas, self.device)
             self.watchdog.at(None, "optimizer step")
             for st in self.stages.values():
                 if st.optimizer is not None and not skipped:

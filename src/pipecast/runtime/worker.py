@@ -6,7 +6,6 @@ import gc
 import os
 import statistics
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +19,7 @@ from pipecast.data.source import fits
 from pipecast.data.spec import DatasetSpec
 from pipecast.data.synthetic import synthetic_batch
 from pipecast.devices import DTYPES
-from pipecast.errors import ConfigError, PipecastError
+from pipecast.errors import PipecastError
 from pipecast.runtime import checkpoint
 from pipecast.runtime.engine import PipelineEngine, StepResult
 from pipecast.runtime.job import TrainJob
@@ -117,17 +116,16 @@ class _Data:
             fits(self.real, spec, job.batch)
         cfg = job.config
         self.dtype = DTYPES[cfg.dtype] if not cfg.autocast else torch.float32
-        self._iter: Iterator[tuple[torch.Tensor, torch.Tensor]] = iter(())
-        self.epoch = 0
+        self._drawn = self.real.epochs(job.batch) if self.real is not None else None
 
     def _on_device(self, t: torch.Tensor) -> torch.Tensor:
         return t.to(self.device, self.dtype if t.is_floating_point() else t.dtype)
 
     def seek(self, step: int) -> None:
         """Continue as a run that has already drawn `step` batches (after a resume)."""
-        if self.real is not None:
-            for s in range(step):
-                self.batch(s)
+        if self._drawn is not None:
+            for _ in range(step):
+                next(self._drawn)
 
     def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         if self.real is None:
@@ -136,14 +134,9 @@ class _Data:
             return synthetic_batch(
                 self.spec, self.job.batch, seed=seed, dtype=self.dtype, device=device
             )
-        for _ in range(2):
-            try:
-                x, y = next(self._iter)
-                return self._on_device(x), self._on_device(y)
-            except StopIteration:
-                self._iter = self.real.batches(self.job.batch, seed=self.epoch)
-                self.epoch += 1
-        raise ConfigError(f"batch {self.job.batch} is larger than the data set ({len(self.real)})")
+        assert self._drawn is not None
+        x, y = next(self._drawn)
+        return self._on_device(x), self._on_device(y)
 
 
 def run_rank(ctx: Context, job: TrainJob) -> RankReport:
