@@ -93,6 +93,9 @@ def test_recommend_cli_calibrates_once_then_uses_the_cache(
     assert main(argv) == 0
     first = capsys.readouterr().out
     assert "profile: measured" in first and "recommendation:" in first
+    # on a CPU, calibration also times the model in 2 ranks sharing the cores
+    (cached,) = (tmp_path / "cache").glob("profile-lenet5-*.json")
+    assert set(Profile.load(str(cached)).shared_compute) == {2}
     # a profile measured just now needs no second reading of the host's speed
     assert json.loads((tmp_path / "rec.json").read_text())["host_speed"] is None
     monkeypatch.setattr("pipecast.hostspeed.reference", lambda repeats=5: 0.5)
@@ -457,6 +460,41 @@ def test_cpu_ranks_share_the_cores_the_profile_had_to_itself() -> None:
     )
     assert shared.compute_factor(3) == 2.0 and shared.compute_factor(8) == 3.0
     assert Cluster.from_json(shared.to_json()).cpu_compute == {1: 1.0, 2: 2.0, 4: 3.0}
+
+
+def test_the_models_own_sharing_reading_comes_before_the_probes_matmul() -> None:
+    """A CPU profile that timed the model itself in n ranks at once (Profile.shared_compute)
+    is stretched by that, not by the cluster's matmul factor; counts between readings take
+    the nearest below, and the reading survives a save."""
+    cpu_profile = replace(make_profile([1e-3] * 4, params=[10**3] * 4), device="cpu")
+    own = replace(cpu_profile, shared_compute={2: 1.5, 4: 4.0})
+    matmul = replace(GPUS, cpu_compute={1: 1.0, 2: 2.0, 4: 3.0})
+    data4, data2 = Strategy(kind="data", replicas=4), Strategy(kind="data", replicas=2)
+    plain4 = predict(cpu_profile, GPUS, data4, 32).timeline
+    by_own = predict(own, matmul, data4, 32).timeline
+    by_matmul = predict(cpu_profile, matmul, data4, 32).timeline
+    # the compute (every rank's forward and backward) grows by 4.0, not by the matmul's 3.0
+    assert by_own.step_time > by_matmul.step_time > plain4.step_time
+    assert own.compute_factor(3) == 1.5 and own.compute_factor(1) == 1.0
+    assert cpu_profile.compute_factor(4) is None
+    assert predict(own, matmul, data2, 32).step_time < by_own.step_time
+    assert Profile.from_json(own.to_json()).shared_compute == {2: 1.5, 4: 4.0}
+
+
+@pytest.mark.slow
+def test_sharing_reads_ranks_taking_turns_on_too_few_cores() -> None:
+    """Twice as many ranks as cores (each with one thread) take turns: the model's step in
+    each runs well over its time alone."""
+    import os
+
+    from pipecast.profile.sharing import shared_compute
+
+    cores = os.cpu_count() or 1
+    if cores > 4:
+        pytest.skip("oversubscribing more than 4 cores takes too many processes")
+    n = 2 * cores
+    factors = shared_compute(Workload(model="lenet5", dataset="mnist"), [1, n], 256 * n)
+    assert set(factors) == {n} and factors[n] > 1.5
 
 
 @pytest.mark.slow

@@ -136,6 +136,8 @@ def run(args: argparse.Namespace) -> int:
                     task, advance=1, description=f"profiling {label}"
                 ),
                 refresh=args.recalibrate,
+                ranks=gpus,
+                batch=args.batch,
             )
         fresh = not cached
         console.print(

@@ -210,6 +210,18 @@ class Profile:
     (BlockCost.graph_forward, graph_backward; ProfileOptions.graph_times on a GPU)."""
     graph_failure: str = ""
     """Why a profile that tried to time CUDA graphs has none (the capture's error)."""
+    shared_compute: dict[int, float] = field(default_factory=dict)
+    """CPU profiles: n -> how much slower the model's forward and backward ran in each of n
+    ranks computing at once (each with the runtime's cores // n threads) than in the
+    profiler's one process (pipecast.profile.sharing; empty: not measured)."""
+
+    def compute_factor(self, busy: int) -> float | None:
+        """shared_compute at the nearest count measured at or below `busy` (1 for one
+        rank; None where nothing was measured)."""
+        if not self.shared_compute:
+            return None
+        known = [n for n in self.shared_compute if n <= busy]
+        return self.shared_compute[max(known)] if known else 1.0
 
     # ---- costs at any micro-batch size -------------------------------------------------
 
@@ -440,6 +452,7 @@ class Profile:
                 "issue_hidden": self.issue_hidden,
                 "graph_times": self.graph_times,
                 "graph_failure": self.graph_failure,
+                "shared_compute": {str(n): f for n, f in self.shared_compute.items()},
                 "loss": {str(k): list(v) for k, v in self.loss.items()},
                 "loss_alone": {str(k): list(v) for k, v in self.loss_alone.items()},
                 "graph_pool": {str(k): v for k, v in self.graph_pool.items()},
@@ -516,6 +529,7 @@ class Profile:
                 issue_hidden=bool(doc.get("issue_hidden", False)),
                 graph_times=bool(doc.get("graph_times", False)),
                 graph_failure=str(doc.get("graph_failure", "")),
+                shared_compute={int(n): float(f) for n, f in doc.get("shared_compute", {}).items()},
             )
         except (KeyError, TypeError) as exc:
             raise DataError(f"{source} is not a complete profile: missing {exc}") from None

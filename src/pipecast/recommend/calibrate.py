@@ -18,6 +18,7 @@ from pipecast.hardware.cluster import Cluster
 from pipecast.hardware.probe import ProbeOptions, probe
 from pipecast.models.workload import Workload
 from pipecast.profile.profiler import ProfileOptions, profile_model
+from pipecast.profile.sharing import shared_compute
 from pipecast.profile.types import Dtype, Profile
 
 
@@ -54,9 +55,14 @@ def calibrated_profile(
     autocast: bool,
     progress: Callable[[str], None] | None = None,
     refresh: bool = False,
+    ranks: int = 1,
+    batch: int = 0,
 ) -> tuple[Profile, bool]:
     """The cached profile for this workload and device, measuring what is missing (and,
-    with `refresh`, measuring it again in its place). Returns (profile, came_from_cache)."""
+    with `refresh`, measuring it again in its place). Returns (profile, came_from_cache).
+    On a CPU with `ranks` of 2 or more, the profile also holds how much slower the model
+    computes in 2..ranks ranks sharing the cores, each at `batch` // n samples
+    (Profile.shared_compute)."""
     dev = devices.resolve(device)
     name = devices.name(dev)
     options = ProfileOptions(
@@ -67,7 +73,11 @@ def calibrated_profile(
     # and on GPUs, those cached before the profiler timed graph replays and measured each
     # block's library workspaces
     graphed = f"graph_times={options.graph_times}|kept_workspace" if dev.type == "cuda" else ""
-    key = _key(workload.key, name, dtype, autocast, torch.__version__, sizes, hidden, graphed)
+    shared = ranks > 1 and dev.type == "cpu"
+    sharing = f"shared={ranks},{batch}" if shared else ""
+    key = _key(
+        workload.key, name, dtype, autocast, torch.__version__, sizes, hidden, graphed, sharing
+    )
     path = cache_dir() / f"profile-{workload.model.replace(':', '_')}-{key}.json"
     if path.exists() and not refresh:
         return Profile.load(str(path)), True
@@ -79,6 +89,11 @@ def calibrated_profile(
         workload=workload.to_dict(),
         progress=progress,
     )
+    if shared:
+        factors = shared_compute(
+            workload, range(2, ranks + 1), batch or max(sizes), dtype=dtype, progress=progress
+        )
+        profile = replace(profile, shared_compute=factors)
     profile.save(str(path))
     return profile, False
 

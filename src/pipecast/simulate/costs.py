@@ -163,8 +163,12 @@ def costs_from_profile(
     slow = cluster.host_factor(
         min(busy, cluster.gpus_per_node), profile.host_issue, profile.host_machine
     )
-    # CPU ranks share the cores the profile had to itself (Cluster.cpu_compute)
-    shared = cluster.compute_factor(busy) if profile.device == "cpu" else 1.0
+    # CPU ranks share the cores the profile had to itself: the model's own reading
+    # (Profile.shared_compute), else the probe's matmul (Cluster.cpu_compute)
+    shared = 1.0
+    if profile.device == "cpu":
+        own = profile.compute_factor(busy)
+        shared = own if own is not None else cluster.compute_factor(busy)
     last = partition.num_stages - 1
     per_param = cluster.ddp_param_host if ddp else 0.0
     # where DDP's fixed cost per step falls the probe does not read (DDP's step less the
