@@ -3,7 +3,8 @@ h100x4-run17 and h200x4-run14 measured this model's one-GPU GPipe rows 15-34% sl
 predicted, with no other rank, no transfer and no pipeline. In one process, in interleaved
 rounds: the profiler's whole-model step (`measure_step`: forward, loss and backward, no
 optimizer) at 128 and 8 samples, and the runtime's one-stage GPipe at M=1 and M=16 (the
-suite's own configurations, read from h200x4-run14's store), each beside its prediction
+suite's own configurations, read from h200x4-run14's store, and the same without the
+per-action CUDA events the bench records), each beside its prediction
 from a profile taken in the same process just before (and from h200x4-run14's profile).
 
     OUT=/tmp/o python3 benchmarks/one_gpu_loop.py [--rounds 3]
@@ -23,13 +24,14 @@ from common import OUT, dump, log, pack
 from pipecast import hostspeed
 from pipecast.bench.config import BenchConfig
 from pipecast.bench.predictions import predictions
-from pipecast.bench.runner import run_config
+from pipecast.bench.runner import pipecast_job, run_config
 from pipecast.bench.store import Store
 from pipecast.hardware.cluster import Cluster
 from pipecast.models.workload import Workload
 from pipecast.profile.profiler import ProfileOptions, measure_step, profile_model
 from pipecast.profile.types import Profile
 from pipecast.runtime.launch import Context, spawn
+from pipecast.runtime.worker import run_rank
 
 STORED = "results/h200x4-run14"
 LABELS = ("vgg16/cifar10 b128 pipecast gpipe 1st M=1", "vgg16/cifar10 b128 pipecast gpipe 1st M=16")
@@ -80,6 +82,11 @@ def _rank(ctx: Context, configs: list[BenchConfig], rounds: int) -> dict[str, An
             row[f"measure_step {mb}"] = step * 1e3
         for c in configs:
             row[c.label()] = run_config(ctx, c)["step_time"] * 1e3
+            # the same loop without the per-action CUDA events the bench records
+            job = pipecast_job(c)
+            job = replace(job, config=replace(job.config, record_events=False))
+            times = sorted(s.seconds for s in run_rank(ctx, job).steps)
+            row[f"{c.label()} no events"] = times[len(times) // 2] * 1e3
         out.append(row)
         log(f"round {r + 1}: " + ", ".join(f"{k} {v:.2f} ms" for k, v in row.items()))
     return {"profile": prof.to_json(), "rounds": out}
