@@ -504,3 +504,12 @@ def test_the_probe_reads_cpu_ranks_sharing_the_cores() -> None:
     factors = cpu_compute([1, 2])
     # two ranks each get half the cores (or share one): each computes slower than one alone
     assert set(factors) == {1, 2} and factors[2] > factors[1]
+
+
+def test_sharing_is_timed_at_every_small_count_then_powers_of_two() -> None:
+    from pipecast.recommend.calibrate import sharing_counts
+
+    assert sharing_counts(1) == ()
+    assert sharing_counts(4) == (2, 3, 4)
+    assert sharing_counts(12) == (2, 3, 4, 8, 12)
+    assert sharing_counts(16) == (2, 3, 4, 8, 16)

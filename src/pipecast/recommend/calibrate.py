@@ -42,6 +42,19 @@ def profile_sizes(batch: int, gpus: int) -> tuple[int, ...]:
     return tuple(sizes)
 
 
+def sharing_counts(ranks: int) -> tuple[int, ...]:
+    """Rank counts to time the model in at once: each from 2 to 4, then powers of two and
+    `ranks` itself (counts between take the nearest below)."""
+    counts = set(range(2, min(ranks, 4) + 1))
+    n = 8
+    while n < ranks:
+        counts.add(n)
+        n *= 2
+    if ranks >= 2:
+        counts.add(ranks)
+    return tuple(sorted(counts))
+
+
 def _key(*parts: object) -> str:
     return hashlib.sha256("|".join(map(str, parts)).encode()).hexdigest()[:16]
 
@@ -61,7 +74,7 @@ def calibrated_profile(
     """The cached profile for this workload and device, measuring what is missing (and,
     with `refresh`, measuring it again in its place). Returns (profile, came_from_cache).
     On a CPU with `ranks` of 2 or more, the profile also holds how much slower the model
-    computes in 2..ranks ranks sharing the cores, each at `batch` // n samples
+    computes in n ranks sharing the cores (n: sharing_counts), each at `batch` // n samples
     (Profile.shared_compute)."""
     dev = devices.resolve(device)
     name = devices.name(dev)
@@ -91,7 +104,7 @@ def calibrated_profile(
     )
     if shared:
         factors = shared_compute(
-            workload, range(2, ranks + 1), batch or max(sizes), dtype=dtype, progress=progress
+            workload, sharing_counts(ranks), batch or max(sizes), dtype=dtype, progress=progress
         )
         profile = replace(profile, shared_compute=factors)
     profile.save(str(path))
