@@ -34,7 +34,9 @@ class Strategy:
 
     def label(self) -> str:
         if self.kind == "single":
-            text = "1 GPU" + (f", accumulate {self.microbatches}" if self.microbatches > 1 else "")
+            text = "one device" + (
+                f", accumulate {self.microbatches}" if self.microbatches > 1 else ""
+            )
         elif self.kind == "data":
             text = f"data parallel x{self.replicas}"
             if self.microbatches > 1:
