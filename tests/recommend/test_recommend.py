@@ -15,7 +15,7 @@ from pipecast.models import Workload
 from pipecast.profile.profiler import ProfileOptions, profile_model
 from pipecast.profile.types import Profile
 from pipecast.recommend.enumerate import GRAPHED_SCHEDULES, strategies, with_graphs
-from pipecast.recommend.predict import ERROR_RANGE, error_range, predict
+from pipecast.recommend.predict import CPU_ERROR_RANGE, ERROR_RANGE, error_range, predict
 from pipecast.recommend.rank import explain, recommend
 from pipecast.recommend.strategy import Strategy
 from pipecast.recommend.validate import measure
@@ -127,7 +127,7 @@ def test_recommend_cli_calibrates_once_then_uses_the_cache(
 
     def plausible(r: dict[str, object]) -> tuple[float, float]:
         gpus = Strategy.from_dict(r["strategy"]).gpus  # type: ignore[arg-type]
-        low, high = error_range(bool(r["host_bound"]), gpus)
+        low, high = error_range(bool(r["host_bound"]), gpus, cpu=True)  # CPU ranks here
         step = float(r["step_time"])  # type: ignore[arg-type]
         return step / (1 + high), step / (1 + low)
 
@@ -355,6 +355,20 @@ def test_one_device_bound_gpu_gets_the_tight_range() -> None:
     )
     width = [(r.measured_range[1] - r.measured_range[0]) / r.step_time for r in (one, four)]
     assert width[0] < width[1] / 2
+
+
+def test_cpu_ranks_get_the_cpu_range_whatever_binds_them() -> None:
+    """CPU predictions were measured against on CPU ranks, not GPUs: their likely step
+    time is CPU_ERROR_RANGE's, for one rank and for several."""
+    p = replace(make_profile([1e-3] * 4, params=[10**6] * 4), device="cpu")
+    low, high = CPU_ERROR_RANGE
+    for strategy in (Strategy(kind="single"), Strategy(kind="data", replicas=4)):
+        pred = predict(p, GPUS, strategy, 32)
+        assert pred.cpu
+        assert pred.measured_range == pytest.approx(
+            (pred.step_time / (1 + high), pred.step_time / (1 + low))
+        )
+    assert not predict(replace(p, device="cuda"), GPUS, Strategy(kind="single"), 32).cpu
 
 
 def test_close_calls_are_the_strategies_within_error_of_the_best() -> None:

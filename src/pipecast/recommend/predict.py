@@ -37,8 +37,21 @@ more often than slow (about two thirds of them, device- and host-bound alike), s
 ranges are not symmetric."""
 
 
-def error_range(host_bound: bool, gpus: int) -> tuple[float, float]:
-    """ERROR_RANGE for a prediction of this regime on this many GPUs."""
+CPU_ERROR_RANGE: tuple[float, float] = (-0.52, 0.02)
+"""The same percentiles over the strategies `pipecast recommend --validate` measured on CPU
+ranks of a 2-core machine (benchmarks/cpu_error_bands.py, results/cpu-error-bands.txt: 38
+measurements of ResNet-18, VGG-11 and MobileNetV2 on CIFAR-10 shapes and LeNet-5 on MNIST,
+median -12.3%). CPU predictions err fast, most of all over several ranks of a small model
+(LeNet-5's: -35% to -75%), where the ranks' own Python and gloo's threads take the cores the
+model's compute was timed on. A CPU has no host apart from its device, so every CPU
+prediction is of one regime; the GPU ranges do not carry over."""
+
+
+def error_range(host_bound: bool, gpus: int, cpu: bool = False) -> tuple[float, float]:
+    """ERROR_RANGE for a prediction of this regime on this many GPUs (CPU_ERROR_RANGE for
+    CPU ranks)."""
+    if cpu:
+        return CPU_ERROR_RANGE
     return ERROR_RANGE[
         ("host" if host_bound else "device", "one GPU" if gpus == 1 else "several GPUs")
     ]
@@ -54,6 +67,8 @@ class Prediction:
     timeline: Timeline
     memory_limit: int
     """Usable bytes per GPU (device memory less the safety margin)."""
+    cpu: bool = False
+    """Predicted for CPU ranks (CPU_ERROR_RANGE applies)."""
 
     @property
     def step_time(self) -> float:
@@ -79,8 +94,8 @@ class Prediction:
     def measured_range(self) -> tuple[float, float]:
         """The step time a run may well measure, fastest to slowest (seconds): where 80% of
         past measurements fell around predictions of this regime on as many GPUs
-        (ERROR_RANGE)."""
-        low, high = error_range(self.host_bound, self.strategy.gpus)
+        (ERROR_RANGE, or CPU_ERROR_RANGE on CPU ranks)."""
+        low, high = error_range(self.host_bound, self.strategy.gpus, self.cpu)
         return self.step_time / (1 + high), self.step_time / (1 + low)
 
     @property
@@ -223,4 +238,5 @@ def predict(
         plan=plan,
         timeline=timeline,
         memory_limit=int(cluster.memory_bytes * (1 - memory_margin)),
+        cpu=profile.device == "cpu",
     )
