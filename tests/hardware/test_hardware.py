@@ -124,7 +124,8 @@ def test_probe_two_cpu_processes() -> None:
     assert c.host_factor(2, profiled_issue=c.host_issue[1]) == pytest.approx(
         c.host_issue[2] / c.host_issue[1]
     )
-    assert c.host_overhead == 0.0  # CPU ranks: the host's work is the profile's
+    # the runtime's own work per action and per step, which takes CPU ranks' cores too
+    assert 0 < c.host_overhead < 0.05 and c.step_overhead >= 0.0
     assert c.ddp_param_host == 0.0  # and gloo's all-reduce holds the host: not read
 
 

@@ -495,6 +495,30 @@ def test_the_models_own_sharing_reading_comes_before_the_probes_matmul() -> None
     assert Profile.from_json(own.to_json()).shared_compute == {2: 1.5, 4: 4.0}
 
 
+def test_the_runtimes_own_work_on_cpu_ranks_runs_between_the_ops() -> None:
+    """On CPU ranks the runtime's work per action (Cluster.host_overhead) takes the cores
+    the model computes on: it lengthens every action rather than hiding beside the compute
+    as a GPU host's does, and stretches like the compute for more ranks than the probe's."""
+    gpu_profile = make_profile([1e-3] * 4, params=[10**3] * 4)
+    cpu_profile = replace(gpu_profile, device="cpu", shared_compute={2: 1.0, 4: 3.0})
+    overhead = replace(GPUS, host_overhead=2e-4)
+    one = Strategy(kind="single", microbatches=4)
+    pipe4 = Strategy(kind="pipeline", stages=4, schedule="gpipe", microbatches=4)
+    # one rank, 4 micro-batches: 8 actions, each 0.2 ms longer
+    gained = predict(cpu_profile, overhead, one, 32).step_time
+    assert gained - predict(cpu_profile, GPUS, one, 32).step_time == pytest.approx(8 * 2e-4)
+    # a GPU host issues ahead: the device-bound step hides the same cost
+    assert predict(gpu_profile, overhead, one, 32).step_time == pytest.approx(
+        predict(gpu_profile, GPUS, one, 32).step_time, rel=1e-3
+    )
+    # 4 ranks take turns on the cores the probe's 2 had: 3x the cost per action
+    from pipecast.simulate.costs import cpu_turns
+
+    assert cpu_turns(cpu_profile, GPUS, 4) == 3.0 and cpu_turns(cpu_profile, GPUS, 2) == 1.0
+    slow = predict(cpu_profile, overhead, pipe4, 32).step_time
+    assert slow > predict(cpu_profile, GPUS, pipe4, 32).step_time + 8 * 3 * 2e-4 * 0.99
+
+
 @pytest.mark.slow
 def test_sharing_reads_ranks_taking_turns_on_too_few_cores() -> None:
     """Twice as many ranks as cores (each with one thread) take turns: the model's step in

@@ -12,6 +12,10 @@ from pipecast.errors import ConfigError, DataError
 
 FORMAT_VERSION = 1
 
+CPU_PROBE_RANKS = 2
+"""Ranks a CPU machine's calibration probes with (its links and the runtime's own work per
+action and per step), whatever the ranks asked for."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Link:

@@ -14,7 +14,7 @@ import torch
 
 from pipecast import devices
 from pipecast.hardware import host_probe
-from pipecast.hardware.cluster import Cluster
+from pipecast.hardware.cluster import CPU_PROBE_RANKS, Cluster
 from pipecast.hardware.probe import ProbeOptions, probe
 from pipecast.models.workload import Workload
 from pipecast.profile.profiler import ProfileOptions, profile_model
@@ -116,10 +116,12 @@ def calibrated_cluster(gpus: int, device: str, refresh: bool = False) -> tuple[C
     with `refresh`)."""
     dev = "cuda" if device.startswith("cuda") else "cpu"
     name = devices.name(devices.resolve(device))
-    path = cache_dir() / f"cluster-{_key(name, gpus, dev, torch.__version__)}.json"
+    # CPU probes taken before they read the runtime's own work per action are re-taken
+    runtime = "runtime_overhead" if dev == "cpu" else ""
+    path = cache_dir() / f"cluster-{_key(name, gpus, dev, torch.__version__, runtime)}.json"
     if path.exists() and not refresh:
         return Cluster.load(str(path)), True
-    count = gpus if dev == "cuda" else max(2, min(gpus, 2))
+    count = gpus if dev == "cuda" else CPU_PROBE_RANKS
     result = probe(
         ProbeOptions(
             devices=count,

@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from pipecast.hardware.cluster import Cluster
+from pipecast.hardware.cluster import CPU_PROBE_RANKS, Cluster
 from pipecast.partition.types import Partition
 from pipecast.profile.types import BlockCost, Profile, StageCost
 from pipecast.simulate.issue import fitted, span
@@ -164,11 +164,11 @@ def costs_from_profile(
         min(busy, cluster.gpus_per_node), profile.host_issue, profile.host_machine
     )
     # CPU ranks share the cores the profile had to itself: the model's own reading
-    # (Profile.shared_compute), else the probe's matmul (Cluster.cpu_compute)
-    shared = 1.0
-    if profile.device == "cpu":
-        own = profile.compute_factor(busy)
-        shared = own if own is not None else cluster.compute_factor(busy)
+    # (Profile.shared_compute), else the probe's matmul (Cluster.cpu_compute); and the
+    # runtime's own work per action runs on those cores too, between the ops, not beside them
+    cpu = profile.device == "cpu"
+    shared = cpu_factor(profile, cluster, busy) if cpu else 1.0
+    per_action = cluster.host_overhead * cpu_turns(profile, cluster, busy) if cpu else 0.0
     last = partition.num_stages - 1
     per_param = cluster.ddp_param_host if ddp else 0.0
     # where DDP's fixed cost per step falls the probe does not read (DDP's step less the
@@ -190,10 +190,10 @@ def costs_from_profile(
         if index == 0:  # the first stage never sends an input gradient: all of it in B
             b, w = c.backward, 0.0
         times = StageTimes(
-            forward=c.forward * shared,
-            backward_input=b * shared,
-            backward_weight=w * shared,
-            backward=c.backward * shared,
+            forward=c.forward * shared + per_action,
+            backward_input=b * shared + per_action,
+            backward_weight=w * shared + per_action,
+            backward=c.backward * shared + per_action,
             optimizer=c.optimizer_step * shared,
             output_bytes=c.output_bytes,
             input_bytes=c.input_bytes,
@@ -244,9 +244,29 @@ def costs_from_profile(
         overlap_comm=overlap_comm,
         recompute=recompute,
         optimizer=optimizer,
-        host_overhead=cluster.host_overhead,
+        host_overhead=0.0 if cpu else cluster.host_overhead,  # on CPU: in the stage times
         cuda_graphs=cuda_graphs,
         graph_pool_factor=profile.graph_pool_factor(micro_batch) if cuda_graphs else 1.0,
+    )
+
+
+def cpu_factor(profile: Profile, cluster: Cluster, busy: int) -> float:
+    """How much slower each of `busy` CPU ranks computes than the profiler's one process:
+    the model's own reading (Profile.shared_compute), else the probe's matmul
+    (Cluster.cpu_compute)."""
+    own = profile.compute_factor(busy)
+    return own if own is not None else cluster.compute_factor(busy)
+
+
+def cpu_turns(profile: Profile, cluster: Cluster, busy: int) -> float:
+    """How much slower the runtime's own work (per action, per step) runs in `busy` CPU
+    ranks than in the CPU_PROBE_RANKS it was probed in: as much as the model's compute
+    slows between the two counts (ranks beyond the cores take turns on them), never less
+    than 1."""
+    if busy <= CPU_PROBE_RANKS:
+        return 1.0
+    return max(
+        1.0, cpu_factor(profile, cluster, busy) / cpu_factor(profile, cluster, CPU_PROBE_RANKS)
     )
 
 
