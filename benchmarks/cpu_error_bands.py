@@ -17,6 +17,7 @@ results/cpu2-validate/<model>-b<batch>-validate<K>.json):
     pipecast recommend --model mobilenetv2 --dataset cifar10 --batch 32 --validate 8 --rounds 2
     pipecast recommend --model lenet5 --dataset mnist --batch 64 --validate 8 --rounds 2
     pipecast recommend --model vgg11 --dataset cifar10 --batch 32 --validate 8 --rounds 2
+    pipecast recommend --model vgg11 --dataset cifar10 --batch 32 --validate 5 --rounds 2
 """
 
 from __future__ import annotations

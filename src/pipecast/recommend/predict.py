@@ -40,8 +40,8 @@ ranges are not symmetric."""
 CPU_ERROR_RANGE: tuple[float, float] = (-0.25, 0.04)
 """The same percentiles over the strategies `pipecast recommend --validate` measured on CPU
 ranks of a 2-core machine, as this code re-predicts them (benchmarks/cpu_error_bands.py,
-results/cpu-error-bands.txt: 38 measurements of ResNet-18, VGG-11 and MobileNetV2 on
-CIFAR-10 shapes and LeNet-5 on MNIST, median -9.1%, 32 within 20%). CPU predictions err
+results/cpu-error-bands.txt: 43 measurements of ResNet-18, VGG-11 and MobileNetV2 on
+CIFAR-10 shapes and LeNet-5 on MNIST, median -9.1%, 36 within 20%). CPU predictions err
 fast, most of all over several ranks of a model whose steps take a few milliseconds, where
 the ranks' gloo threads take the cores the model's compute was timed on. A CPU has no host
 apart from its device, so every CPU prediction is of one regime; the GPU ranges do not
