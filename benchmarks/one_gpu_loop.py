@@ -26,8 +26,8 @@ from pipecast.bench.config import BenchConfig
 from pipecast.bench.predictions import predictions
 from pipecast.bench.runner import pipecast_job, run_config
 from pipecast.bench.store import Store
+from pipecast.bench.suites import LENET
 from pipecast.hardware.cluster import Cluster
-from pipecast.models.workload import Workload
 from pipecast.profile.profiler import ProfileOptions, measure_step, profile_model
 from pipecast.profile.types import Profile
 from pipecast.runtime.launch import Context, spawn
@@ -39,16 +39,14 @@ LABELS = ("vgg16/cifar10 b128 pipecast gpipe 1st M=1", "vgg16/cifar10 b128 pipec
 
 def _configs(dry: bool) -> list[BenchConfig]:
     if dry:
-        w = Workload(model="lenet5", dataset="mnist")
-        blocks = len(w.build())
         base = BenchConfig(
             suite="accuracy",
             system="pipecast",
-            workload=w,
+            workload=LENET,
             gpus=1,
             batch=16,
             schedule="gpipe",
-            boundaries=(0, blocks),
+            boundaries=(0, len(LENET.build())),
             device="cpu",
             dtype="fp32",
             steps=3,

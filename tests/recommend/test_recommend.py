@@ -525,7 +525,7 @@ def test_sharing_reads_ranks_taking_turns_on_too_few_cores() -> None:
     each runs well over its time alone."""
     import os
 
-    from pipecast.profile.sharing import shared_compute
+    from pipecast.hardware.host_probe import shared_compute
 
     cores = os.cpu_count() or 1
     if cores > 4:

@@ -1,12 +1,14 @@
 """The probe's host-side measurements, taken in the ranks: the pipeline runtime's own host
 work per action and per step, how fast a rank's host issues work alone and with n ranks
-busy, and what torch's DistributedDataParallel adds to a step's host work."""
+busy, what torch's DistributedDataParallel adds to a step's host work, and how much
+slower CPU ranks compute sharing the machine's cores."""
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -17,6 +19,9 @@ from pipecast import devices, hostspeed
 from pipecast.runtime.launch import Context, all_gather_floats
 
 if TYPE_CHECKING:
+    from pipecast.models.workload import Workload
+    from pipecast.profile.profiler import ProfileOptions
+    from pipecast.profile.types import Dtype
     from pipecast.runtime.worker import StepRecord
 
 
@@ -182,12 +187,19 @@ def _matmuls(side: int = 384, repeats: int = 8) -> float:
     return statistics.median(times)
 
 
-def _compute_rank(ctx: Context) -> float:
-    import torch.distributed as dist
+def _at_once(ctx: Context, measure: Callable[[], float]) -> float:
+    """`measure()` on this rank, begun with every other rank's."""
+    all_gather_floats([0.0], ctx.device)  # start together
+    return measure()
 
-    if dist.is_initialized():
-        dist.barrier()  # every rank computes at once
-    return _matmuls()
+
+def _compute_rank(ctx: Context) -> float:
+    return _at_once(ctx, _matmuls)
+
+
+def _over_alone(times: Sequence[float], alone: float) -> float:
+    """The ranks' median time over the time alone (at least 1: sharing never speeds up)."""
+    return max(statistics.median(times) / alone, 1.0) if alone > 0 else 1.0
 
 
 def cpu_compute(counts: Sequence[int]) -> dict[int, float]:
@@ -197,8 +209,62 @@ def cpu_compute(counts: Sequence[int]) -> dict[int, float]:
     from pipecast.runtime.launch import spawn
 
     alone = _matmuls()
-    out = {}
-    for n in counts:
-        times = spawn(_compute_rank, n, backend="gloo", timeout_s=120)
-        out[n] = max(statistics.median(times) / alone, 1.0)
+    return {
+        n: _over_alone(spawn(_compute_rank, n, backend="gloo", timeout_s=120), alone)
+        for n in counts
+    }
+
+
+SHARED_REPEATS = 3
+"""shared_compute: timed steps after one warm-up, alone and at least as many in each rank
+(the median is kept)."""
+BUSY_SECONDS = 0.5
+"""shared_compute: each rank steps for at least about this long: steps of a few
+milliseconds would otherwise finish within the scheduler's time slices, one rank after
+another, and never share the cores."""
+
+
+def _step_options(dtype: Dtype, repeats: int = SHARED_REPEATS) -> ProfileOptions:
+    from pipecast.profile.profiler import ProfileOptions
+
+    return ProfileOptions(device="cpu", dtype=dtype, warmup=1, repeats=repeats)
+
+
+def _model_rank(
+    ctx: Context, workload: Workload, micro_batch: int, dtype: Dtype, repeats: int
+) -> float:
+    from pipecast.profile.profiler import measure_step
+
+    model = workload.build()  # before the ranks start together
+    options = _step_options(dtype, repeats)
+    return _at_once(ctx, partial(measure_step, model, workload.spec, micro_batch, options))
+
+
+def shared_compute(
+    workload: Workload,
+    counts: Iterable[int],
+    batch: int,
+    *,
+    dtype: Dtype = "fp32",
+    progress: Callable[[str], None] | None = None,
+) -> dict[int, float]:
+    """For CPU ranks, with the model itself (the fixed matmul of cpu_compute is a poor
+    stand-in: on a 2-core machine it read 2.13x and 2.59x for 2 and 4 ranks, ResNet-18 on
+    CIFAR-10 shapes 1.85x and 3.84x, its convolutions using two threads better): n -> the
+    median over n gloo ranks, all computing at once (each with the runtime's threads), of
+    the model's forward and backward at batch // n samples, over the same step in this
+    process alone (at least 1). Counts below 2 are left out: one rank has the profiler's
+    threads. Profile.shared_compute holds the result."""
+    from pipecast.profile.profiler import measure_step
+    from pipecast.runtime.launch import spawn
+
+    out: dict[int, float] = {}
+    for n in sorted({n for n in counts if n >= 2}):
+        if progress is not None:
+            progress(f"{n} ranks sharing the cores")
+        micro_batch = max(1, batch // n)
+        alone = measure_step(workload.build(), workload.spec, micro_batch, _step_options(dtype))
+        repeats = max(SHARED_REPEATS, min(200, math.ceil(BUSY_SECONDS / max(alone, 1e-6))))
+        together = spawn(_model_rank, n, (workload, micro_batch, dtype, repeats), backend="gloo")
+        out[n] = _over_alone(together, alone)
     return out

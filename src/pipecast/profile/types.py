@@ -213,7 +213,7 @@ class Profile:
     shared_compute: dict[int, float] = field(default_factory=dict)
     """CPU profiles: n -> how much slower the model's forward and backward ran in each of n
     ranks computing at once (each with the runtime's cores // n threads) than in the
-    profiler's one process (pipecast.profile.sharing; empty: not measured)."""
+    profiler's one process (hardware.host_probe.shared_compute; empty: not measured)."""
 
     def compute_factor(self, busy: int) -> float | None:
         """shared_compute at the nearest count measured at or below `busy` (1 for one

@@ -18,7 +18,6 @@ from pipecast.hardware.cluster import CPU_PROBE_RANKS, Cluster
 from pipecast.hardware.probe import ProbeOptions, probe
 from pipecast.models.workload import Workload
 from pipecast.profile.profiler import ProfileOptions, profile_model
-from pipecast.profile.sharing import shared_compute
 from pipecast.profile.types import Dtype, Profile
 
 
@@ -103,7 +102,7 @@ def calibrated_profile(
         progress=progress,
     )
     if shared:
-        factors = shared_compute(
+        factors = host_probe.shared_compute(
             workload, sharing_counts(ranks), batch or max(sizes), dtype=dtype, progress=progress
         )
         profile = replace(profile, shared_compute=factors)
