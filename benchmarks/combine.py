@@ -16,6 +16,7 @@ recomputed by this checkout's code from the profiles and probe measured in the s
         --run results/h100x4-run13 --run results/h100x4-run14 \
         --run results/h100x4-run15 --run results/h100x4-run16 --run results/h200x4-run13 \
         --run results/h100x4-run17 --run results/h200x4-run14 \
+        --run results/h100x4-run18 \
         --out results/combined.sqlite --report results/report --summaries results/summaries.json
 
 Rows of the comparison store (pipecast against torch.distributed.pipelining) are copied as
@@ -41,6 +42,7 @@ from pipecast.bench.config import BenchConfig
 from pipecast.bench.predictions import predictions
 from pipecast.bench.store import Row, Store
 from pipecast.hardware.cluster import Cluster
+from pipecast.hardware.host_probe import DDP_PARAM_HOST
 from pipecast.models.workload import Workload
 from pipecast.profile.types import Profile
 from pipecast.report.html import build
@@ -81,6 +83,14 @@ def split_call_estimate(profiles: Iterable[Profile]) -> float:
     return max(min(medians), 0.0) if medians else 0.0
 
 
+def as_probed_now(cluster: Cluster) -> Cluster:
+    """A stored probe as this checkout's probe writes it: DDP's host cost per parameter
+    tensor fixed (host_probe.DDP_PARAM_HOST) where the probe read DDP's costs at all."""
+    if cluster.ddp_step_host == 0.0 and cluster.ddp_param_host == 0.0:
+        return cluster
+    return replace(cluster, ddp_param_host=DDP_PARAM_HOST)
+
+
 def repredicted(
     run: Path, profiles: dict[str, Profile] | None = None, cluster: Cluster | None = None
 ) -> list[Row]:
@@ -91,7 +101,7 @@ def repredicted(
     predicted = predictions(
         configs,
         run_profiles(run) if profiles is None else profiles,
-        cluster or Cluster.load(str(run / "cluster.json")),
+        cluster or as_probed_now(Cluster.load(str(run / "cluster.json"))),
     )
     return [
         replace(r, predicted=predicted.get(cfg.key, r.predicted))

@@ -115,8 +115,9 @@ def calibrated_cluster(gpus: int, device: str, refresh: bool = False) -> tuple[C
     with `refresh`)."""
     dev = "cuda" if device.startswith("cuda") else "cpu"
     name = devices.name(devices.resolve(device))
-    # CPU probes taken before they read the runtime's own work per action are re-taken
-    runtime = "runtime_overhead" if dev == "cpu" else ""
+    # probes taken before they read the runtime's own work per action on CPU, or before
+    # DDP's cost per parameter tensor was fixed on GPUs, are re-taken
+    runtime = "runtime_overhead" if dev == "cpu" else "ddp_param_fixed"
     path = cache_dir() / f"cluster-{_key(name, gpus, dev, torch.__version__, runtime)}.json"
     if path.exists() and not refresh:
         return Cluster.load(str(path)), True
