@@ -41,8 +41,7 @@ from pipecast.bench.accuracy import comparisons, summary
 from pipecast.bench.config import BenchConfig
 from pipecast.bench.predictions import predictions
 from pipecast.bench.store import Row, Store
-from pipecast.hardware.cluster import Cluster
-from pipecast.hardware.host_probe import DDP_PARAM_HOST
+from pipecast.hardware.cluster import DDP_PARAM_HOST, Cluster
 from pipecast.models.workload import Workload
 from pipecast.profile.types import Profile
 from pipecast.report.html import build
@@ -85,7 +84,7 @@ def split_call_estimate(profiles: Iterable[Profile]) -> float:
 
 def as_probed_now(cluster: Cluster) -> Cluster:
     """A stored probe as this checkout's probe writes it: DDP's host cost per parameter
-    tensor fixed (host_probe.DDP_PARAM_HOST) where the probe read DDP's costs at all."""
+    tensor fixed (cluster.DDP_PARAM_HOST) where the probe read DDP's costs at all."""
     if cluster.ddp_step_host == 0.0 and cluster.ddp_param_host == 0.0:
         return cluster
     return replace(cluster, ddp_param_host=DDP_PARAM_HOST)

@@ -11,8 +11,7 @@ import pytest
 
 from pipecast.errors import ConfigError, DataError
 from pipecast.hardware import Cluster, fit_link
-from pipecast.hardware.cluster import cluster_from_dict
-from pipecast.hardware.host_probe import DDP_PARAM_HOST
+from pipecast.hardware.cluster import DDP_PARAM_HOST, cluster_from_dict
 from pipecast.hardware.load import load_cluster
 from pipecast.hardware.presets import describe
 from pipecast.hardware.probe import ProbeOptions, probe, summarize_probe

@@ -16,6 +16,16 @@ CPU_PROBE_RANKS = 2
 """Ranks a CPU machine's calibration probes with (its links and the runtime's own work per
 action and per step), whatever the ranks asked for."""
 
+DDP_PARAM_HOST = 35e-6
+"""Host seconds DistributedDataParallel adds per trainable parameter tensor (its autograd
+hook, its copies into and out of a bucket), fixed rather than read. Up to h100x4-run18 the
+probe read it from a model of 64 bias-free Linears: 12-50 us over 23 runs, and 0 on
+h100x4-run18 (a difference of two noisy host times). A rule decided in advance, after
+h200x4-run14: a fixed 35 us (what that run's ResNet-50 and ResNet-152 DDP x4 rows asked
+for) replaces the reading if it puts more host-bound DDP rows within 20% with a worst no
+higher. Over the 31 stored runs with DDP rows it put 98 of 119 within 20% against the
+reading's 91, worst 50.7% both (benchmarks/ddp_param_whatif.py)."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Link:

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from pipecast import devices, hostspeed
+from pipecast.hardware.cluster import DDP_PARAM_HOST
 from pipecast.runtime.launch import Context, all_gather_floats
 
 if TYPE_CHECKING:
@@ -131,16 +132,6 @@ def host_readings(ctx: Context) -> tuple[dict[str, float], dict[str, float]]:
 
 DDP_TENSORS = 64
 """Buffer-holding layers in the model ddp_overhead times."""
-
-DDP_PARAM_HOST = 35e-6
-"""Host seconds DistributedDataParallel adds per trainable parameter tensor (its autograd
-hook, its copies into and out of a bucket), fixed rather than read. Up to h100x4-run18 the
-probe read it from a model of 64 bias-free Linears: 12-50 us over 23 runs, and 0 on
-h100x4-run18 (a difference of two noisy host times). A rule decided in advance, after
-h200x4-run14: a fixed 35 us (what that run's ResNet-50 and ResNet-152 DDP x4 rows asked
-for) replaces the reading if it puts more host-bound DDP rows within 20% with a worst no
-higher. Over the 31 stored runs with DDP rows it put 98 of 119 within 20% against the
-reading's 91, worst 50.7% both (benchmarks/ddp_param_whatif.py)."""
 
 
 def ddp_overhead(ctx: Context, repeats: int = 9) -> dict[str, float]:
