@@ -235,3 +235,41 @@ def test_the_runtimes_terms_per_action_and_per_step() -> None:
     assert per_action == pytest.approx(0.016 / 64 - 50e-6)
     assert per_step == pytest.approx(0.001)
     assert runtime_terms(steps, 64, 1.0) == (0.0, pytest.approx(0.001))
+
+
+def test_measured_preset_takes_each_probed_figure_as_the_median() -> None:
+    from pipecast.hardware.cluster import DDP_PARAM_HOST, Link
+    from pipecast.hardware.presets import PRESETS, measured_preset
+
+    base = PRESETS["h100-nvlink"]
+
+    def probed(bandwidth: float, overhead: float, busbw2: float) -> Cluster:
+        return replace(
+            base,
+            gpus_per_node=4,
+            intra=Link(latency=5e-5, bandwidth=bandwidth),
+            allreduce_busbw={2: busbw2, 4: 3e11},
+            host_overhead=overhead,
+            host_issue={1: 2e-3},
+            ddp_step_host=5e-4,
+            ddp_param_host=1e-5,
+            machine="node-1",
+        )
+
+    probes = [
+        probed(3e11, 2e-4, 2.6e11),
+        probed(3.4e11, 3e-4, 2.8e11),
+        probed(3.2e11, 9e-4, 2.7e11),
+    ]
+    m = measured_preset(base, probes)
+    assert m.intra.bandwidth == pytest.approx(3.2e11) and m.host_overhead == pytest.approx(3e-4)
+    # measured group sizes replace base's; larger groups than any probe's keep base's
+    assert m.allreduce_busbw[2] == pytest.approx(2.7e11) and m.allreduce_busbw[4] == 3e11
+    assert m.allreduce_busbw[8] == base.allreduce_busbw[8]
+    # the preset stays a machine of its own: its size, no host speed, DDP's fixed cost
+    assert m.gpus_per_node == base.gpus_per_node and m.host_issue == {} and m.machine == ""
+    assert m.ddp_param_host == DDP_PARAM_HOST
+    # a figure no probe read keeps base's
+    assert measured_preset(base, [replace(probes[0], step_overhead=0.0)]).step_overhead == (
+        base.step_overhead
+    )
