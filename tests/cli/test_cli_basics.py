@@ -44,6 +44,14 @@ def test_models_table(capsys: pytest.CaptureFixture[str]) -> None:
             ["recommend", "--recalibrate", "--profile", "p.json"],
             "--recalibrate measures a new profile and --profile gives one",
         ),
+        (
+            ["recommend", "--model", "lenet5", "--dataset", "mnist", "--cluster", "h100-nvlink"],
+            "whose times do not carry to them",
+        ),
+        (
+            ["recommend", "--model", "vgg16", "--cluster", "h200-nvlink", "--validate", "2"],
+            "--validate measures strategies here (cpu), but they are predicted for NVIDIA H200",
+        ),
     ],
 )
 def test_bad_input_is_one_line_exit_2(

@@ -10,11 +10,13 @@ from typing import Any
 import torch
 from rich.table import Table
 
-from pipecast import hostspeed, jsonio
+from pipecast import devices, hostspeed, jsonio
 from pipecast.cli.common import add_workload_args, count_arg, workload_from_args
 from pipecast.cli.console import console, human_bytes, human_seconds, progress
 from pipecast.errors import ConfigError
 from pipecast.hardware.load import load_cluster
+from pipecast.models.workload import Workload
+from pipecast.profile.reference import carries, gpu_kind, label, reference_profile, shipped
 from pipecast.profile.types import Profile
 from pipecast.recommend.calibrate import calibrated_cluster, calibrated_profile, profile_sizes
 from pipecast.recommend.host_drift import HostDrift, host_drift
@@ -46,9 +48,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default="auto",
         help="where to profile (auto: cuda if present)",
     )
-    p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32")
+    p.add_argument(
+        "--dtype",
+        choices=("fp32", "bf16", "fp16"),
+        help="default: bf16 where the strategies run on GPUs, fp32 on CPU ranks",
+    )
     p.add_argument("--autocast", action="store_true")
-    p.add_argument("--cluster", help="cluster JSON or preset instead of probing this machine")
+    p.add_argument(
+        "--cluster",
+        help="cluster JSON or preset (h100-nvlink, h200-nvlink, cpu) instead of probing this "
+        "machine; for GPUs this machine does not have, the profile is pipecast's own of that "
+        "GPU where it ships one, or --profile",
+    )
     p.add_argument("--profile", help="use this profile instead of the cached one")
     p.add_argument(
         "--recalibrate",
@@ -108,20 +119,37 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(
             "--recalibrate measures a new profile and --profile gives one: drop one of them"
         )
+    cluster = load_cluster(args.cluster) if args.cluster else None
+    # where the strategies will run: GPUs here, or the GPUs a cluster file or preset names
+    named = cluster.device if cluster is not None else "cpu"
+    on_gpus = device == "cuda" or named not in ("cpu", "described", "")
     if args.model is None:  # a sensible default: ResNet-50 on GPUs, a small job on a CPU
-        args.model, args.dataset = (
-            ("resnet50", "imagenet") if device == "cuda" else ("resnet18", "cifar10")
-        )
-        if device == "cuda" and args.dtype == "fp32":
-            args.dtype = "bf16"
-    args.batch = args.batch or (256 if device == "cuda" else 32)
+        args.model, args.dataset = ("resnet50", "imagenet") if on_gpus else ("resnet18", "cifar10")
+    args.dtype = args.dtype or ("bf16" if on_gpus else "fp32")
+    args.batch = args.batch or (256 if on_gpus else 32)
     workload = workload_from_args(args)
-    gpus = args.gpus or (torch.cuda.device_count() if device == "cuda" else 4)
+    gpus = args.gpus or (
+        torch.cuda.device_count() if device == "cuda" else cluster.world if cluster else 4
+    )
     if gpus < 1:
         raise ConfigError(f"--gpus must be at least 1, got {gpus}")
-    fresh = False  # a profile measured just now needs no check of the host's speed
+    here = devices.name(devices.resolve(device))
+    elsewhere = cluster is not None and not carries(here, cluster.device)
+    if elsewhere and args.validate:
+        raise ConfigError(
+            f"--validate measures strategies here ({here}), but they are predicted for "
+            f"{cluster.device if cluster else ''}: drop --validate, or run it on that machine"
+        )
+    check_host = False  # a profile measured just now needs no check of the host's speed
     if args.profile:
         profile = Profile.load(args.profile)
+        check_host = True
+    elif cluster is not None and elsewhere:
+        profile = _reference(workload, args.dtype, args.autocast, cluster.device, here)
+        console.print(
+            f"profile: pipecast's reference, measured on {profile.device} at micro-batches "
+            f"{list(profile.micro_batches)} ({profile.dtype}, torch {profile.torch_version})"
+        )
     else:
         sizes = profile_sizes(args.batch, gpus)
         with progress() as bar:
@@ -139,14 +167,12 @@ def run(args: argparse.Namespace) -> int:
                 ranks=gpus,
                 batch=args.batch,
             )
-        fresh = not cached
+        check_host = cached
         console.print(
             f"profile: {'cached' if cached else 'measured'} on {profile.device} at "
             f"micro-batches {list(profile.micro_batches)}"
         )
-    if args.cluster:
-        cluster = load_cluster(args.cluster)
-    else:
+    if cluster is None:
         with console.status("calibrating: probing links"):
             cluster, cached = calibrated_cluster(gpus, device, refresh=args.recalibrate)
         console.print(
@@ -174,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
     )
     print_recommendation(rec, args.top)
     drift = None
-    if not fresh:
+    if check_host:
         drift = host_drift(
             profile.host_reference,
             hostspeed.reference(),
@@ -207,7 +233,7 @@ def run(args: argparse.Namespace) -> int:
         print_validation(measured)
     about = {
         "workload": workload.to_dict(),
-        "device": device,
+        "device": "cuda" if on_gpus else "cpu",
         "dtype": args.dtype,
         "autocast": args.autocast,
         "optimizer": args.optimizer,
@@ -215,6 +241,25 @@ def run(args: argparse.Namespace) -> int:
     _write(args.output, rec, measured, drift, about)
     console.print(f"run it: pipecast train --recommendation {args.output} --steps 100")
     return 0
+
+
+def _reference(
+    workload: Workload, dtype: str, autocast: bool, cluster_device: str, here: str
+) -> Profile:
+    """The shipped profile for a cluster of GPUs this machine does not have, or a
+    ConfigError that says what to do instead."""
+    found = None if autocast else reference_profile(workload, dtype, cluster_device)
+    if found is not None:
+        return found
+    kind = gpu_kind(cluster_device) or ""
+    ships = ", ".join(label(p) for p in shipped(kind)) if kind else ""
+    raise ConfigError(
+        f"the cluster's devices are {cluster_device} but this machine would profile on "
+        f"{here}, whose times do not carry to them: profile it on that GPU (pipecast profile "
+        f"--model {workload.model} --dataset {workload.dataset} --dtype {dtype} --micro-batch "
+        "8,16,32,64 --device cuda -o p.json) and pass --profile p.json"
+        + (f"; pipecast ships {kind.upper()} profiles of {ships}" if ships else "")
+    )
 
 
 def print_recommendation(rec: Recommendation, top: int) -> None:

@@ -1,0 +1,57 @@
+"""Profiles of zoo workloads measured on the GPUs pipecast is validated on, shipped with it.
+
+A profile prices steps on the device it was measured on: a CPU's block times say nothing of
+an H100's. `pipecast recommend --cluster h100-nvlink` on a machine without that GPU predicts
+from these instead. H100: the profiles of benchmarks/results/h100x4-run18 (4 x H100), H200:
+those of h200x4-run14 (4 x H200), bf16, torch 2.11; their predictions over those runs'
+suites are in the README's table of runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipecast.models.workload import Workload
+from pipecast.profile.types import Profile
+
+REFERENCE_DIR = Path(__file__).with_name("reference")
+
+SOURCES = {"h100": "h100x4-run18", "h200": "h200x4-run14"}
+"""The stored run each GPU kind's profiles come from."""
+
+
+def gpu_kind(device_name: str) -> str | None:
+    """'h100' or 'h200' for a device name that says so, else None."""
+    lowered = device_name.lower()
+    return next((kind for kind in SOURCES if kind in lowered), None)
+
+
+def carries(profiled_on: str, cluster_device: str) -> bool:
+    """Whether a profile measured on `profiled_on` (devices.name: 'cpu' or the GPU's name)
+    prices steps on a cluster of `cluster_device`: the same device, or a cluster that names
+    none (described by its links alone)."""
+    if cluster_device in ("", "described") or cluster_device == profiled_on:
+        return True
+    return gpu_kind(cluster_device) is not None and gpu_kind(cluster_device) == gpu_kind(
+        profiled_on
+    )
+
+
+def shipped(kind: str) -> list[Profile]:
+    """Every reference profile of a GPU kind, in name order (none for an unknown kind)."""
+    return [Profile.load(str(p)) for p in sorted((REFERENCE_DIR / kind).glob("*.json"))]
+
+
+def label(profile: Profile) -> str:
+    return f"{Workload.from_dict(profile.workload).key} {profile.dtype}"
+
+
+def reference_profile(workload: Workload, dtype: str, device_name: str) -> Profile | None:
+    """The shipped profile of `workload` in `dtype` (no autocast) on the GPU kind that
+    `device_name` names, if there is one."""
+    kind = gpu_kind(device_name)
+    for profile in shipped(kind) if kind else []:
+        same = Workload.from_dict(profile.workload).key == workload.key
+        if same and profile.dtype == dtype and not profile.autocast:
+            return profile
+    return None
