@@ -1,0 +1,70 @@
+"""How well does a user without the GPUs fare? Every stored H100/H200 run re-predicted two
+ways (CPU only; output: results/reference-check.txt):
+
+* `own`: from the profiles and probe the run took (what the stored runs are judged by);
+* `shipped+preset`: from the profiles pipecast ships for that GPU kind
+  (pipecast.profile.reference: h100x4-run18's or h200x4-run14's, taken on another machine
+  on another day) and the `h100-nvlink`/`h200-nvlink` preset sized to the run's GPUs, which
+  is what `pipecast recommend --cluster h100-nvlink` predicts from on a machine without
+  GPUs. The run the shipped profiles come from is left out. The presets are medians over
+  the stored probes, this run's among them (one of 22 or 12).
+
+Each line: a variant's configurations, median and worst |error|, rows within 20%, picks.
+
+    cd benchmarks && python3 reference_check.py > results/reference-check.txt
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+from combine import repredicted
+from error_bands import RUNS
+
+from pipecast.bench.accuracy import comparisons, summary
+from pipecast.hardware.cluster import Cluster
+from pipecast.hardware.presets import PRESETS
+from pipecast.models.workload import Workload
+from pipecast.profile.reference import SOURCES, gpu_kind, shipped
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def main() -> None:
+    references = {
+        kind: {Workload.from_dict(p.workload).key: p for p in shipped(kind)} for kind in SOURCES
+    }
+    totals: dict[str, list[float]] = {}
+    counts: dict[str, list[int]] = {}
+    for run in RUNS:
+        own = Cluster.load(str(RESULTS / run / "cluster.json"))
+        kind = gpu_kind(own.device) or "h100"
+        if run == SOURCES[kind]:
+            continue
+        preset = PRESETS[f"{kind}-nvlink"].subset(own.world)
+        cells = []
+        for label, fresh in {
+            "own": repredicted(RESULTS / run),
+            "shipped+preset": repredicted(RESULTS / run, references[kind], preset),
+        }.items():
+            s = summary(comparisons(fresh))
+            totals.setdefault(label, []).append(s["median_abs_error"])
+            c = counts.setdefault(label, [0, 0, 0, 0])
+            for i, key in enumerate(("within_20_percent", "configurations", "right", "decisions")):
+                c[i] += s[key]
+            cells.append(
+                f"{label} {s['configurations']} {s['median_abs_error']:6.1%} "
+                f"{s['worst_abs_error']:6.1%} {s['within_20_percent']:2d} "
+                f"{s['right']}/{s['decisions']}"
+            )
+        print(f"{run:20s} " + " | ".join(cells), flush=True)
+    for label, (within, rows, right, decisions) in counts.items():
+        print(
+            f"{label}: {within} of {rows} within 20%, picks {right} of {decisions}, "
+            f"median of the run medians {statistics.median(totals[label]):.1%}"
+        )
+
+
+if __name__ == "__main__":
+    main()
