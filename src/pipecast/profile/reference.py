@@ -14,7 +14,7 @@ from pathlib import Path
 from pipecast.models.workload import Workload
 from pipecast.profile.types import Profile
 
-REFERENCE_DIR = Path(__file__).with_name("reference")
+REFERENCE_DIR = Path(__file__).with_name("shipped")
 
 SOURCES = {"h100": "h100x4-run18", "h200": "h200x4-run14"}
 """The stored run each GPU kind's profiles come from."""
