@@ -559,20 +559,28 @@ def test_recommend_for_gpus_this_machine_lacks_uses_the_shipped_profile(
     """--cluster h100-nvlink on a CPU machine predicts from pipecast's own H100 profile, not
     from a profile of this CPU (whose block times say nothing of an H100's), and measures
     nothing here."""
-    from pipecast.hardware.presets import preset
-    from pipecast.profile.reference import reference_profile
-
     monkeypatch.setenv("PIPECAST_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "rec.json"
     argv = ["recommend", "--model", "vgg16", "--batch", "128", "--gpus", "8"]
     assert main([*argv, "--cluster", "h100-nvlink", "--device", "cpu", "-o", str(out)]) == 0
-    assert "profile: pipecast's reference, measured on NVIDIA H100" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "profile: pipecast's reference, measured on NVIDIA H100" in printed
+    # close calls cannot be measured here: it says where they can
+    closes = len(recommend(*_shipped_vgg16(), 128, gpus=8).close_calls()) > 1
+    assert ("--validate auto on that machine" in printed) == closes
     assert not (tmp_path / "cache").exists()  # nothing profiled or probed here
     doc = json.loads(out.read_text())
     assert doc["device"] == "cuda" and doc["dtype"] == "bf16"
-    shipped = reference_profile(Workload(model="vgg16", dataset="imagenet"), "bf16", "H100")
-    assert shipped is not None
-    expected = recommend(shipped, preset("h100-nvlink"), 128, gpus=8)
+    expected = recommend(*_shipped_vgg16(), 128, gpus=8)
     assert doc["ranked"][0]["label"] == expected.best.strategy.label()
     assert doc["ranked"][0]["step_time"] == pytest.approx(expected.best.step_time)
     assert doc["ranked"][0]["step_time"] < 0.1  # an H100's milliseconds, not a CPU's seconds
+
+
+def _shipped_vgg16() -> tuple[Profile, Cluster]:
+    from pipecast.hardware.presets import preset
+    from pipecast.profile.reference import reference_profile
+
+    shipped = reference_profile(Workload(model="vgg16", dataset="imagenet"), "bf16", "H100")
+    assert shipped is not None
+    return shipped, preset("h100-nvlink")

@@ -199,6 +199,11 @@ def run(args: argparse.Namespace) -> int:
         cuda_graphs=args.cuda_graphs,
     )
     print_recommendation(rec, args.top)
+    if elsewhere and len(rec.close_calls()) > 1:
+        console.print(
+            f"[yellow]predicted for {cluster.device if cluster else ''}, not measured here: "
+            "--validate auto on that machine decides the close calls[/]"
+        )
     drift = None
     if check_host:
         drift = host_drift(
