@@ -24,13 +24,13 @@ from error_bands import RUNS
 
 from pipecast.bench.accuracy import comparisons, summary
 from pipecast.hardware.cluster import Cluster
-from pipecast.hardware.presets import PRESETS, measured_preset
+from pipecast.hardware.presets import PRESETS, gpu_kind, measured_preset
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def gpu_of(cluster: Cluster) -> str:
-    return "h200-nvlink" if "H200" in cluster.device else "h100-nvlink"
+    return f"{gpu_kind(cluster.device) or 'h100'}-nvlink"
 
 
 def main() -> None:

@@ -24,9 +24,9 @@ from error_bands import RUNS
 
 from pipecast.bench.accuracy import comparisons, summary
 from pipecast.hardware.cluster import Cluster
-from pipecast.hardware.presets import PRESETS
+from pipecast.hardware.presets import PRESETS, gpu_kind
 from pipecast.models.workload import Workload
-from pipecast.profile.reference import SOURCES, gpu_kind, shipped
+from pipecast.profile.reference import SOURCES, shipped
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -16,7 +16,14 @@ from pipecast.cli.console import console, human_bytes, human_seconds, progress
 from pipecast.errors import ConfigError
 from pipecast.hardware.load import load_cluster
 from pipecast.models.workload import Workload
-from pipecast.profile.reference import carries, gpu_kind, label, reference_profile, shipped
+from pipecast.profile.reference import (
+    UNNAMED,
+    carries,
+    gpu_kind,
+    label,
+    reference_profile,
+    shipped,
+)
 from pipecast.profile.types import Profile
 from pipecast.recommend.calibrate import calibrated_cluster, calibrated_profile, profile_sizes
 from pipecast.recommend.host_drift import HostDrift, host_drift
@@ -120,9 +127,11 @@ def run(args: argparse.Namespace) -> int:
             "--recalibrate measures a new profile and --profile gives one: drop one of them"
         )
     cluster = load_cluster(args.cluster) if args.cluster else None
-    # where the strategies will run: GPUs here, or the GPUs a cluster file or preset names
-    named = cluster.device if cluster is not None else "cpu"
-    on_gpus = device == "cuda" or named not in ("cpu", "described", "")
+    here = devices.name(devices.resolve(device))
+    # where the strategies will run: here, or on the devices a cluster file or preset names
+    target = cluster.device if cluster is not None else here
+    on_gpus = device == "cuda" or target not in (*UNNAMED, "cpu")
+    elsewhere = not carries(here, target)
     if args.model is None:  # a sensible default: ResNet-50 on GPUs, a small job on a CPU
         args.model, args.dataset = ("resnet50", "imagenet") if on_gpus else ("resnet18", "cifar10")
     args.dtype = args.dtype or ("bf16" if on_gpus else "fp32")
@@ -133,19 +142,17 @@ def run(args: argparse.Namespace) -> int:
     )
     if gpus < 1:
         raise ConfigError(f"--gpus must be at least 1, got {gpus}")
-    here = devices.name(devices.resolve(device))
-    elsewhere = cluster is not None and not carries(here, cluster.device)
     if elsewhere and args.validate:
         raise ConfigError(
             f"--validate measures strategies here ({here}), but they are predicted for "
-            f"{cluster.device if cluster else ''}: drop --validate, or run it on that machine"
+            f"{target}: drop --validate, or run it on that machine"
         )
     check_host = False  # a profile measured just now needs no check of the host's speed
     if args.profile:
         profile = Profile.load(args.profile)
         check_host = True
-    elif cluster is not None and elsewhere:
-        profile = _reference(workload, args.dtype, args.autocast, cluster.device, here)
+    elif elsewhere:
+        profile = _reference(workload, args.dtype, args.autocast, target, here)
         console.print(
             f"profile: pipecast's reference, measured on {profile.device} at micro-batches "
             f"{list(profile.micro_batches)} ({profile.dtype}, torch {profile.torch_version})"
@@ -201,7 +208,7 @@ def run(args: argparse.Namespace) -> int:
     print_recommendation(rec, args.top)
     if elsewhere and len(rec.close_calls()) > 1:
         console.print(
-            f"[yellow]predicted for {cluster.device if cluster else ''}, not measured here: "
+            f"[yellow]predicted for {target}, not measured here: "
             "--validate auto on that machine decides the close calls[/]"
         )
     drift = None

@@ -8,7 +8,7 @@ from pathlib import Path
 from pipecast import jsonio
 from pipecast.errors import DataError
 from pipecast.hardware.cluster import Cluster, cluster_from_dict
-from pipecast.hardware.presets import PRESETS, preset
+from pipecast.hardware.presets import PRESETS, gpu_kind, preset
 
 
 def load_cluster(arg: str) -> Cluster:
@@ -36,7 +36,7 @@ def load_cluster(arg: str) -> Cluster:
 
 def default_cluster(device_name: str, gpus: int) -> Cluster:
     """A preset matching the device a profile was measured on, sized to `gpus`."""
-    name = device_name.lower()
-    base = preset("h200-nvlink" if "h200" in name else "h100-nvlink" if "h100" in name else "cpu")
+    kind = gpu_kind(device_name)
+    base = preset(f"{kind}-nvlink" if kind else "cpu")
     fits = 0 < gpus <= base.gpus_per_node or (gpus > 0 and gpus % base.gpus_per_node == 0)
     return base.subset(gpus) if fits else base

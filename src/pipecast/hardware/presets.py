@@ -69,6 +69,17 @@ PRESETS: dict[str, Cluster] = {
 }
 
 
+GPU_KINDS = ("h100", "h200")
+"""The GPUs with a preset of their own (`<kind>-nvlink`)."""
+
+
+def gpu_kind(device_name: str) -> str | None:
+    """'h100' or 'h200' for a device name that says so (torch's names, e.g. 'NVIDIA H100 80GB
+    HBM3'), else None."""
+    lowered = device_name.lower()
+    return next((kind for kind in GPU_KINDS if kind in lowered), None)
+
+
 def measured_preset(base: Cluster, probes: Sequence[Cluster]) -> Cluster:
     """`base` with every figure the probe reads set to its median over `probes` (probes of
     one machine type): the link between two GPUs, the all-reduce rate by group size (larger

@@ -11,26 +11,27 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pipecast.hardware.presets import gpu_kind
 from pipecast.models.workload import Workload
 from pipecast.profile.types import Profile
 
 REFERENCE_DIR = Path(__file__).with_name("shipped")
+"""<kind>/<workload key>.json"""
 
 SOURCES = {"h100": "h100x4-run18", "h200": "h200x4-run14"}
 """The stored run each GPU kind's profiles come from."""
 
+UNNAMED = ("", "described")
+"""Cluster.device of a cluster described by its links alone (hardware.presets.describe)."""
 
-def gpu_kind(device_name: str) -> str | None:
-    """'h100' or 'h200' for a device name that says so, else None."""
-    lowered = device_name.lower()
-    return next((kind for kind in SOURCES if kind in lowered), None)
+__all__ = ["SOURCES", "UNNAMED", "carries", "gpu_kind", "label", "reference_profile", "shipped"]
 
 
 def carries(profiled_on: str, cluster_device: str) -> bool:
     """Whether a profile measured on `profiled_on` (devices.name: 'cpu' or the GPU's name)
     prices steps on a cluster of `cluster_device`: the same device, or a cluster that names
     none (described by its links alone)."""
-    if cluster_device in ("", "described") or cluster_device == profiled_on:
+    if cluster_device in UNNAMED or cluster_device == profiled_on:
         return True
     return gpu_kind(cluster_device) is not None and gpu_kind(cluster_device) == gpu_kind(
         profiled_on
@@ -50,8 +51,8 @@ def reference_profile(workload: Workload, dtype: str, device_name: str) -> Profi
     """The shipped profile of `workload` in `dtype` (no autocast) on the GPU kind that
     `device_name` names, if there is one."""
     kind = gpu_kind(device_name)
-    for profile in shipped(kind) if kind else []:
-        same = Workload.from_dict(profile.workload).key == workload.key
-        if same and profile.dtype == dtype and not profile.autocast:
-            return profile
-    return None
+    path = REFERENCE_DIR / (kind or "") / f"{workload.key}.json"
+    if not kind or not path.exists():
+        return None
+    profile = Profile.load(str(path))
+    return profile if profile.dtype == dtype and not profile.autocast else None

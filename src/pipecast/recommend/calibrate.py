@@ -117,8 +117,8 @@ def calibrated_cluster(gpus: int, device: str, refresh: bool = False) -> tuple[C
     name = devices.name(devices.resolve(device))
     # probes taken before they read the runtime's own work per action on CPU, or before
     # DDP's cost per parameter tensor was fixed on GPUs, are re-taken
-    runtime = "runtime_overhead" if dev == "cpu" else "ddp_param_fixed"
-    path = cache_dir() / f"cluster-{_key(name, gpus, dev, torch.__version__, runtime)}.json"
+    probed_with = "runtime_overhead" if dev == "cpu" else "ddp_param_fixed"
+    path = cache_dir() / f"cluster-{_key(name, gpus, dev, torch.__version__, probed_with)}.json"
     if path.exists() and not refresh:
         return Cluster.load(str(path)), True
     count = gpus if dev == "cuda" else CPU_PROBE_RANKS
