@@ -54,6 +54,14 @@ def human_count(n: float) -> str:
 
 
 def human_seconds(s: float) -> str:
+    """A duration as people read it: µs and ms for steps, s, min and h for epochs."""
+    if s >= 60:
+        whole = round(s)
+        if whole >= 3600:
+            hours, minutes = divmod(round(whole / 60), 60)
+            return f"{hours} h {minutes:02d} min"
+        minutes, rest = divmod(whole, 60)
+        return f"{minutes} min {rest:02d} s"
     if s >= 1:
         return f"{s:.3f} s"
     if s >= 1e-3:

@@ -281,7 +281,8 @@ def print_recommendation(rec: Recommendation, top: int) -> None:
     )
     # the host's share only means something where a host issues work to a device
     host = any(p.timeline.host_share > 0 for p in rec.ranked[:top])
-    columns = ["#", "strategy", "step", "samples/s", "epoch", "peak memory/GPU", "bubble", "comm"]
+    memory = "peak memory/" + ("rank" if rec.ranked and rec.ranked[0].cpu else "GPU")
+    columns = ["#", "strategy", "step", "samples/s", "epoch", memory, "bubble", "comm"]
     for col in columns + (["host"] if host else []):
         table.add_column(col, justify="left" if col == "strategy" else "right")
     for i, pred in enumerate(rec.ranked[:top], 1):
