@@ -567,6 +567,7 @@ def test_recommend_for_gpus_this_machine_lacks_uses_the_shipped_profile(
     printed = capsys.readouterr().out
     assert "profile: pipecast's reference, measured on NVIDIA H100" in printed
     assert "peak memory/GPU" in printed
+    assert "an epoch is 1,281,167 samples" in printed  # ImageNet's training split
     # close calls cannot be measured here: it says where they can
     closes = len(recommend(*_shipped_vgg16(), 128, gpus=8).close_calls()) > 1
     assert ("--validate auto on that machine" in printed) == closes
@@ -577,6 +578,14 @@ def test_recommend_for_gpus_this_machine_lacks_uses_the_shipped_profile(
     assert doc["ranked"][0]["label"] == expected.best.strategy.label()
     assert doc["ranked"][0]["step_time"] == pytest.approx(expected.best.step_time)
     assert doc["ranked"][0]["step_time"] < 0.1  # an H100's milliseconds, not a CPU's seconds
+    best = doc["ranked"][0]
+    assert doc["epoch_samples"] == 1_281_167
+    assert best["epoch_time"] == pytest.approx(1_281_167 / best["samples_per_second"])
+    # --epoch-samples overrides the data set's split
+    assert main([*argv, "--cluster", "h100-nvlink", "--epoch-samples", "1000", "-o", str(out)]) == 0
+    assert "an epoch is 1,000 samples" in capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    assert doc["ranked"][0]["epoch_time"] == pytest.approx(1000 / best["samples_per_second"])
 
 
 def _shipped_vgg16() -> tuple[Profile, Cluster]:

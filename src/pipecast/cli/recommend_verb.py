@@ -13,6 +13,7 @@ from rich.table import Table
 from pipecast import devices, hostspeed, jsonio
 from pipecast.cli.common import add_workload_args, count_arg, workload_from_args
 from pipecast.cli.console import console, human_bytes, human_seconds, progress
+from pipecast.data.registry import epoch_samples
 from pipecast.errors import ConfigError
 from pipecast.hardware.load import load_cluster
 from pipecast.models.workload import Workload
@@ -80,7 +81,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--epoch-samples",
         type=int,
         default=0,
-        help="samples per epoch for the time-per-epoch column (default: 50,000)",
+        help="samples per epoch for the time-per-epoch column (default: the data set's "
+        "training split, e.g. 50,000 for cifar10 and 1,281,167 for imagenet; 50,000 for a "
+        "synthetic set)",
     )
     p.add_argument(
         "--methods",
@@ -193,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
             f"has no graph replay times{why}[/]"
         )
     methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
-    epoch = args.epoch_samples or 50_000
+    epoch = args.epoch_samples or epoch_samples(workload.dataset)
     rec = recommend(
         profile,
         cluster,
@@ -277,7 +280,8 @@ def _reference(
 def print_recommendation(rec: Recommendation, top: int) -> None:
     table = Table(
         title=f"strategies for batch {rec.batch}, fastest first "
-        f"({len(rec.ranked)} fit, {len(rec.rejected)} do not)"
+        f"({len(rec.ranked)} fit, {len(rec.rejected)} do not; an epoch is "
+        f"{rec.epoch_samples:,} samples)"
     )
     # the host's share only means something where a host issues work to a device
     host = any(p.timeline.host_share > 0 for p in rec.ranked[:top])
@@ -331,12 +335,14 @@ def print_validation(measured: list[Measured]) -> None:
             )
 
 
-def _entry(p: Prediction) -> dict[str, Any]:
+def _entry(p: Prediction, rec: Recommendation) -> dict[str, Any]:
     return {
         "strategy": p.strategy.to_dict(),
         "label": p.strategy.label(),
         "step_time": p.step_time,
         "samples_per_second": p.samples_per_second,
+        "epoch_time": rec.epoch_time(p),
+        "comm": p.comm_fraction,
         "peak_memory": p.peak_memory,
         "bubble": p.timeline.bubble_fraction,
         "host_share": p.timeline.host_share,
@@ -362,8 +368,9 @@ def _write(
         "batch": rec.batch,
         "recommended": rec.best.strategy.to_dict(),
         "reason": rec.reason(),
-        "run": {**_entry(run), "why": "measured fastest" if measured else "predicted fastest"},
-        "ranked": [_entry(p) for p in rec.ranked],
+        "run": {**_entry(run, rec), "why": "measured fastest" if measured else "predicted fastest"},
+        "epoch_samples": rec.epoch_samples,
+        "ranked": [_entry(p, rec) for p in rec.ranked],
         "rejected": [{"label": r.strategy.label(), "reason": r.reason} for r in rec.rejected],
         "validation": [
             {

@@ -13,6 +13,24 @@ _IMAGE_SETS: dict[str, tuple[tuple[int, int, int], int, str]] = {
     "highres": ((3, 512, 512), 1000, "high resolution: 512x512 colour, 1000 classes"),
 }
 
+TRAINING_SAMPLES: dict[str, int] = {
+    "mnist": 60_000,
+    "digits": 1_797,
+    "cifar10": 50_000,
+    "imagenet": 1_281_167,
+}
+"""Samples in the training split of the data sets whose shapes these are (ILSVRC-2012 for
+ImageNet): one epoch's worth. The synthetic sets have none."""
+
+DEFAULT_EPOCH_SAMPLES = 50_000
+"""An epoch for a data set without a known training split."""
+
+
+def epoch_samples(name: str) -> int:
+    """Samples in one epoch of data set `name`: its training split where there is one."""
+    return TRAINING_SAMPLES.get(name, DEFAULT_EPOCH_SAMPLES)
+
+
 DEFAULT_SEQ_LEN = 256
 DEFAULT_VOCAB = 8192
 DEFAULT_WIDTH = 512
