@@ -93,6 +93,7 @@ def test_recommend_cli_calibrates_once_then_uses_the_cache(
     assert main(argv) == 0
     first = capsys.readouterr().out
     assert "profile: measured" in first and "recommendation:" in first
+    assert "run it: pipecast train --recommendation" in first  # here, on this machine
     assert "peak memory/rank" in first and "/GPU" not in first  # CPU ranks, not GPUs
     # on a CPU, calibration also times the model in 2 ranks sharing the cores
     (cached,) = (tmp_path / "cache").glob("profile-lenet5-*.json")
@@ -567,6 +568,7 @@ def test_recommend_for_gpus_this_machine_lacks_uses_the_shipped_profile(
     printed = capsys.readouterr().out
     assert "profile: pipecast's reference, measured on NVIDIA H100" in printed
     assert "peak memory/GPU" in printed
+    assert "run it on 8 x NVIDIA H100 80GB HBM3: pipecast train --recommendation" in printed
     assert "an epoch is 1,281,167 samples" in printed  # ImageNet's training split
     # close calls cannot be measured here: it says where they can
     closes = len(recommend(*_shipped_vgg16(), 128, gpus=8).close_calls()) > 1

@@ -254,7 +254,8 @@ def run(args: argparse.Namespace) -> int:
         "optimizer": args.optimizer,
     }
     _write(args.output, rec, measured, drift, about)
-    console.print(f"run it: pipecast train --recommendation {args.output} --steps 100")
+    where = f" on {gpus} x {target}" if elsewhere else ""
+    console.print(f"run it{where}: pipecast train --recommendation {args.output} --steps 100")
     return 0
 
 
