@@ -16,7 +16,7 @@ from pipecast.profile.profiler import ProfileOptions, profile_model
 from pipecast.profile.types import Profile
 from pipecast.recommend.enumerate import GRAPHED_SCHEDULES, strategies, with_graphs
 from pipecast.recommend.predict import CPU_ERROR_RANGE, ERROR_RANGE, error_range, predict
-from pipecast.recommend.rank import explain, recommend
+from pipecast.recommend.rank import explain, recommend, samples_rate
 from pipecast.recommend.strategy import Strategy
 from pipecast.recommend.validate import measure
 from pipecast.runtime.config import RunConfig
@@ -390,7 +390,10 @@ def test_close_calls_are_the_strategies_within_error_of_the_best() -> None:
     assert len(rec.close_calls(limit=2)) <= 2
     # the recommendation says what a run likely measures, slowest first
     fastest, slowest = best.measured_range
-    assert f"likely measures {64 / slowest:,.1f}-{64 / fastest:,.1f})" in rec.reason()
+    assert (
+        f"likely measures {samples_rate(64 / slowest)}-{samples_rate(64 / fastest)})"
+        in rec.reason()
+    )
     assert 64 / slowest < best.samples_per_second < 64 / fastest
     if len(close) > 1:
         assert "--validate auto" in rec.reason()
@@ -597,3 +600,10 @@ def _shipped_vgg16() -> tuple[Profile, Cluster]:
     shipped = reference_profile(Workload(model="vgg16", dataset="imagenet"), "bf16", "H100")
     assert shipped is not None
     return shipped, preset("h100-nvlink")
+
+
+def test_samples_rate_keeps_the_digits_that_mean_something() -> None:
+    assert samples_rate(9732.6) == "9,733"
+    assert samples_rate(100.0) == "100"
+    assert samples_rate(99.94) == "99.9"
+    assert samples_rate(48.1) == "48.1"

@@ -29,7 +29,7 @@ from pipecast.profile.types import Profile
 from pipecast.recommend.calibrate import calibrated_cluster, calibrated_profile, profile_sizes
 from pipecast.recommend.host_drift import HostDrift, host_drift
 from pipecast.recommend.predict import Prediction
-from pipecast.recommend.rank import Recommendation, recommend
+from pipecast.recommend.rank import Recommendation, recommend, samples_rate
 from pipecast.recommend.validate import Measured, decide, measure_rounds, too_close
 from pipecast.runtime.config import RunConfig
 
@@ -296,7 +296,7 @@ def print_recommendation(rec: Recommendation, top: int) -> None:
             str(i),
             pred.strategy.label(),
             human_seconds(pred.step_time),
-            f"{pred.samples_per_second:,.1f}",
+            samples_rate(pred.samples_per_second),
             human_seconds(rec.epoch_time(pred)),
             human_bytes(pred.peak_memory),
             f"{t.bubble_fraction:.0%}",

@@ -113,6 +113,12 @@ def recommend(
     )
 
 
+def samples_rate(per_second: float) -> str:
+    """Samples a second to the digits that mean something: whole samples from 100 up
+    (9,733), a tenth below (48.1)."""
+    return f"{per_second:,.0f}" if per_second >= 100 else f"{per_second:,.1f}"
+
+
 def explain(best: Prediction, ranked: tuple[Prediction, ...]) -> str:
     """One line: why the winner wins, against the best of each other kind."""
     others = {}
@@ -123,8 +129,9 @@ def explain(best: Prediction, ranked: tuple[Prediction, ...]) -> str:
             others[kind] = pred
     fastest, slowest = best.measured_range
     parts = [
-        f"{best.strategy.label()} is predicted fastest at {best.samples_per_second:,.1f} samples/s"
-        f" (a run likely measures {best.batch / slowest:,.1f}-{best.batch / fastest:,.1f})"
+        f"{best.strategy.label()} is predicted fastest at "
+        f"{samples_rate(best.samples_per_second)} samples/s (a run likely measures "
+        f"{samples_rate(best.batch / slowest)}-{samples_rate(best.batch / fastest)})"
     ]
     for pred in others.values():
         parts.append(
