@@ -589,6 +589,10 @@ def test_recommend_for_gpus_this_machine_lacks_uses_the_shipped_profile(
     # --epoch-samples overrides the data set's split
     assert main([*argv, "--cluster", "h100-nvlink", "--epoch-samples", "1000", "-o", str(out)]) == 0
     assert "an epoch is 1,000 samples" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as bad:  # an epoch of no samples is a one-line error
+        main([*argv, "--cluster", "h100-nvlink", "--epoch-samples", "-5"])
+    assert bad.value.code == 2
+    assert "--epoch-samples" in capsys.readouterr().err
     doc = json.loads(out.read_text())
     assert doc["ranked"][0]["epoch_time"] == pytest.approx(1000 / best["samples_per_second"])
 

@@ -79,7 +79,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--memory-margin", type=float, default=0.1)
     p.add_argument(
         "--epoch-samples",
-        type=int,
+        type=count_arg("--epoch-samples", 1),
         default=0,
         help="samples per epoch for the time-per-epoch column (default: the data set's "
         "training split, e.g. 50,000 for cifar10 and 1,281,167 for imagenet; 50,000 for a "
