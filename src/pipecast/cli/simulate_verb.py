@@ -10,6 +10,7 @@ from rich.table import Table
 from pipecast.cli.console import console, human_bytes, human_seconds
 from pipecast.cli.planning import add_profile_args, default_batch, load_inputs
 from pipecast.recommend.predict import Prediction, predict
+from pipecast.recommend.rank import samples_rate
 from pipecast.recommend.strategy import Kind, Strategy
 from pipecast.report.gantt import gantt
 from pipecast.report.trace import write_trace
@@ -53,7 +54,7 @@ def print_prediction(pred: Prediction) -> None:
         f"(micro-batch {pred.micro_batch}), partition {pred.partition.boundaries}"
     )
     console.print(
-        f"step {human_seconds(t.step_time)}  |  {pred.samples_per_second:,.1f} "
+        f"step {human_seconds(t.step_time)}  |  {samples_rate(pred.samples_per_second)} "
         f"samples/s  |  bubble {t.bubble_fraction:.1%}  |  exposed communication "
         f"{human_seconds(t.exposed_comm)}"
     )
