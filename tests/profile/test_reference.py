@@ -2,14 +2,9 @@ from __future__ import annotations
 
 import pytest
 
+from pipecast.hardware.presets import gpu_kind
 from pipecast.models.workload import Workload
-from pipecast.profile.reference import (
-    SOURCES,
-    carries,
-    gpu_kind,
-    reference_profile,
-    shipped,
-)
+from pipecast.profile.reference import SOURCES, carries, reference_profile, shipped
 
 
 def test_gpu_kind_reads_the_device_name() -> None:

@@ -16,15 +16,9 @@ from pipecast.cli.console import console, human_bytes, human_seconds, progress
 from pipecast.data.registry import epoch_samples
 from pipecast.errors import ConfigError
 from pipecast.hardware.load import load_cluster
+from pipecast.hardware.presets import gpu_kind
 from pipecast.models.workload import Workload
-from pipecast.profile.reference import (
-    UNNAMED,
-    carries,
-    gpu_kind,
-    label,
-    reference_profile,
-    shipped,
-)
+from pipecast.profile.reference import UNNAMED, carries, label, reference_profile, shipped
 from pipecast.profile.types import Profile
 from pipecast.recommend.calibrate import calibrated_cluster, calibrated_profile, profile_sizes
 from pipecast.recommend.host_drift import HostDrift, host_drift

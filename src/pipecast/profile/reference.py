@@ -24,8 +24,6 @@ SOURCES = {"h100": "h100x4-run18", "h200": "h200x4-run14"}
 UNNAMED = ("", "described")
 """Cluster.device of a cluster described by its links alone (hardware.presets.describe)."""
 
-__all__ = ["SOURCES", "UNNAMED", "carries", "gpu_kind", "label", "reference_profile", "shipped"]
-
 
 def carries(profiled_on: str, cluster_device: str) -> bool:
     """Whether a profile measured on `profiled_on` (devices.name: 'cpu' or the GPU's name)
@@ -33,9 +31,8 @@ def carries(profiled_on: str, cluster_device: str) -> bool:
     none (described by its links alone)."""
     if cluster_device in UNNAMED or cluster_device == profiled_on:
         return True
-    return gpu_kind(cluster_device) is not None and gpu_kind(cluster_device) == gpu_kind(
-        profiled_on
-    )
+    kind = gpu_kind(cluster_device)
+    return kind is not None and kind == gpu_kind(profiled_on)
 
 
 def shipped(kind: str) -> list[Profile]:
