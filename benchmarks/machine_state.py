@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -51,7 +53,8 @@ def _cpus() -> tuple[str | None, dict[str, float] | None]:
 
 def snapshot(label: str, *, readings: bool = True) -> dict[str, Any]:
     """The machine's state now; `readings` adds the host-speed readings (pure-Python loop,
-    and the tiny model's issue time on cuda:0 when there is one), about a second."""
+    here and in a new interpreter, and the tiny model's issue time on cuda:0 when there is
+    one), a few seconds."""
     from pipecast import hostspeed
 
     model, clocks = _cpus()
@@ -69,6 +72,7 @@ def snapshot(label: str, *, readings: bool = True) -> dict[str, Any]:
     }
     if readings:
         state["reference_s"] = hostspeed.reference()
+        state["reference_fresh_s"] = _fresh_reference()
         try:
             import torch
 
@@ -77,6 +81,21 @@ def snapshot(label: str, *, readings: bool = True) -> dict[str, Any]:
         except RuntimeError as err:  # a busy or failed device: the rest still counts
             state["issue_error"] = str(err)
     return state
+
+
+def _fresh_reference() -> float | None:
+    """hostspeed.reference() in a new interpreter (a few seconds, most of them importing
+    torch). Every call of h100x4-run19 and -run20 read the loop 1.4-2.4x slower in this
+    process at its end than at its start; read beside this one, the two tell a machine that
+    slowed from a process whose own state slows the loop."""
+    code = "from pipecast import hostspeed; print(hostspeed.reference())"
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+        )
+        return float(done.stdout.split()[-1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
 
 
 def record(out: Path, label: str, *, readings: bool = True) -> dict[str, Any]:
