@@ -17,7 +17,7 @@ from dataclasses import replace
 
 import torch
 from common import OUT, dump, left, log, pack
-from machine_state import record, steal_share
+from machine_state import loop_change, record, steal_share
 
 from pipecast import devices
 from pipecast.bench.config import BenchConfig
@@ -441,14 +441,5 @@ if __name__ == "__main__":
         if STATE is not None:  # the machine at the call's end, and what was stolen meanwhile
             end = record(OUT, "end")
             log(f"CPU time stolen by the hypervisor during this call: {steal_share(STATE, end)}")
-            log(
-                "pure-Python loop, start -> end of this call, ms: "
-                + ", ".join(
-                    f"{where} "
-                    + " -> ".join(
-                        f"{s[key] * 1e3:.1f}" if s.get(key) else "-" for s in (STATE, end)
-                    )
-                    for where, key in (("here", "reference_s"), ("new", "reference_fresh_s"))
-                )
-            )
+            log(f"pure-Python loop, start -> end of this call, ms: {loop_change(STATE, end)}")
         pack()

@@ -113,3 +113,16 @@ def steal_share(before: dict[str, Any], after: dict[str, Any]) -> float | None:
         return None
     total = sum(b.values()) - sum(a.values())
     return (b["steal"] - a["steal"]) / total if total > 0 else None
+
+
+def loop_change(before: dict[str, Any], after: dict[str, Any]) -> str:
+    """The pure-Python loop's readings in ms from one snapshot to the next, in this process
+    and in a new interpreter ('-' where a snapshot took none)."""
+
+    def ms(state: dict[str, Any], key: str) -> str:
+        return f"{state[key] * 1e3:.1f}" if state.get(key) else "-"
+
+    return ", ".join(
+        f"{where} {ms(before, key)} -> {ms(after, key)}"
+        for where, key in (("here", "reference_s"), ("new", "reference_fresh_s"))
+    )

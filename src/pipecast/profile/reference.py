@@ -48,8 +48,10 @@ def reference_profile(workload: Workload, dtype: str, device_name: str) -> Profi
     """The shipped profile of `workload` in `dtype` (no autocast) on the GPU kind that
     `device_name` names, if there is one."""
     kind = gpu_kind(device_name)
-    path = REFERENCE_DIR / (kind or "") / f"{workload.key}.json"
-    if not kind or not path.exists():
+    if kind is None:
+        return None
+    path = REFERENCE_DIR / kind / f"{workload.key}.json"
+    if not path.exists():
         return None
     profile = Profile.load(str(path))
     return profile if profile.dtype == dtype and not profile.autocast else None
