@@ -1,7 +1,8 @@
 """Is a host-bound miss the profile's moment or the measurement's? Each stored run is
 re-predicted from its own profiles, from each other run's, and from profiles whose host
-costs are the mean over all the runs given (every run's own cluster; the host_issue ratio
-left out, since it would tie a profile to its run's probe).
+costs are the mean over all the runs given or over all but its own (its own device costs;
+every run's own cluster; the host_issue ratio left out, since it would tie a profile to its
+run's probe).
 
     cd benchmarks && python3 swap_profiles.py h100x4-run1 h100x4-run2 h100x4-run3 h100x4-run4
 """
@@ -24,9 +25,10 @@ RESULTS = Path(__file__).parent / "results"
 HOST = ("host_forward", "host_backward_input", "host_backward_weight", "host_backward")
 
 
-def mean_host(profiles: list[Profile]) -> Profile:
-    """The first profile with every host cost the mean over `profiles` (same model)."""
-    base = profiles[0]
+def mean_host(profiles: list[Profile], base: Profile | None = None) -> Profile:
+    """`base` (default: the first profile) with every host cost the mean over `profiles`
+    (same model)."""
+    base = base or profiles[0]
     blocks = []
     for i, block in enumerate(base.blocks):
         costs = {
@@ -59,6 +61,10 @@ def main() -> None:
         variants = {"own": profiles[r]} | {f"from {o}": profiles[o] for o in runs if o != r}
         variants["mean of all"] = {
             k: mean_host([profiles[o][k] for o in runs]) for k in profiles[r]
+        }
+        variants["mean of the others"] = {
+            k: mean_host([profiles[o][k] for o in runs if o != r], profiles[r][k])
+            for k in profiles[r]
         }
         for name, chosen in variants.items():
             s = summary(comparisons(repredicted(RESULTS / r, chosen, cluster)))

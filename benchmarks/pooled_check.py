@@ -1,0 +1,80 @@
+"""Would the shipped H100 profiles serve better with host costs pooled over every stored H100
+run than with one run's? Written after h100x4-run21 and before any run it decides on.
+
+`swap_profiles.py` over the H100 runs 13-21 found that predicting each run with every host
+cost the mean over the other runs' profiles of the same model put 479 of 522 rows within
+20%, against 455 from its own profile: on machines of one kind, one profile's host reading
+carries more noise than the machines differ by. The shipped profiles (h100x4-run18's) are
+one run's. This re-predicts each stored H100 run, as `reference_check.py` does, from
+`shipped+preset` (the shipped profiles and the `h100-nvlink` preset sized to the run) and
+from `pooled+preset` (the same, with every host cost, the split-call cost and the host
+issue reading the mean over POOL's profiles of that model).
+
+The rule, decided before the run: the shipped H100 profiles take pooled host costs if, on
+the first fresh H100 run after h100x4-run21 (not in POOL, so out of sample), pooled+preset
+puts more of its rows within 20% than shipped+preset, with a worst no higher. The runs in
+POOL are printed too, marked in-sample, and decide nothing.
+
+    cd benchmarks && python3 pooled_check.py > results/pooled-check.txt
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import replace
+from pathlib import Path
+
+from combine import repredicted, run_profiles
+from error_bands import RUNS
+from swap_profiles import mean_host
+
+from pipecast.bench.accuracy import comparisons, summary
+from pipecast.hardware.cluster import Cluster
+from pipecast.hardware.presets import PRESETS, gpu_kind
+from pipecast.models.workload import Workload
+from pipecast.profile.reference import SOURCES, shipped
+from pipecast.profile.types import Profile
+
+RESULTS = Path(__file__).resolve().parent / "results"
+POOL = [f"h100x4-run{i}" for i in range(13, 22)]
+
+
+def pooled(base: Profile, pool: list[Profile]) -> Profile:
+    """`base` with its host costs, split-call cost and host issue reading the mean over
+    `pool` (profiles of the same model and sizes)."""
+    return replace(mean_host(pool, base), host_issue=statistics.mean(p.host_issue for p in pool))
+
+
+def by_workload(profiles: list[Profile]) -> dict[str, Profile]:
+    return {Workload.from_dict(p.workload).key: p for p in profiles}
+
+
+def main() -> None:
+    reference = by_workload(shipped("h100"))
+    pool: dict[str, list[Profile]] = {}
+    for run in POOL:
+        for key, p in by_workload(list(run_profiles(RESULTS / run).values())).items():
+            pool.setdefault(key, []).append(p)
+    pooled_reference = {k: pooled(p, pool[k]) for k, p in reference.items() if k in pool}
+    for run in RUNS:
+        own = Cluster.load(str(RESULTS / run / "cluster.json"))
+        if gpu_kind(own.device) != "h100" or run == SOURCES["h100"]:
+            continue
+        preset = PRESETS["h100-nvlink"].subset(own.world)
+        cells = []
+        for label, profiles in {
+            "shipped+preset": reference,
+            "pooled+preset": pooled_reference,
+        }.items():
+            s = summary(comparisons(repredicted(RESULTS / run, profiles, preset)))
+            cells.append(
+                f"{label} {s['configurations']} {s['median_abs_error']:6.1%} "
+                f"{s['worst_abs_error']:6.1%} {s['within_20_percent']:2d} "
+                f"{s['right']}/{s['decisions']}"
+            )
+        sample = "in-sample" if run in POOL else "before the pool's runs"
+        print(f"{run:20s} " + " | ".join(cells) + f"  ({sample})", flush=True)
+
+
+if __name__ == "__main__":
+    main()
