@@ -16,10 +16,15 @@ puts more of its rows within 20% than shipped+preset, with a worst no higher. Th
 POOL are printed too, marked in-sample, and decide nothing.
 
     cd benchmarks && python3 pooled_check.py > results/pooled-check.txt
+
+Should the rule adopt them, `--write ../src/pipecast/profile/shipped/h100` writes the pooled
+profiles over the shipped ones (one <workload key>.json each, as pipecast.profile.reference
+reads them).
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
 from dataclasses import replace
 from pathlib import Path
@@ -49,13 +54,18 @@ def by_workload(profiles: list[Profile]) -> dict[str, Profile]:
     return {Workload.from_dict(p.workload).key: p for p in profiles}
 
 
-def main() -> None:
+def main(write: Path | None = None) -> None:
     reference = by_workload(shipped("h100"))
     pool: dict[str, list[Profile]] = {}
     for run in POOL:
         for key, p in by_workload(list(run_profiles(RESULTS / run).values())).items():
             pool.setdefault(key, []).append(p)
     pooled_reference = {k: pooled(p, pool[k]) for k, p in reference.items() if k in pool}
+    if write:
+        write.mkdir(parents=True, exist_ok=True)
+        for key, p in pooled_reference.items():
+            p.save(str(write / f"{key}.json"))
+        return
     for run in RUNS:
         own = Cluster.load(str(RESULTS / run / "cluster.json"))
         if gpu_kind(own.device) != "h100" or run == SOURCES["h100"]:
@@ -77,4 +87,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--write", type=Path, help="write the pooled profiles here instead")
+    main(parser.parse_args().write)
