@@ -5,6 +5,8 @@ GPipe study's splits x micro-batches and part of the thesis's data- against pipe
 comparison (issue 8). Every result goes to a SQLite store as it completes.
 
     OUT=/tmp/run python3 benchmarks/gpu_run.py --budget 500     (every file also in all.tgz)
+    OUT=/tmp/run PACK_TO=$OUT python3 ...   # all.tgz also into the device's $OUT, after the
+                                            # probe, each profile and at the end
     python3 benchmarks/gpu_run.py --dry-run      # the same flow, tiny, on CPU ranks
 """
 
@@ -60,6 +62,7 @@ def profile(
     prof.save(str(path))
     graphed = "graph times" if prof.graph_times else f"no graph times {prof.graph_failure}"
     log(f"{path.stem} at {sizes}: {time.time() - began:.1f} s, {graphed}")
+    pack()  # a profile takes up to minutes: a call cut off later keeps it
     if device == "cuda":
         torch.cuda.empty_cache()
     return prof
@@ -199,6 +202,7 @@ def main() -> None:
         cluster = result.cluster
         cluster.save(str(OUT / "cluster.json"))
         dump("probe_raw.json", result.to_dict())
+        pack()
     # partitions for configurations wider than this machine are still planned (then skipped)
     plan_cluster = replace(cluster, gpus_per_node=max(cluster.gpus_per_node, 4))
     busbw = {n: round(b / 1e9, 1) for n, b in cluster.allreduce_busbw.items()}
@@ -438,6 +442,7 @@ if __name__ == "__main__":
     try:
         main()
     finally:
+        pack()  # first: the end's readings take seconds (a new interpreter imports torch)
         if STATE is not None:  # the machine at the call's end, and what was stolen meanwhile
             end = record(OUT, "end")
             log(f"CPU time stolen by the hypervisor during this call: {steal_share(STATE, end)}")
