@@ -13,13 +13,14 @@ comparison (issue 8). Every result goes to a SQLite store as it completes.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 from dataclasses import replace
 
 import torch
 from common import OUT, dump, left, log, pack
-from machine_state import loop_change, record, steal_share
+from machine_state import loop_change, loop_pair, record, steal_share
 
 from pipecast import devices
 from pipecast.bench.config import BenchConfig
@@ -62,6 +63,11 @@ def profile(
     prof.save(str(path))
     graphed = "graph times" if prof.graph_times else f"no graph times {prof.graph_failure}"
     log(f"{path.stem} at {sizes}: {time.time() - began:.1f} s, {graphed}")
+    pair = loop_pair()  # the profiling process's loop against a new interpreter's
+    with open(OUT / "loop_pairs.jsonl", "a") as fh:
+        fh.write(json.dumps({"after": path.stem, "time": time.time(), **pair}) + "\n")
+    new = f"{pair['new_s'] * 1e3:.1f}" if pair["new_s"] is not None else "-"
+    log(f"pure-Python loop after {path.stem}, ms: here {pair['here_s'] * 1e3:.1f}, new {new}")
     pack()  # a profile takes up to minutes: a call cut off later keeps it
     if device == "cuda":
         torch.cuda.empty_cache()

@@ -83,6 +83,45 @@ def snapshot(label: str, *, readings: bool = True) -> dict[str, Any]:
     return state
 
 
+_BARE_LOOP = """
+import statistics, time
+def loop(iterations, repeats=5):
+    times = []
+    for _ in range(repeats):
+        began = time.perf_counter()
+        total = 0
+        for i in range(iterations):
+            total += i % 7
+        times.append(time.perf_counter() - began)
+    return statistics.median(times)
+print(loop({iterations}))
+"""
+
+
+def loop_pair() -> dict[str, float | None]:
+    """hostspeed.reference() in this process, then the same loop in a new interpreter that
+    imports nothing (-S -I: a fraction of a second, where _fresh_reference imports torch).
+    gpu_run.py profiles in its own process, which read the loop up to 2x slower than a new
+    interpreter at each call's start and end on h100x4-run21; read after each profile, the
+    pair tells whether the profiles' host costs were read in a slowed process."""
+    from pipecast import hostspeed
+
+    here = hostspeed.reference()
+    code = _BARE_LOOP.format(iterations=hostspeed.ITERATIONS)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-S", "-I", "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        new: float | None = float(done.stdout.split()[-1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        new = None
+    return {"here_s": here, "new_s": new}
+
+
 def _fresh_reference() -> float | None:
     """hostspeed.reference() in a new interpreter (a few seconds, most of them importing
     torch). Every call of h100x4-run19 and -run20 read the loop 1.4-2.4x slower in this
