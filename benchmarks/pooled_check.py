@@ -82,7 +82,12 @@ def main(write: Path | None = None) -> None:
                 f"{s['worst_abs_error']:6.1%} {s['within_20_percent']:2d} "
                 f"{s['right']}/{s['decisions']}"
             )
-        sample = "in-sample" if run in POOL else "before the pool's runs"
+        if run in POOL:
+            sample = "in-sample"
+        elif RUNS.index(run) > max(RUNS.index(r) for r in POOL):
+            sample = "after the pool: decides the rule"
+        else:
+            sample = "before the pool's runs"
         print(f"{run:20s} " + " | ".join(cells) + f"  ({sample})", flush=True)
 
 
