@@ -11,6 +11,7 @@ process may run on, the cgroup's CPU quota and whether the machine rebooted (boo
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import subprocess
@@ -83,43 +84,37 @@ def snapshot(label: str, *, readings: bool = True) -> dict[str, Any]:
     return state
 
 
-_BARE_LOOP = """
-import statistics, time
-def loop(iterations, repeats=5):
-    times = []
-    for _ in range(repeats):
-        began = time.perf_counter()
-        total = 0
-        for i in range(iterations):
-            total += i % 7
-        times.append(time.perf_counter() - began)
-    return statistics.median(times)
-print(loop({iterations}))
-"""
+def _in_new_interpreter(args: list[str], code: str, timeout_s: float) -> float | None:
+    """The number a new interpreter (`sys.executable` with `args`) prints last on running
+    `code`, or None where it failed."""
+    try:
+        done = subprocess.run(
+            [sys.executable, *args, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=True,
+        )
+        return float(done.stdout.split()[-1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
 
 
 def loop_pair() -> dict[str, float | None]:
-    """hostspeed.reference() in this process, then the same loop in a new interpreter that
-    imports nothing (-S -I: a fraction of a second, where _fresh_reference imports torch).
-    gpu_run.py profiles in its own process, which read the loop up to 2x slower than a new
-    interpreter at each call's start and end on h100x4-run21; read after each profile, the
-    pair tells whether the profiles' host costs were read in a slowed process."""
+    """hostspeed.reference() in this process, then the same function, its source as it
+    stands, in a new interpreter that imports nothing else (-S -I: a fraction of a second,
+    where _fresh_reference imports torch). gpu_run.py profiles in its own process, which
+    read the loop up to 2x slower than a new interpreter at each call's start and end on
+    h100x4-run21; read after each profile, the pair tells whether the profiles' host costs
+    were read in a slowed process."""
     from pipecast import hostspeed
 
     here = hostspeed.reference()
-    code = _BARE_LOOP.format(iterations=hostspeed.ITERATIONS)
-    try:
-        done = subprocess.run(
-            [sys.executable, "-S", "-I", "-c", code],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        )
-        new: float | None = float(done.stdout.split()[-1])
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-        new = None
-    return {"here_s": here, "new_s": new}
+    code = (
+        f"import statistics, time\nITERATIONS = {hostspeed.ITERATIONS}\n"
+        f"{inspect.getsource(hostspeed.reference)}\nprint(reference())\n"
+    )
+    return {"here_s": here, "new_s": _in_new_interpreter(["-S", "-I"], code, 60)}
 
 
 def _fresh_reference() -> float | None:
@@ -128,13 +123,7 @@ def _fresh_reference() -> float | None:
     process at its end than at its start; read beside this one, the two tell a machine that
     slowed from a process whose own state slows the loop."""
     code = "from pipecast import hostspeed; print(hostspeed.reference())"
-    try:
-        done = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
-        )
-        return float(done.stdout.split()[-1])
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-        return None
+    return _in_new_interpreter([], code, 120)
 
 
 def record(out: Path, label: str, *, readings: bool = True) -> dict[str, Any]:

@@ -66,6 +66,7 @@ def main(write: Path | None = None) -> None:
         for key, p in pooled_reference.items():
             p.save(str(write / f"{key}.json"))
         return
+    last_pooled = max(RUNS.index(r) for r in POOL)
     for run in RUNS:
         own = Cluster.load(str(RESULTS / run / "cluster.json"))
         if gpu_kind(own.device) != "h100" or run == SOURCES["h100"]:
@@ -84,7 +85,7 @@ def main(write: Path | None = None) -> None:
             )
         if run in POOL:
             sample = "in-sample"
-        elif RUNS.index(run) > max(RUNS.index(r) for r in POOL):
+        elif RUNS.index(run) > last_pooled:
             sample = "after the pool: decides the rule"
         else:
             sample = "before the pool's runs"
