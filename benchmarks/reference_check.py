@@ -8,7 +8,7 @@ ways (CPU only; output: results/reference-check.txt):
   is what `pipecast recommend --cluster h100-nvlink` predicts from on a machine without
   GPUs. The run the shipped profiles come from is left out. The presets are medians over
   the stored probes, this run's among them (one of 22 or 12), except for runs after the
-  presets were fixed (h100x4-run19 to -run21), which are out of sample on both counts.
+  presets were fixed (h100x4-run19 to -run22), which are out of sample on both counts.
 
 Each line: a variant's configurations, median and worst |error|, rows within 20%, picks.
 
