@@ -20,7 +20,7 @@ from dataclasses import replace
 
 import torch
 from common import OUT, dump, left, log, pack
-from machine_state import loop_change, loop_pair, record, steal_share
+from machine_state import core_loops, core_summary, loop_change, loop_pair, record, steal_share
 
 from pipecast import devices
 from pipecast.bench.config import BenchConfig
@@ -64,10 +64,13 @@ def profile(
     graphed = "graph times" if prof.graph_times else f"no graph times {prof.graph_failure}"
     log(f"{path.stem} at {sizes}: {time.time() - began:.1f} s, {graphed}")
     pair = loop_pair()  # the profiling process's loop against a new interpreter's
+    cores = core_loops(passes=1)  # and on each CPU: slow CPUs, or a slow host?
     with open(OUT / "loop_pairs.jsonl", "a") as fh:
-        fh.write(json.dumps({"after": path.stem, "time": time.time(), **pair}) + "\n")
+        fh.write(json.dumps({"after": path.stem, "time": time.time(), **pair, "cores": cores}))
+        fh.write("\n")
     new = f"{pair['new_s'] * 1e3:.1f}" if pair["new_s"] is not None else "-"
     log(f"pure-Python loop after {path.stem}, ms: here {pair['here_s'] * 1e3:.1f}, new {new}")
+    log(f"  pinned to each CPU: {core_summary(cores)}")
     pack()  # a profile takes up to minutes: a call cut off later keeps it
     if device == "cuda":
         torch.cuda.empty_cache()
@@ -199,6 +202,8 @@ def main() -> None:
     global STATE
     STATE = record(OUT, "start", readings=not dry)
     log(f"machine state at start: {STATE['clock_mhz']}, load {STATE['loadavg']}")
+    if "core_loop_s" in STATE:
+        log(f"pure-Python loop pinned to each CPU: {core_summary(STATE['core_loop_s'])}")
 
     if RESUME and (OUT / "cluster.json").exists():
         cluster = Cluster.load(str(OUT / "cluster.json"))
@@ -453,4 +458,6 @@ if __name__ == "__main__":
             end = record(OUT, "end")
             log(f"CPU time stolen by the hypervisor during this call: {steal_share(STATE, end)}")
             log(f"pure-Python loop, start -> end of this call, ms: {loop_change(STATE, end)}")
+            cores = core_summary(end.get("core_loop_s", {}))
+            log(f"pure-Python loop pinned to each CPU at the end: {cores}")
         pack()

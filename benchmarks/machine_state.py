@@ -54,8 +54,8 @@ def _cpus() -> tuple[str | None, dict[str, float] | None]:
 
 def snapshot(label: str, *, readings: bool = True) -> dict[str, Any]:
     """The machine's state now; `readings` adds the host-speed readings (pure-Python loop,
-    here and in a new interpreter, and the tiny model's issue time on cuda:0 when there is
-    one), a few seconds."""
+    here and in a new interpreter, once pinned to each CPU, and the tiny model's issue time
+    on cuda:0 when there is one), a few seconds."""
     from pipecast import hostspeed
 
     model, clocks = _cpus()
@@ -70,10 +70,12 @@ def snapshot(label: str, *, readings: bool = True) -> dict[str, Any]:
         "pressure_cpu": _read("/proc/pressure/cpu"),
         "cgroup_cpu_max": (_read("/sys/fs/cgroup/cpu.max") or "").strip() or None,
         "clock_mhz": clocks,
+        "smt_siblings": _smt_siblings(),
     }
     if readings:
         state["reference_s"] = hostspeed.reference()
         state["reference_fresh_s"] = _fresh_reference()
+        state["core_loop_s"] = core_loops()
         try:
             import torch
 
@@ -82,6 +84,55 @@ def snapshot(label: str, *, readings: bool = True) -> dict[str, Any]:
         except RuntimeError as err:  # a busy or failed device: the rest still counts
             state["issue_error"] = str(err)
     return state
+
+
+def _smt_siblings() -> list[str] | None:
+    """The CPUs that share a physical core, as the kernel lists them (one entry per core,
+    e.g. '0,32'), or None where it does not say."""
+    groups: set[str] = set()
+    for cpu in sorted(os.sched_getaffinity(0)):
+        text = _read(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list")
+        if text is None:
+            return None
+        groups.add(text.strip())
+    return sorted(groups, key=lambda g: int(g.replace("-", ",").split(",")[0]))
+
+
+def core_loops(passes: int = 2) -> dict[str, list[float]]:
+    """One run of hostspeed's loop on each CPU this process may use, pinned there, `passes`
+    times round them all (about 10 ms a run: a second or two on 64 CPUs), by CPU number.
+    h100x4-run22's loop readings fell into two groups, about 7.4 and 14 ms, in this process
+    and in new interpreters alike, neither side slower for long: if the slow readings
+    belong to some CPUs (a busy hyperthread sibling), a CPU reads slow in every pass and
+    pinning ranks to the fast ones is the fix; if not, the whole host slows and speeds up."""
+    from pipecast import hostspeed
+
+    allowed = os.sched_getaffinity(0)
+    readings: dict[str, list[float]] = {str(c): [] for c in sorted(allowed)}
+    try:
+        for _ in range(passes):
+            for cpu in sorted(allowed):
+                os.sched_setaffinity(0, {cpu})
+                readings[str(cpu)].append(hostspeed.reference(repeats=1))
+    finally:
+        os.sched_setaffinity(0, allowed)
+    return readings
+
+
+def core_summary(readings: dict[str, list[float]]) -> str:
+    """core_loops() in a line: the fastest, median and slowest CPU's median reading, and how
+    many CPUs read more than 1.5x the fastest in every pass and in only some."""
+    if not readings:
+        return "no CPUs read"
+    medians = sorted(sorted(r)[len(r) // 2] for r in readings.values())
+    fastest = medians[0]
+    always = sum(all(t > 1.5 * fastest for t in r) for r in readings.values())
+    sometimes = sum(any(t > 1.5 * fastest for t in r) for r in readings.values()) - always
+    return (
+        f"{len(readings)} CPUs, ms: fastest {fastest * 1e3:.1f}, median "
+        f"{medians[len(medians) // 2] * 1e3:.1f}, slowest {medians[-1] * 1e3:.1f}; over 1.5x "
+        f"the fastest in every pass on {always}, in some on {sometimes}"
+    )
 
 
 def _in_new_interpreter(args: list[str], code: str, timeout_s: float) -> float | None:
