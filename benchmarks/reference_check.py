@@ -1,14 +1,20 @@
-"""How well does a user without the GPUs fare? Every stored H100/H200 run re-predicted two
+"""How well does a user without the GPUs fare? Every stored H100/H200 run re-predicted three
 ways (CPU only; output: results/reference-check.txt):
 
 * `own`: from the profiles and probe the run took (what the stored runs are judged by);
-* `shipped+preset`: from the profiles pipecast ships for that GPU kind
-  (pipecast.profile.reference: h100x4-run18's or h200x4-run14's, taken on another machine
-  on another day) and the `h100-nvlink`/`h200-nvlink` preset sized to the run's GPUs, which
-  is what `pipecast recommend --cluster h100-nvlink` predicts from on a machine without
-  GPUs. The run the shipped profiles come from is left out. The presets are medians over
-  the stored probes, this run's among them (one of 22 or 12), except for runs after the
-  presets were fixed (h100x4-run19 to -run22), which are out of sample on both counts.
+* `source+preset`: from the profiles of the run the shipped ones come from
+  (pipecast.profile.reference.SOURCES: h100x4-run18 or h200x4-run14, taken on another
+  machine on another day, read from its run directory) and the `h100-nvlink`/`h200-nvlink`
+  preset sized to the run's GPUs;
+* `shipped+preset`: from the profiles pipecast ships for that GPU kind and the same preset,
+  which is what `pipecast recommend --cluster h100-nvlink` predicts from on a machine
+  without GPUs. The H200 ones are h200x4-run14's as they were; the H100 ones are
+  h100x4-run18's with host costs the mean over h100x4-run13 to -run21 (`pooled_check.py`,
+  adopted after h100x4-run22), so those nine runs are in sample for host costs.
+
+The run the shipped profiles come from is left out. The presets are medians over the stored
+probes, this run's among them (one of 22 or 12), except for runs after the presets were
+fixed (h100x4-run19 to -run22); h100x4-run22 is out of sample on every count.
 
 Each line: a variant's configurations, median and worst |error|, rows within 20%, picks.
 
@@ -20,7 +26,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from combine import repredicted
+from combine import repredicted, run_profiles
 from error_bands import RUNS
 
 from pipecast.bench.accuracy import comparisons, summary
@@ -36,6 +42,10 @@ def main() -> None:
     references = {
         kind: {Workload.from_dict(p.workload).key: p for p in shipped(kind)} for kind in SOURCES
     }
+    sources = {
+        kind: {Workload.from_dict(p.workload).key: p for p in run_profiles(RESULTS / run).values()}
+        for kind, run in SOURCES.items()
+    }
     totals: dict[str, list[float]] = {}
     counts: dict[str, list[int]] = {}
     for run in RUNS:
@@ -47,6 +57,7 @@ def main() -> None:
         cells = []
         for label, fresh in {
             "own": repredicted(RESULTS / run),
+            "source+preset": repredicted(RESULTS / run, sources[kind], preset),
             "shipped+preset": repredicted(RESULTS / run, references[kind], preset),
         }.items():
             s = summary(comparisons(fresh))

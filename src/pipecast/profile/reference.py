@@ -2,9 +2,12 @@
 
 A profile prices steps on the device it was measured on: a CPU's block times say nothing of
 an H100's. `pipecast recommend --cluster h100-nvlink` on a machine without that GPU predicts
-from these instead. H100: the profiles of benchmarks/results/h100x4-run18 (4 x H100), H200:
-those of h200x4-run14 (4 x H200), bf16, torch 2.11; their predictions over those runs'
-suites are in the README's table of runs.
+from these instead. H100: the profiles of benchmarks/results/h100x4-run18 (4 x H100), with
+every host cost, the split-call cost, the host issue and the loop reading the mean over the
+profiles of h100x4-run13 to -run21 (benchmarks/pooled_check.py: one profile's host readings
+catch the host in one of its spells; adopted by a rule fixed before h100x4-run22, which
+settled it); H200: those of h200x4-run14 (4 x H200) as taken. bf16, torch 2.11; their
+predictions over the stored runs are in the README's "Without the GPUs".
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ REFERENCE_DIR = Path(__file__).with_name("shipped")
 """<kind>/<workload key>.json"""
 
 SOURCES = {"h100": "h100x4-run18", "h200": "h200x4-run14"}
-"""The stored run each GPU kind's profiles come from."""
+"""The stored run each GPU kind's profiles come from (the H100 ones' host costs aside)."""
 
 UNNAMED = ("", "described")
 """Cluster.device of a cluster described by its links alone (hardware.presets.describe)."""
