@@ -39,7 +39,6 @@ from swap_profiles import mean_host
 from pipecast.bench.accuracy import comparisons, summary
 from pipecast.hardware.cluster import Cluster
 from pipecast.hardware.presets import PRESETS, gpu_kind
-from pipecast.models.workload import Workload
 from pipecast.profile.reference import SOURCES
 from pipecast.profile.types import Profile
 
@@ -58,15 +57,11 @@ def pooled(base: Profile, pool: list[Profile]) -> Profile:
     )
 
 
-def by_workload(profiles: list[Profile]) -> dict[str, Profile]:
-    return {Workload.from_dict(p.workload).key: p for p in profiles}
-
-
 def main(write: Path | None = None) -> None:
-    reference = by_workload(list(run_profiles(RESULTS / SOURCES["h100"]).values()))
+    reference = run_profiles(RESULTS / SOURCES["h100"])  # by workload key
     pool: dict[str, list[Profile]] = {}
     for run in POOL:
-        for key, p in by_workload(list(run_profiles(RESULTS / run).values())).items():
+        for key, p in run_profiles(RESULTS / run).items():
             pool.setdefault(key, []).append(p)
     pooled_reference = {k: pooled(p, pool[k]) for k, p in reference.items() if k in pool}
     if write:

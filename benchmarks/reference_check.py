@@ -42,10 +42,7 @@ def main() -> None:
     references = {
         kind: {Workload.from_dict(p.workload).key: p for p in shipped(kind)} for kind in SOURCES
     }
-    sources = {
-        kind: {Workload.from_dict(p.workload).key: p for p in run_profiles(RESULTS / run).values()}
-        for kind, run in SOURCES.items()
-    }
+    sources = {kind: run_profiles(RESULTS / run) for kind, run in SOURCES.items()}
     totals: dict[str, list[float]] = {}
     counts: dict[str, list[int]] = {}
     for run in RUNS:
