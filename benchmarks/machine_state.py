@@ -70,7 +70,7 @@ def snapshot(label: str, *, readings: bool = True) -> dict[str, Any]:
         "pressure_cpu": _read("/proc/pressure/cpu"),
         "cgroup_cpu_max": (_read("/sys/fs/cgroup/cpu.max") or "").strip() or None,
         "clock_mhz": clocks,
-        "smt_siblings": _smt_siblings(),
+        "smt_siblings": smt_siblings(),
     }
     if readings:
         state["reference_s"] = hostspeed.reference()
@@ -86,7 +86,7 @@ def snapshot(label: str, *, readings: bool = True) -> dict[str, Any]:
     return state
 
 
-def _smt_siblings() -> list[str] | None:
+def smt_siblings() -> list[str] | None:
     """The CPUs that share a physical core, as the kernel lists them (one entry per core,
     e.g. '0,32'), or None where it does not say."""
     groups: set[str] = set()
