@@ -75,8 +75,11 @@ def main() -> None:
     try:
         hostspeed.issue(device)  # first calls build the tiny model and warm the kernels
         hostspeed.step_seconds(model, x, device, repeats=1, warmup=1, zero_grad=True)
+        order = [
+            (c, g) for f, s in zip(fast, slow, strict=True) for c, g in ((f, "fast"), (s, "slow"))
+        ]
         for r in range(args.rounds):
-            for cpu, group in [c for pair in zip(fast, slow, strict=True) for c in pair_of(pair)]:
+            for cpu, group in order:
                 pin_process({cpu})
                 rows.append(
                     {
@@ -116,11 +119,6 @@ def main() -> None:
             f"{by['slow']:.2f} ({by['slow'] / by['fast']:.2f}x)"
         )
     log(f"done in {time.time() - began:.1f} s")
-
-
-def pair_of(pair: tuple[int, int]) -> list[tuple[int, str]]:
-    """A fast CPU and a slow one, in that order, each with its group."""
-    return [(pair[0], "fast"), (pair[1], "slow")]
 
 
 if __name__ == "__main__":

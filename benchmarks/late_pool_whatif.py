@@ -16,15 +16,14 @@ better than a run's own; this asks whether a second reading on the same machine 
 from __future__ import annotations
 
 import statistics
-from dataclasses import replace
 from pathlib import Path
 
 import common  # noqa: F401  (puts src/ on the path)
 from combine import repredicted, run_profiles
-from swap_profiles import HOST
+from swap_profiles import HOST, with_host_costs
 
 from pipecast.bench.accuracy import comparisons, summary
-from pipecast.profile.types import Profile
+from pipecast.profile.types import BlockCost, Profile
 
 RESULTS = Path(__file__).parent / "results"
 RUNS = ("h100x4-run5", "h100x4-run13", "h100x4-run14", "h200x4-run13")
@@ -33,12 +32,14 @@ RUNS = ("h100x4-run5", "h100x4-run13", "h100x4-run14", "h200x4-run13")
 def with_host(early: Profile, late: Profile, weight: float) -> Profile:
     """`early` with its smallest size's host costs (1 - weight) x early + weight x late."""
     size = min(early.micro_batches)
-    blocks = []
-    for b, lb in zip(early.blocks, late.blocks, strict=True):
-        e, lc = b.costs[size], lb.costs[size]
-        mixed = {f: (1 - weight) * getattr(e, f) + weight * getattr(lc, f) for f in HOST}
-        blocks.append(replace(b, costs={**b.costs, size: replace(e, **mixed)}))
-    return replace(early, blocks=tuple(blocks))
+
+    def mixed(i: int, mb: int, e: BlockCost) -> dict[str, float] | None:
+        if mb != size:
+            return None
+        lc = late.blocks[i].costs[size]
+        return {f: (1 - weight) * getattr(e, f) + weight * getattr(lc, f) for f in HOST}
+
+    return with_host_costs(early, mixed)
 
 
 def main() -> None:

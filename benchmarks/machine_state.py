@@ -14,6 +14,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -124,7 +125,7 @@ def core_summary(readings: dict[str, list[float]]) -> str:
     many CPUs read more than 1.5x the fastest in every pass and in only some."""
     if not readings:
         return "no CPUs read"
-    medians = sorted(sorted(r)[len(r) // 2] for r in readings.values())
+    medians = sorted(statistics.median(r) for r in readings.values())
     fastest = medians[0]
     always = sum(all(t > 1.5 * fastest for t in r) for r in readings.values())
     sometimes = sum(any(t > 1.5 * fastest for t in r) for r in readings.values()) - always

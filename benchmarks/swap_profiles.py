@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import statistics
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,32 +20,38 @@ from combine import repredicted, run_profiles
 
 from pipecast.bench.accuracy import comparisons, summary
 from pipecast.hardware.cluster import Cluster
-from pipecast.profile.types import Profile
+from pipecast.profile.types import BlockCost, Profile
 
 RESULTS = Path(__file__).parent / "results"
 HOST = ("host_forward", "host_backward_input", "host_backward_weight", "host_backward")
 
 
+def with_host_costs(
+    p: Profile, new: Callable[[int, int, BlockCost], dict[str, float] | None]
+) -> Profile:
+    """`p` with each block's cost at each size given the host fields that
+    `new(block index, size, cost)` returns (None: the cost as it is)."""
+    blocks = []
+    for i, block in enumerate(p.blocks):
+        costs = {}
+        for mb, c in block.costs.items():
+            fields = new(i, mb, c)
+            costs[mb] = replace(c, **fields) if fields else c
+        blocks.append(replace(block, costs=costs))
+    return replace(p, blocks=tuple(blocks))
+
+
 def mean_host(profiles: list[Profile], base: Profile | None = None) -> Profile:
     """`base` (default: the first profile) with every host cost the mean over `profiles`
     (same model)."""
-    base = base or profiles[0]
-    blocks = []
-    for i, block in enumerate(base.blocks):
-        costs = {
-            mb: replace(
-                c,
-                **{
-                    h: statistics.mean(getattr(p.blocks[i].costs[mb], h) for p in profiles)
-                    for h in HOST
-                },
-            )
-            for mb, c in block.costs.items()
-        }
-        blocks.append(replace(block, costs=costs))
+    pooled = with_host_costs(
+        base or profiles[0],
+        lambda i, mb, _: {
+            h: statistics.mean(getattr(p.blocks[i].costs[mb], h) for p in profiles) for h in HOST
+        },
+    )
     return replace(
-        base,
-        blocks=tuple(blocks),
+        pooled,
         host_split_call=statistics.mean(p.host_split_call for p in profiles),
         host_issue=0.0,
     )

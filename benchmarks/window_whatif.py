@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from pathlib import Path
 
 import common  # noqa: F401  (puts src/ on the path)
 from combine import repredicted, run_profiles
 from error_bands import RUNS
-from swap_profiles import HOST
+from swap_profiles import HOST, with_host_costs
 
 from pipecast.bench.accuracy import comparisons, summary
 from pipecast.profile.types import Profile
@@ -45,14 +44,10 @@ def scaled(p: Profile, stat: Callable[[Sequence[float]], float]) -> Profile:
     }
     if not factor:
         return p
-    blocks = []
-    for b in p.blocks:
-        costs = {
-            mb: replace(c, **{f: getattr(c, f) * factor[mb] for f in HOST}) if mb in factor else c
-            for mb, c in b.costs.items()
-        }
-        blocks.append(replace(b, costs=costs))
-    return replace(p, blocks=tuple(blocks))
+    return with_host_costs(
+        p,
+        lambda _, mb, c: {f: getattr(c, f) * factor[mb] for f in HOST} if mb in factor else None,
+    )
 
 
 def main() -> None:
