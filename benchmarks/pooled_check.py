@@ -8,12 +8,12 @@ carries more noise than the machines differ by. The shipped profiles were h100x4
 This re-predicts each stored H100 run, as `reference_check.py` does, from `run18+preset`
 (h100x4-run18's profiles, read from its run directory, and the `h100-nvlink` preset sized
 to the run) and from `pooled+preset` (the same, with every host cost, the split-call cost,
-the host issue and the reference loop readings the mean over POOL's profiles of that model).
+the host issue and the reference loop readings the mean over POOLS["h100"]'s profiles of that model).
 
 The rule, decided before the run: the shipped H100 profiles take pooled host costs if, on
-the first fresh H100 run after h100x4-run21 (not in POOL, so out of sample), pooled+preset
+the first fresh H100 run after h100x4-run21 (not in the pool, so out of sample), pooled+preset
 puts more of its rows within 20% than run18+preset, with a worst no higher. The runs in
-POOL are printed too, marked in-sample, and decide nothing. h100x4-run22 decided it: 58
+the pool are printed too, marked in-sample, and decide nothing. h100x4-run22 decided it: 58
 rows within 20% (worst 18.0%) against 57 (worst 20.8%), so the shipped H100 profiles are
 now the pooled ones, written by
 
@@ -22,7 +22,16 @@ now the pooled ones, written by
 (one <workload key>.json each, as pipecast.profile.reference reads them). Reading run18's
 profiles from its run directory, not the shipped ones, keeps this output the same after.
 
+`--kind h200` asks the same of the shipped H200 profiles (h200x4-run14's as taken), pooled
+over the H200 runs whose profiles read host costs over windows of whole-model passes, as the
+H100 pool's do: h200x4-run13 and -run14. Its rule, written after h200x4-run15 had shown
+run14's profiles with the `h200-nvlink` preset putting 41 of its 58 rows within 20% (worst
+37.5%) and before pooled+preset was computed on it: the shipped H200 profiles take pooled
+host costs if, on h200x4-run15 (in neither the pool nor the preset's probes), pooled+preset
+puts more rows within 20% than run14+preset, with a worst no higher.
+
     cd benchmarks && python3 pooled_check.py > results/pooled-check.txt
+    cd benchmarks && python3 pooled_check.py --kind h200 > results/pooled-check-h200.txt
 """
 
 from __future__ import annotations
@@ -43,7 +52,10 @@ from pipecast.profile.reference import SOURCES
 from pipecast.profile.types import Profile
 
 RESULTS = Path(__file__).resolve().parent / "results"
-POOL = [f"h100x4-run{i}" for i in range(13, 22)]
+POOLS = {
+    "h100": [f"h100x4-run{i}" for i in range(13, 22)],
+    "h200": ["h200x4-run13", "h200x4-run14"],
+}
 
 
 def pooled(base: Profile, pool: list[Profile]) -> Profile:
@@ -57,10 +69,11 @@ def pooled(base: Profile, pool: list[Profile]) -> Profile:
     )
 
 
-def main(write: Path | None = None) -> None:
-    reference = run_profiles(RESULTS / SOURCES["h100"])  # by workload key
+def main(kind: str = "h100", write: Path | None = None) -> None:
+    reference = run_profiles(RESULTS / SOURCES[kind])  # by workload key
+    source = SOURCES[kind].rsplit("-", 1)[-1]  # "run18"
     pool: dict[str, list[Profile]] = {}
-    for run in POOL:
+    for run in POOLS[kind]:
         for key, p in run_profiles(RESULTS / run).items():
             pool.setdefault(key, []).append(p)
     pooled_reference = {k: pooled(p, pool[k]) for k, p in reference.items() if k in pool}
@@ -69,15 +82,15 @@ def main(write: Path | None = None) -> None:
         for key, p in pooled_reference.items():
             p.save(str(write / f"{key}.json"))
         return
-    last_pooled = max(RUNS.index(r) for r in POOL)
+    last_pooled = max(RUNS.index(r) for r in POOLS[kind])
     for run in RUNS:
         own = Cluster.load(str(RESULTS / run / "cluster.json"))
-        if gpu_kind(own.device) != "h100" or run == SOURCES["h100"]:
+        if gpu_kind(own.device) != kind or run == SOURCES[kind]:
             continue
-        preset = PRESETS["h100-nvlink"].subset(own.world)
+        preset = PRESETS[f"{kind}-nvlink"].subset(own.world)
         cells = []
         for label, profiles in {
-            "run18+preset": reference,
+            f"{source}+preset": reference,
             "pooled+preset": pooled_reference,
         }.items():
             s = summary(comparisons(repredicted(RESULTS / run, profiles, preset)))
@@ -86,7 +99,7 @@ def main(write: Path | None = None) -> None:
                 f"{s['worst_abs_error']:6.1%} {s['within_20_percent']:2d} "
                 f"{s['right']}/{s['decisions']}"
             )
-        if run in POOL:
+        if run in POOLS[kind]:
             sample = "in-sample"
         elif RUNS.index(run) > last_pooled:
             sample = "after the pool: decides the rule"
@@ -97,5 +110,7 @@ def main(write: Path | None = None) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kind", choices=sorted(POOLS), default="h100", help="GPU kind")
     parser.add_argument("--write", type=Path, help="write the pooled profiles here instead")
-    main(parser.parse_args().write)
+    args = parser.parse_args()
+    main(args.kind, args.write)

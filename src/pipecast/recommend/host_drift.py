@@ -7,10 +7,10 @@ on shared and virtual machines the host's speed moves in spells: a fixed pure-Py
 (benchmarks/results/h200x4-run13). The profile keeps that loop's reading; reading it again
 before recommending tells whether the host is in a slower spell now.
 
-Over the 38 stored GPU runs (benchmarks/host_drift_rows.py), host-bound steps measured while
-the loop read 1.25x or more its profile's reading ran a median 11.0% slower than predicted
-(250 rows, 87 of them beyond 20%); between 0.8x and 1.25x, 3.4% slower (495 rows); at 0.8x or
-less, 3.3% faster (132 rows). Device-bound steps' signed medians were -1.6% to +1.1%. So a
+Over the 39 stored GPU runs (benchmarks/host_drift_rows.py), host-bound steps measured while
+the loop read 1.25x or more its profile's reading ran a median 10.8% slower than predicted
+(252 rows, 87 of them beyond 20%); between 0.8x and 1.25x, 3.2% slower (514 rows); at 0.8x or
+less, 4.4% faster (143 rows). Device-bound steps' signed medians were -1.6% to +1.1%. So a
 slower host is worth a note where a close call is host-bound, and a faster one is not.
 """
 
