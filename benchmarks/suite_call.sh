@@ -3,9 +3,10 @@
 #
 #   bash benchmarks/suite_call.sh ROUNDS BUDGET_S TIMEOUT_S [gpu_run.py flags...]
 #
-# call 1: `1 520 535` (probe, profiles, one round), calls 2 and 3: `5 560 575` and
-# `5 530 550` (resumed on the same machine). Give the device call a limit some 25 s above
-# TIMEOUT_S. The run lives in /tmp/r4 on that machine (so a later call resumes it); the
+# call 1: `1 540 565` (probe, profiles, one round), calls 2 and 3: `5 545 570` and
+# `5 520 545` (resumed on the same machine). Keep TIMEOUT_S at least 25 s over BUDGET_S (a
+# call ends a few seconds past its budget, then reads the machine for up to 15 s) and give
+# the device call a limit some 25 s above TIMEOUT_S. The run lives in /tmp/r4 on that machine (so a later call resumes it); the
 # script packs it into the device's $OUT as it goes (PACK_TO) and copies the last pack, the
 # log and the machine readings there at the end, so a call cut off still hands back its
 # profiles. Extract the last all.tgz into benchmarks/results/<run>/.
