@@ -8,7 +8,8 @@ carries more noise than the machines differ by. The shipped profiles were h100x4
 This re-predicts each stored H100 run, as `reference_check.py` does, from `run18+preset`
 (h100x4-run18's profiles, read from its run directory, and the `h100-nvlink` preset sized
 to the run) and from `pooled+preset` (the same, with every host cost, the split-call cost,
-the host issue and the reference loop readings the mean over POOLS["h100"]'s profiles of that model).
+the host issue and the reference loop readings the mean over the pool's profiles of that
+model; the H100 pool is POOLS["h100"]).
 
 The rule, decided before the run: the shipped H100 profiles take pooled host costs if, on
 the first fresh H100 run after h100x4-run21 (not in the pool, so out of sample), pooled+preset
