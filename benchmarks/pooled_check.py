@@ -38,17 +38,15 @@ puts more rows within 20% than run14+preset, with a worst no higher.
 from __future__ import annotations
 
 import argparse
-import statistics
-from dataclasses import replace
 from pathlib import Path
 
 from combine import repredicted, run_profiles
 from error_bands import RUNS
-from swap_profiles import mean_host
 
 from pipecast.bench.accuracy import comparisons, summary
 from pipecast.hardware.cluster import Cluster
 from pipecast.hardware.presets import PRESETS, gpu_kind
+from pipecast.profile.pool import pool_host
 from pipecast.profile.reference import SOURCES
 from pipecast.profile.types import Profile
 
@@ -59,17 +57,6 @@ POOLS = {
 }
 
 
-def pooled(base: Profile, pool: list[Profile]) -> Profile:
-    """`base` with its host costs, split-call cost, host issue and reference loop readings
-    the mean over `pool` (profiles of the same model and sizes): the loop reading is the
-    host speed the pooled costs were read at, which a drift check compares against."""
-    return replace(
-        mean_host(pool, base),
-        host_issue=statistics.mean(p.host_issue for p in pool),
-        host_reference=statistics.mean(p.host_reference for p in pool),
-    )
-
-
 def main(kind: str = "h100", write: Path | None = None) -> None:
     reference = run_profiles(RESULTS / SOURCES[kind])  # by workload key
     source = SOURCES[kind].rsplit("-", 1)[-1]  # "run18"
@@ -77,7 +64,7 @@ def main(kind: str = "h100", write: Path | None = None) -> None:
     for run in POOLS[kind]:
         for key, p in run_profiles(RESULTS / run).items():
             pool.setdefault(key, []).append(p)
-    pooled_reference = {k: pooled(p, pool[k]) for k, p in reference.items() if k in pool}
+    pooled_reference = {k: pool_host(p, pool[k]) for k, p in reference.items() if k in pool}
     if write:
         write.mkdir(parents=True, exist_ok=True)
         for key, p in pooled_reference.items():

@@ -188,6 +188,9 @@ class Profile:
     this process issued it while profiling (0: not recorded)."""
     host_machine: str = ""
     """hostspeed.machine() where the profile was taken (empty: not recorded)."""
+    host_pooled: int = 1
+    """How many profiles' readings the host costs, the split-call cost, host_issue and
+    host_reference are the mean of (pipecast.profile.pool; 1: this profile's own)."""
     size_issue: dict[int, float] = field(default_factory=dict)
     """Micro-batch size -> hostspeed.issue() read beside that size's host costs (the mean of
     readings just before and just after its whole-model passes, or without those passes the
@@ -446,6 +449,7 @@ class Profile:
                 "host_reference": self.host_reference,
                 "host_issue": self.host_issue,
                 "host_machine": self.host_machine,
+                "host_pooled": self.host_pooled,
                 "size_issue": {str(mb): v for mb, v in self.size_issue.items()},
                 "host_windows": self.host_windows,
                 "window_host": {str(mb): list(v) for mb, v in self.window_host.items()},
@@ -520,6 +524,7 @@ class Profile:
                 host_reference=float(doc.get("host_reference", 0.0)),
                 host_issue=float(doc.get("host_issue", 0.0)),
                 host_machine=str(doc.get("host_machine", "")),
+                host_pooled=int(doc.get("host_pooled", 1)),
                 size_issue={int(mb): float(v) for mb, v in doc.get("size_issue", {}).items()},
                 host_windows=int(doc.get("host_windows", 1)),
                 window_host={

@@ -1,0 +1,86 @@
+"""Host costs pooled over several profiles of one model.
+
+On shared and virtual machines the host's speed moves in spells of minutes, and one
+profile's host costs are read within one of them. Over the stored 4-GPU runs, a run's
+measured steps lay closer to the other runs' measurements of the same configurations than
+to its own prediction (benchmarks/repeatability.py), and its predictions came closer when
+each host cost was the mean over that model's profiles from this and every earlier run of
+the same GPU kind (benchmarks/history_pool.py: 476 of 522 H100 rows within 20% against 453
+from each run's own profile; 157 of 174 H200 rows against 148). `pool_host` takes that
+mean, each profile weighted by the readings it pools already, so pooling a pooled profile
+with a new one counts every reading once; the device's costs, the memory and everything
+else stay `base`'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from pipecast.errors import ConfigError
+from pipecast.profile.reference import carries
+from pipecast.profile.types import BlockCost, BlockProfile, Profile
+
+HOST_COSTS = ("host_forward", "host_backward_input", "host_backward_weight", "host_backward")
+"""The BlockCost fields that are host seconds."""
+
+
+def poolable(base: Profile, other: Profile) -> str:
+    """Why `other`'s host costs cannot be pooled with `base`'s ('' where they can): the same
+    model and input shapes, dtype and GPU kind, the same blocks, and every size of `base`
+    measured."""
+    if (other.model, other.dataset, other.workload) != (base.model, base.dataset, base.workload):
+        return f"it profiles {other.model}/{other.dataset}, not {base.model}/{base.dataset}"
+    if (other.dtype, other.autocast) != (base.dtype, base.autocast):
+        return f"it was measured in {other.dtype}, not {base.dtype}"
+    if not carries(other.device, base.device):
+        return f"it was measured on {other.device}, not {base.device}"
+    if [b.name for b in other.blocks] != [b.name for b in base.blocks]:
+        return f"its {len(other.blocks)} blocks are not the {len(base.blocks)} of this one"
+    missing = sorted(set(base.micro_batches) - set(other.micro_batches))
+    if missing:
+        return f"it lacks micro-batch sizes {missing}"
+    return ""
+
+
+def _mean(profiles: Sequence[Profile], read: Callable[[Profile], float], fallback: float) -> float:
+    """The mean of `read` over the profiles that recorded it (non-zero), each weighted by
+    how many readings it pools already (Profile.host_pooled), else `fallback`."""
+    pairs = [(read(p), p.host_pooled) for p in profiles if read(p) > 0]
+    if not pairs:
+        return fallback
+    return sum(v * w for v, w in pairs) / sum(w for _, w in pairs)
+
+
+def pool_host(base: Profile, profiles: Sequence[Profile]) -> Profile:
+    """`base` with every block's host costs at every size, the split-call cost, the host
+    issue and the reference loop reading the mean over `profiles` (which should include
+    `base` to count its own reading). Raises ConfigError naming a profile that does not
+    match `base`."""
+    if not profiles:
+        raise ConfigError("pooling host costs needs at least one profile")
+    for i, p in enumerate(profiles):
+        why = poolable(base, p)
+        if why:
+            raise ConfigError(f"cannot pool host costs with profile {i + 1}: {why}")
+
+    weight = sum(p.host_pooled for p in profiles)
+
+    def block(i: int, b: BlockProfile) -> BlockProfile:
+        costs: dict[int, BlockCost] = {}
+        for mb, c in b.costs.items():
+            pooled = {
+                h: sum(getattr(p.blocks[i].costs[mb], h) * p.host_pooled for p in profiles) / weight
+                for h in HOST_COSTS
+            }
+            costs[mb] = replace(c, **pooled)
+        return replace(b, costs=costs)
+
+    return replace(
+        base,
+        blocks=tuple(block(i, b) for i, b in enumerate(base.blocks)),
+        host_split_call=_mean(profiles, lambda p: p.host_split_call, base.host_split_call),
+        host_issue=_mean(profiles, lambda p: p.host_issue, base.host_issue),
+        host_reference=_mean(profiles, lambda p: p.host_reference, base.host_reference),
+        host_pooled=weight,
+    )

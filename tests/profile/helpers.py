@@ -1,0 +1,36 @@
+"""Profiles whose host readings differ by known factors, for the pooling tests."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from pipecast.profile.pool import HOST_COSTS
+from pipecast.profile.reference import shipped
+from pipecast.profile.types import Profile
+
+
+def shipped_profile(model: str = "resnet18", kind: str = "h100") -> Profile:
+    """A real GPU profile (the one pipecast ships), counted as one reading."""
+    (p,) = [p for p in shipped(kind) if p.model == model]
+    return replace(p, host_pooled=1)
+
+
+def scaled(p: Profile, factor: float, issue: float = 0.0) -> Profile:
+    """`p` with every host cost `factor` times its own and the device's untouched."""
+    blocks = tuple(
+        replace(
+            b,
+            costs={
+                mb: replace(c, **{h: getattr(c, h) * factor for h in HOST_COSTS})
+                for mb, c in b.costs.items()
+            },
+        )
+        for b in p.blocks
+    )
+    return replace(
+        p,
+        blocks=blocks,
+        host_split_call=p.host_split_call * factor,
+        host_issue=issue,
+        host_reference=p.host_reference * factor,
+    )
