@@ -66,8 +66,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--recalibrate",
         action="store_true",
-        help="profile the model and probe the GPUs again, replacing what is cached (the "
-        "host's speed may have moved since)",
+        help="profile the model and probe the GPUs again (the host's speed may have moved "
+        "since); on GPUs the new profile's host costs are pooled with the earlier ones of this "
+        "model here (the newest 8), since one reading catches the host in one spell",
     )
     p.add_argument("--optimizer", choices=("sgd", "momentum", "adam"), default="sgd")
     p.add_argument("--memory-margin", type=float, default=0.1)
@@ -152,7 +153,8 @@ def run(args: argparse.Namespace) -> int:
         profile = _reference(workload, args.dtype, args.autocast, target, here)
         console.print(
             f"profile: pipecast's reference, measured on {profile.device} at micro-batches "
-            f"{list(profile.micro_batches)} ({profile.dtype}, torch {profile.torch_version})"
+            f"{list(profile.micro_batches)} ({profile.dtype}, torch {profile.torch_version}; "
+            f"host costs the mean of {profile.host_pooled} runs' profiles)"
         )
     else:
         sizes = profile_sizes(args.batch, gpus)
@@ -172,9 +174,14 @@ def run(args: argparse.Namespace) -> int:
                 batch=args.batch,
             )
         check_host = cached
+        pooled = (
+            f"; host costs the mean of {profile.host_pooled} profiles of it here"
+            if profile.host_pooled > 1
+            else ""
+        )
         console.print(
             f"profile: {'cached' if cached else 'measured'} on {profile.device} at "
-            f"micro-batches {list(profile.micro_batches)}"
+            f"micro-batches {list(profile.micro_batches)}{pooled}"
         )
     if cluster is None:
         with console.status("calibrating: probing links"):

@@ -1,11 +1,15 @@
 """Calibration: the first recommendation on a machine measures what it needs (a profile at
 the micro-batch sizes the strategies use, and the links) and caches it; later runs for the
-same model and machine read the cache and take seconds."""
+same model and machine read the cache and take seconds. On GPUs, each profile measured is
+also kept in a history beside the cache, and the cached one carries host costs pooled over
+the newest HISTORY of them (pipecast.profile.pool): a recalibration adds a reading of the
+host rather than replacing the last."""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -13,12 +17,18 @@ from pathlib import Path
 import torch
 
 from pipecast import devices
+from pipecast.errors import DataError
 from pipecast.hardware import host_probe
 from pipecast.hardware.cluster import CPU_PROBE_RANKS, Cluster
 from pipecast.hardware.probe import ProbeOptions, probe
 from pipecast.models.workload import Workload
+from pipecast.profile.pool import pool_host, poolable
 from pipecast.profile.profiler import ProfileOptions, profile_model
 from pipecast.profile.types import Dtype, Profile
+
+HISTORY = 8
+"""How many of a model's newest profiles on one machine the cached profile's host costs are
+the mean of."""
 
 
 def cache_dir() -> Path:
@@ -69,12 +79,14 @@ def calibrated_profile(
     refresh: bool = False,
     ranks: int = 1,
     batch: int = 0,
+    pool: bool | None = None,
 ) -> tuple[Profile, bool]:
     """The cached profile for this workload and device, measuring what is missing (and,
-    with `refresh`, measuring it again in its place). Returns (profile, came_from_cache).
-    On a CPU with `ranks` of 2 or more, the profile also holds how much slower the model
-    computes in n ranks sharing the cores (n: sharing_counts), each at `batch` // n samples
-    (Profile.shared_compute)."""
+    with `refresh`, measuring it again). Returns (profile, came_from_cache). With `pool`
+    (default: on GPUs), a profile measured here takes host costs pooled over it and the
+    earlier ones in its history (pooled_with_history). On a CPU with `ranks` of 2 or more,
+    the profile also holds how much slower the model computes in n ranks sharing the cores
+    (n: sharing_counts), each at `batch` // n samples (Profile.shared_compute)."""
     dev = devices.resolve(device)
     name = devices.name(dev)
     options = ProfileOptions(
@@ -106,8 +118,39 @@ def calibrated_profile(
             workload, sharing_counts(ranks), batch or max(sizes), dtype=dtype, progress=progress
         )
         profile = replace(profile, shared_compute=factors)
+    if (dev.type == "cuda") if pool is None else pool:
+        profile = pooled_with_history(path, profile)
     profile.save(str(path))
     return profile, False
+
+
+def pooled_with_history(path: Path, profile: Profile) -> Profile:
+    """Keep `profile` (just measured) in the history folder beside the cached file `path`
+    and return it with host costs the mean over the newest HISTORY profiles there that
+    match it (a profile cached before histories were kept joins the history first; files
+    that do not load or match are passed over)."""
+    history = path.with_suffix(".history")
+    history.mkdir(exist_ok=True)
+    if path.exists() and not any(history.glob("*.json")):
+        try:
+            earlier = Profile.load(str(path))
+        except DataError:
+            earlier = None
+        if earlier is not None and earlier.host_pooled == 1:
+            earlier.save(str(history / "0.json"))
+    profile.save(str(history / f"{time.time_ns()}.json"))
+    readings: list[Profile] = []
+    files = [f for f in history.glob("*.json") if f.stem.isdigit()]
+    for f in sorted(files, key=lambda f: int(f.stem), reverse=True):
+        try:
+            p = Profile.load(str(f))
+        except DataError:
+            continue
+        if p.host_pooled == 1 and not poolable(profile, p):
+            readings.append(p)
+        if len(readings) == HISTORY:
+            break
+    return pool_host(profile, readings) if len(readings) > 1 else profile
 
 
 def calibrated_cluster(gpus: int, device: str, refresh: bool = False) -> tuple[Cluster, bool]:
