@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -97,3 +98,46 @@ def test_simulate_bad_input(
 def test_missing_profile_file(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["partition", "--profile", "/nope.json", "--stages", "2"]) == 2
     assert "file not found" in capsys.readouterr().err
+
+
+def test_profile_pools_host_costs_with_earlier_profiles(
+    lenet_profile: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.profile.helpers import scaled
+
+    from pipecast.profile.types import Profile
+
+    # an earlier profile whose host readings, and device times, are 1,000x this machine's
+    # (a CPU profile's host readings are its loop and issue times; blocks carry none)
+    taken = Profile.load(lenet_profile)
+    assert taken.host_issue > 0
+    slow = scaled(taken, 1000.0, issue=taken.host_issue * 1000)
+    slow = replace(
+        slow,
+        blocks=tuple(
+            replace(
+                b, costs={mb: replace(c, forward=c.forward * 1000) for mb, c in b.costs.items()}
+            )
+            for b in slow.blocks
+        ),
+    )
+    earlier = tmp_path / "earlier.json"
+    slow.save(str(earlier))
+    out = tmp_path / "pooled.json"
+    argv = ["profile", "--model", "lenet5", "--repeats", "2", "--warmup", "1"]
+    assert main([*argv, "--micro-batch", "4,8", "--pool-host", str(earlier), "-o", str(out)]) == 0
+    assert "the mean of 2 profiles" in capsys.readouterr().out
+    pooled = Profile.load(str(out))
+    assert pooled.host_pooled == 2
+    assert pooled.host_issue > 100 * taken.host_issue  # the earlier reading pooled in
+    assert pooled.host_reference > 100 * taken.host_reference
+    mb = 8
+    forward = sum(b.costs[mb].forward for b in pooled.blocks)
+    assert forward < 100 * sum(b.costs[mb].forward for b in taken.blocks)  # its own device
+    # a profile lacking a size is refused before anything is written, with the file named
+    out.unlink()
+    assert main([*argv, "--micro-batch", "4", "-o", str(tmp_path / "four.json")]) == 0
+    four = str(tmp_path / "four.json")
+    assert main([*argv, "--micro-batch", "4,8", "--pool-host", four, "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"--pool-host {four} cannot pool" in err and "[8]" in err and not out.exists()

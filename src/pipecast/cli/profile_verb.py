@@ -8,6 +8,8 @@ from rich.table import Table
 
 from pipecast.cli.common import add_workload_args, parse_int_list, workload_from_args
 from pipecast.cli.console import console, human_bytes, human_count, human_seconds, progress
+from pipecast.errors import ConfigError
+from pipecast.profile.pool import pool_host, poolable
 from pipecast.profile.profiler import ProfileOptions, profile_model
 from pipecast.profile.types import Profile
 
@@ -47,6 +49,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=True,
         help="also time each block replayed as CUDA graphs, for predictions of "
         "--cuda-graphs runs (CUDA, without autocast; --no-graph-times: skip them)",
+    )
+    p.add_argument(
+        "--pool-host",
+        nargs="+",
+        metavar="PROFILE",
+        default=[],
+        help="earlier profiles of this model, sizes and GPU kind: the written profile's host "
+        "costs become the mean over them and this one (one profile reads the host in one of "
+        "its spells; device times and memory stay this one's)",
     )
     p.add_argument("-o", "--output", help="where to write the profile JSON")
     p.set_defaults(func=run)
@@ -121,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
         hide_issue=args.hide_issue,
         graph_times=args.graph_times,
     )
+    earlier = [Profile.load(path) for path in args.pool_host]  # a bad file fails before profiling
     model = workload.build()
     with progress() as bar:
         task = bar.add_task("profiling", total=len(model) * len(set(sizes)))
@@ -136,6 +148,13 @@ def run(args: argparse.Namespace) -> int:
             workload=workload.to_dict(),
             progress=step,
         )
+    for path, other in zip(args.pool_host, earlier, strict=True):
+        why = poolable(profile, other)
+        if why:
+            raise ConfigError(f"--pool-host {path} cannot pool with this profile: {why}")
+    if earlier:
+        profile = pool_host(profile, [profile, *earlier])
+        console.print(f"host costs: the mean of {profile.host_pooled} profiles' readings")
     print_profile(profile)
     if args.output:
         profile.save(args.output)
