@@ -1,8 +1,13 @@
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
-from pipecast.recommend.host_drift import SLOWER, host_drift
+from pipecast.recommend.host_drift import SLOWER, SLOWER_MISS, host_drift
+
+ROWS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "host-drift-rows.txt"
 
 
 def test_a_slower_host_is_noted_only_for_host_bound_strategies() -> None:
@@ -11,7 +16,7 @@ def test_a_slower_host_is_noted_only_for_host_bound_strategies() -> None:
     assert slow.ratio == pytest.approx(13 / 7)
     note = slow.note(host_bound=True)
     assert note is not None and "1.86x slower" in note and "13.0 ms against 7.0 ms" in note
-    assert "--recalibrate" in note
+    assert "--recalibrate" in note and "a median 11% slower than predicted" in note
     # a device-bound recommendation does not follow the host
     assert slow.note(host_bound=False) is None
     assert slow.to_dict() == {
@@ -48,3 +53,12 @@ def test_a_steady_or_faster_host_is_not_noted() -> None:
 def test_no_drift_without_both_readings() -> None:
     assert host_drift(0.0, 0.010) is None  # profiled before the profiler read the host
     assert host_drift(0.010, 0.0) is None
+
+
+def test_the_note_quotes_what_the_stored_runs_measured() -> None:
+    """The note's figure is the stored runs' own: the signed median of host-bound rows
+    measured while the host ran SLOWER or more (benchmarks/host_drift_rows.py)."""
+    line = next(x for x in ROWS.read_text().splitlines() if x.startswith("host-bound, host slower"))
+    assert f"{SLOWER:.2f}x or more" in line
+    match = re.search(r"signed median (-?[\d.]+)%", line)
+    assert match is not None and -float(match.group(1)) / 100 == pytest.approx(SLOWER_MISS)
