@@ -10,17 +10,25 @@ the first run of each kind has no history and is left out). Only earlier runs po
 run's own measurements never shaped its prediction. CPU only; output:
 results/history-pool.txt.
 
-Written after h200x4-run15, with every run it covers already stored.
+Written after h200x4-run15, with every run it covers already stored. `--plot` also draws
+each run's worst row three ways: its own prediction, the pooled one, and the other runs'
+median measurement (repeatability.py), against #7's 20%.
 
-    cd benchmarks && python3 history_pool.py > results/history-pool.txt
+    cd benchmarks && python3 history_pool.py --plot results/history-pool.png \
+        > results/history-pool.txt
 """
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
 from combine import repredicted, run_profiles
-from repeatability import GROUPS
+from repeatability import GROUPS, run_errors
 
 from pipecast.bench.accuracy import comparisons, summary
 from pipecast.profile.pool import pool_host
@@ -29,7 +37,8 @@ from pipecast.recommend.calibrate import HISTORY
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def main() -> None:
+def main(plot: Path | None = None) -> None:
+    worst: dict[str, dict[str, float]] = {"own": {}, "history": {}, "others": {}}
     for kind, runs in GROUPS.items():
         profiles = {run: run_profiles(RESULTS / run) for run in runs}
         totals = {"own": 0, "history": 0}
@@ -47,6 +56,7 @@ def main() -> None:
             ):
                 s = summary(comparisons(fresh))
                 totals[name] += int(s["within_20_percent"])
+                worst[name][run] = float(s["worst_abs_error"])
                 cells.append(
                     f"{name} {s['median_abs_error']:5.1%} {s['worst_abs_error']:6.1%} "
                     f"{s['within_20_percent']:2d} {s['right']}/{s['decisions']}"
@@ -57,7 +67,35 @@ def main() -> None:
             f"{kind}: own {totals['own']} of {rows} within 20%, "
             f"history {totals['history']} of {rows}"
         )
+        if plot:
+            for run, found in run_errors(runs).items():
+                worst["others"][run] = max(others for _, others, _ in found)
+    if plot:
+        draw(worst, plot)
+
+
+def draw(worst: dict[str, dict[str, float]], path: Path) -> None:
+    runs = list(worst["own"])
+    fig, ax = plt.subplots(figsize=(9, 3.6))
+    styles = {
+        "own": ("own profiles and probe", "o", "tab:red"),
+        "history": ("host costs pooled with earlier runs'", "s", "tab:blue"),
+        "others": ("other runs' median measurement", "^", "tab:gray"),
+    }
+    for name, (label, marker, color) in styles.items():
+        ys = [100 * worst[name][r] for r in runs]
+        ax.plot(range(len(runs)), ys, marker=marker, color=color, label=label, lw=1)
+    ax.axhline(20, ls="--", color="black", lw=0.8)
+    ax.set_xticks(range(len(runs)), [r.replace("x4-run", " ") for r in runs], fontsize=8)
+    ax.set_ylabel("worst |error| of a run, %")
+    ax.set_title("each 4-GPU run's worst row, three ways (dashed: #7's 20%)", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--plot", type=Path, help="also draw the worst rows here (PNG)")
+    main(parser.parse_args().plot)

@@ -37,21 +37,29 @@ def line(label: str, errors: list[float]) -> str:
     return f"{label} {statistics.median(errors):5.1%} {worst:6.1%} {within:3d}"
 
 
+def run_errors(runs: list[str]) -> dict[str, list[tuple[Comparison, float, float]]]:
+    """Run -> (row, |error| of the other runs' median measurement, |error| of the run's own
+    prediction) for each row measured on at least two other runs."""
+    rows = {run: {c.label: c for c in comparisons(repredicted(RESULTS / run))} for run in runs}
+    out: dict[str, list[tuple[Comparison, float, float]]] = {}
+    for run in runs:
+        out[run] = []
+        for label, c in rows[run].items():
+            others = [rows[o][label].measured for o in runs if o != run and label in rows[o]]
+            if len(others) >= 2:
+                guess = statistics.median(others)
+                out[run].append((c, abs(guess / c.measured - 1), abs(c.predicted / c.measured - 1)))
+    return out
+
+
 def main() -> None:
     totals: dict[str, list[float]] = {"others": [], "own": []}
     host: dict[str, list[float]] = {"others": [], "own": []}
     for runs in GROUPS.values():
-        rows: dict[str, dict[str, Comparison]] = {
-            run: {c.label: c for c in comparisons(repredicted(RESULTS / run))} for run in runs
-        }
-        for run in runs:
+        for run, found in run_errors(runs).items():
             errors: dict[str, list[float]] = {"others": [], "own": []}
-            for label, c in rows[run].items():
-                others = [rows[o][label].measured for o in runs if o != run and label in rows[o]]
-                if len(others) < 2:
-                    continue
-                for name, guess in (("others", statistics.median(others)), ("own", c.predicted)):
-                    e = abs(guess / c.measured - 1)
+            for c, others, own in found:
+                for name, e in (("others", others), ("own", own)):
                     errors[name].append(e)
                     totals[name].append(e)
                     if c.host_share >= 0.5:
