@@ -32,6 +32,7 @@ def test_later_profiles_pool_with_the_newest_readings_only(tmp_path: Path) -> No
         out.save(str(path))
     kept = factors[-HISTORY:]
     assert out.host_pooled == HISTORY
+    assert len(list(path.with_suffix(".history").glob("*.json"))) == HISTORY  # pruned
     assert _forward(out) == pytest.approx(_forward(base) * sum(kept) / len(kept))
 
 

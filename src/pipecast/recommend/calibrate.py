@@ -128,7 +128,8 @@ def pooled_with_history(path: Path, profile: Profile) -> Profile:
     """Keep `profile` (just measured) in the history folder beside the cached file `path`
     and return it with host costs the mean over the newest HISTORY profiles there that
     match it (a profile cached before histories were kept joins the history first; files
-    that do not load or match are passed over)."""
+    that do not load or match are passed over; readings older than those pooled are
+    deleted)."""
     history = path.with_suffix(".history")
     history.mkdir(exist_ok=True)
     if path.exists() and not any(history.glob("*.json")):
@@ -142,14 +143,15 @@ def pooled_with_history(path: Path, profile: Profile) -> Profile:
     readings: list[Profile] = []
     files = [f for f in history.glob("*.json") if f.stem.isdigit()]
     for f in sorted(files, key=lambda f: int(f.stem), reverse=True):
+        if len(readings) == HISTORY:
+            f.unlink()  # older than every reading pooled: the history keeps HISTORY
+            continue
         try:
             p = Profile.load(str(f))
         except DataError:
             continue
         if p.host_pooled == 1 and not poolable(profile, p):
             readings.append(p)
-        if len(readings) == HISTORY:
-            break
     return pool_host(profile, readings) if len(readings) > 1 else profile
 
 
