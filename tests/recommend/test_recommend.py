@@ -99,7 +99,10 @@ def test_recommend_cli_calibrates_once_then_uses_the_cache(
     (cached,) = (tmp_path / "cache").glob("profile-lenet5-*.json")
     assert set(Profile.load(str(cached)).shared_compute) == {2}
     # a profile measured just now needs no second reading of the host's speed
-    assert json.loads((tmp_path / "rec.json").read_text())["host_speed"] is None
+    written = json.loads((tmp_path / "rec.json").read_text())
+    assert written["host_speed"] is None
+    # CPU profiles are not pooled: one reading, the one just taken
+    assert written["profile"]["host_pooled"] == 1 and written["profile"]["device"] == "cpu"
     monkeypatch.setattr("pipecast.hostspeed.reference", lambda repeats=5: 0.5)
     assert main(argv) == 0
     second = capsys.readouterr().out
@@ -579,6 +582,7 @@ def test_recommend_for_gpus_this_machine_lacks_uses_the_shipped_profile(
     assert not (tmp_path / "cache").exists()  # nothing profiled or probed here
     doc = json.loads(out.read_text())
     assert doc["device"] == "cuda" and doc["dtype"] == "bf16"
+    assert "H100" in doc["profile"]["device"] and doc["profile"]["host_pooled"] == 9
     expected = recommend(*_shipped_vgg16(), 128, gpus=8)
     assert doc["ranked"][0]["label"] == expected.best.strategy.label()
     assert doc["ranked"][0]["step_time"] == pytest.approx(expected.best.step_time)

@@ -253,6 +253,13 @@ def run(args: argparse.Namespace) -> int:
         "dtype": args.dtype,
         "autocast": args.autocast,
         "optimizer": args.optimizer,
+        # what the predictions were made from
+        "profile": {
+            "device": profile.device,
+            "micro_batches": list(profile.micro_batches),
+            "torch": profile.torch_version,
+            "host_pooled": profile.host_pooled,
+        },
     }
     _write(args.output, rec, measured, drift, about)
     where = f" on {gpus} x {target}" if elsewhere else ""
