@@ -1,6 +1,7 @@
 """Would a user who profiles a model on each visit predict better with host costs pooled
 over the visits (what `pipecast recommend --recalibrate` now keeps on GPUs)? Each stored
-4-GPU run of the same suite and measuring code (H100 runs 13-22, H200 runs 12-15) is
+4-GPU run of the same suite and measuring code (repeatability.GROUPS: H100 runs from 13,
+H200 runs from 12) is
 re-predicted from its own profiles and probe (`own`), and from the same with every host
 cost, the split-call cost, the host issue and the loop reading the mean over that model's
 profiles from this run and the earlier ones of the GPU kind, the newest HISTORY (8) as the

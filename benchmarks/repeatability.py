@@ -3,7 +3,8 @@
 Each fresh 4-GPU run since h100x4-run19 has missed the bar of every row within 20% by a few
 rows, host-bound ones whose own rounds lay far apart. This asks how close the machines come
 to themselves: for every configuration measured on several 4-GPU runs of one GPU kind
-(H100 runs 13-22, H200 runs 12-15: the same suite, the same measuring code), each run's
+(H100 runs from 13, H200 runs from 12, every one stored: the same suite, the same
+measuring code), each run's
 measured step against the median of the other runs' measurements of it, as if those were a
 prediction that knew everything about the step but the host's spell on the day. Beside it,
 the run's own prediction (from its own profiles and probe) against the same measurement.
@@ -25,10 +26,22 @@ from combine import repredicted
 from pipecast.bench.accuracy import Comparison, comparisons
 
 RESULTS = Path(__file__).resolve().parent / "results"
-GROUPS = {
-    "h100": [f"h100x4-run{i}" for i in range(13, 23)],
-    "h200": [f"h200x4-run{i}" for i in range(12, 16)],
-}
+FIRST = {"h100": 13, "h200": 12}
+"""The first run of each GPU kind measured by the same suite and code as the later ones."""
+
+
+def stored(kind: str) -> list[str]:
+    """Every stored `<kind>x4-runN` from FIRST[kind] on, in order (a new run joins as it is
+    stored)."""
+    found = []
+    for path in RESULTS.glob(f"{kind}x4-run*"):
+        n = path.name.rsplit("run", 1)[1]
+        if n.isdigit() and int(n) >= FIRST[kind] and (path / "bench.sqlite").exists():
+            found.append((int(n), path.name))
+    return [name for _, name in sorted(found)]
+
+
+GROUPS = {kind: stored(kind) for kind in FIRST}
 
 
 def line(label: str, errors: list[float]) -> str:
