@@ -1,15 +1,13 @@
 """Would a user who profiles a model on each visit predict better with host costs pooled
 over the visits (what `pipecast recommend --recalibrate` now keeps on GPUs)? Each stored
 4-GPU run of the same suite and measuring code (repeatability.GROUPS: H100 runs from 13,
-H200 runs from 12) is
-re-predicted from its own profiles and probe (`own`), and from the same with every host
-cost, the split-call cost, the host issue and the loop reading the mean over that model's
-profiles from this run and the earlier ones of the GPU kind, the newest HISTORY (8) as the
-cache keeps them (`history`,
-pipecast.profile.pool.pool_host: what the cache would hold had each run been a visit;
-the first run of each kind has no history and is left out). Only earlier runs pool, so each
-run's own measurements never shaped its prediction. CPU only; output:
-results/history-pool.txt.
+H200 runs from 12) is re-predicted from its own profiles and probe (`own`), and from the
+same with every host cost, the split-call cost, the host issue and the loop reading the
+mean over that model's profiles from this run and the earlier ones of its GPU kind, the
+newest HISTORY (8), as the cache keeps them (`history`, pipecast.profile.pool.pool_host:
+what the cache would hold had each run been a visit; the first run of each kind has no
+history and is left out). Only earlier runs pool, so no run's own measurements shaped its
+prediction. CPU only; output: results/history-pool.txt.
 
 Written after h200x4-run15, with every run it covers already stored. `--plot` also draws
 each run's worst row three ways: its own prediction, the pooled one, and the other runs'
