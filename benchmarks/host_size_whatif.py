@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import statistics
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import common  # noqa: F401  (puts src/ on the path)
 from combine import repredicted, run_profiles
-from swap_profiles import HOST
 
 from pipecast.bench.accuracy import comparisons, summary
-from pipecast.profile.types import Profile
+from pipecast.profile.pool import HOST_COSTS, with_host_costs
+from pipecast.profile.types import BlockCost, Profile
 
 RESULTS = Path(__file__).parent / "results"
 ESTIMATORS = ("smallest", "median", "second", "max", "maxbound")
@@ -47,11 +46,13 @@ def estimated(p: Profile, how: str) -> Profile:
         return p
     sizes = sorted(p.micro_batches)
     source = _source_size(p, how)
-    blocks = []
-    for b in p.blocks:
-        costs = dict(b.costs)
+
+    def estimated(i: int, mb: int, _: BlockCost) -> dict[str, float] | None:
+        if mb != sizes[0]:
+            return None
+        costs = p.blocks[i].costs
         new = {}
-        for field in HOST:
+        for field in HOST_COSTS:
             values = [getattr(costs[s], field) for s in sizes]
             if source is not None:
                 new[field] = getattr(costs[source], field)
@@ -59,9 +60,9 @@ def estimated(p: Profile, how: str) -> Profile:
                 new[field] = statistics.median(values)
             else:  # max
                 new[field] = max(values)
-        costs[sizes[0]] = replace(costs[sizes[0]], **new)
-        blocks.append(replace(b, costs=costs))
-    return replace(p, blocks=tuple(blocks))
+        return new
+
+    return with_host_costs(p, estimated)
 
 
 def main(runs: list[str]) -> None:

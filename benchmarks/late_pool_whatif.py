@@ -20,9 +20,9 @@ from pathlib import Path
 
 import common  # noqa: F401  (puts src/ on the path)
 from combine import repredicted, run_profiles
-from swap_profiles import HOST, with_host_costs
 
 from pipecast.bench.accuracy import comparisons, summary
+from pipecast.profile.pool import HOST_COSTS, with_host_costs
 from pipecast.profile.types import BlockCost, Profile
 
 RESULTS = Path(__file__).parent / "results"
@@ -37,7 +37,7 @@ def with_host(early: Profile, late: Profile, weight: float) -> Profile:
         if mb != size:
             return None
         lc = late.blocks[i].costs[size]
-        return {f: (1 - weight) * getattr(e, f) + weight * getattr(lc, f) for f in HOST}
+        return {f: (1 - weight) * getattr(e, f) + weight * getattr(lc, f) for f in HOST_COSTS}
 
     return with_host_costs(early, mixed)
 

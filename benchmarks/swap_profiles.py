@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import statistics
 import sys
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,25 +19,10 @@ from combine import repredicted, run_profiles
 
 from pipecast.bench.accuracy import comparisons, summary
 from pipecast.hardware.cluster import Cluster
-from pipecast.profile.types import BlockCost, Profile
+from pipecast.profile.pool import HOST_COSTS, with_host_costs
+from pipecast.profile.types import Profile
 
 RESULTS = Path(__file__).parent / "results"
-HOST = ("host_forward", "host_backward_input", "host_backward_weight", "host_backward")
-
-
-def with_host_costs(
-    p: Profile, new: Callable[[int, int, BlockCost], dict[str, float] | None]
-) -> Profile:
-    """`p` with each block's cost at each size given the host fields that
-    `new(block index, size, cost)` returns (None: the cost as it is)."""
-    blocks = []
-    for i, block in enumerate(p.blocks):
-        costs = {}
-        for mb, c in block.costs.items():
-            fields = new(i, mb, c)
-            costs[mb] = replace(c, **fields) if fields else c
-        blocks.append(replace(block, costs=costs))
-    return replace(p, blocks=tuple(blocks))
 
 
 def mean_host(profiles: list[Profile], base: Profile | None = None) -> Profile:
@@ -47,7 +31,8 @@ def mean_host(profiles: list[Profile], base: Profile | None = None) -> Profile:
     pooled = with_host_costs(
         base or profiles[0],
         lambda i, mb, _: {
-            h: statistics.mean(getattr(p.blocks[i].costs[mb], h) for p in profiles) for h in HOST
+            h: statistics.mean(getattr(p.blocks[i].costs[mb], h) for p in profiles)
+            for h in HOST_COSTS
         },
     )
     return replace(

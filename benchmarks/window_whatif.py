@@ -21,9 +21,9 @@ from pathlib import Path
 import common  # noqa: F401  (puts src/ on the path)
 from combine import repredicted, run_profiles
 from error_bands import RUNS
-from swap_profiles import HOST, with_host_costs
 
 from pipecast.bench.accuracy import comparisons, summary
+from pipecast.profile.pool import HOST_COSTS, with_host_costs
 from pipecast.profile.types import Profile
 
 RESULTS = Path(__file__).parent / "results"
@@ -46,7 +46,9 @@ def scaled(p: Profile, stat: Callable[[Sequence[float]], float]) -> Profile:
         return p
     return with_host_costs(
         p,
-        lambda _, mb, c: {f: getattr(c, f) * factor[mb] for f in HOST} if mb in factor else None,
+        lambda _, mb, c: (
+            {f: getattr(c, f) * factor[mb] for f in HOST_COSTS} if mb in factor else None
+        ),
     )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from pipecast.profile.pool import HOST_COSTS
+from pipecast.profile.pool import HOST_COSTS, with_host_costs
 from pipecast.profile.reference import shipped
 from pipecast.profile.types import Profile
 
@@ -17,19 +17,8 @@ def shipped_profile(model: str = "resnet18", kind: str = "h100") -> Profile:
 
 def scaled(p: Profile, factor: float, issue: float = 0.0) -> Profile:
     """`p` with every host cost `factor` times its own and the device's untouched."""
-    blocks = tuple(
-        replace(
-            b,
-            costs={
-                mb: replace(c, **{h: getattr(c, h) * factor for h in HOST_COSTS})
-                for mb, c in b.costs.items()
-            },
-        )
-        for b in p.blocks
-    )
     return replace(
-        p,
-        blocks=blocks,
+        with_host_costs(p, lambda _, __, c: {h: getattr(c, h) * factor for h in HOST_COSTS}),
         host_split_call=p.host_split_call * factor,
         host_issue=issue,
         host_reference=p.host_reference * factor,

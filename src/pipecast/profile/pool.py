@@ -16,13 +16,29 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Any
 
 from pipecast.errors import ConfigError
 from pipecast.profile.reference import carries
-from pipecast.profile.types import BlockCost, BlockProfile, Profile
+from pipecast.profile.types import BlockCost, Profile
 
 HOST_COSTS = ("host_forward", "host_backward_input", "host_backward_weight", "host_backward")
 """The BlockCost fields that are host seconds."""
+
+
+def with_host_costs(
+    p: Profile, new: Callable[[int, int, BlockCost], dict[str, Any] | None]
+) -> Profile:
+    """`p` with each block's cost at each size given the host fields (HOST_COSTS, seconds)
+    that `new(block index, size, cost)` returns (None: the cost as it is)."""
+    blocks = []
+    for i, block in enumerate(p.blocks):
+        costs = {}
+        for mb, c in block.costs.items():
+            fields = new(i, mb, c)
+            costs[mb] = replace(c, **fields) if fields else c
+        blocks.append(replace(block, costs=costs))
+    return replace(p, blocks=tuple(blocks))
 
 
 def poolable(base: Profile, other: Profile) -> str:
@@ -65,20 +81,15 @@ def pool_host(base: Profile, profiles: Sequence[Profile]) -> Profile:
             raise ConfigError(f"cannot pool host costs with profile {i + 1}: {why}")
 
     weight = sum(p.host_pooled for p in profiles)
-
-    def block(i: int, b: BlockProfile) -> BlockProfile:
-        costs: dict[int, BlockCost] = {}
-        for mb, c in b.costs.items():
-            pooled = {
-                h: sum(getattr(p.blocks[i].costs[mb], h) * p.host_pooled for p in profiles) / weight
-                for h in HOST_COSTS
-            }
-            costs[mb] = replace(c, **pooled)
-        return replace(b, costs=costs)
-
-    return replace(
+    pooled = with_host_costs(
         base,
-        blocks=tuple(block(i, b) for i, b in enumerate(base.blocks)),
+        lambda i, mb, _: {
+            h: sum(getattr(p.blocks[i].costs[mb], h) * p.host_pooled for p in profiles) / weight
+            for h in HOST_COSTS
+        },
+    )
+    return replace(
+        pooled,
         host_split_call=_mean(profiles, lambda p: p.host_split_call, base.host_split_call),
         host_issue=_mean(profiles, lambda p: p.host_issue, base.host_issue),
         host_reference=_mean(profiles, lambda p: p.host_reference, base.host_reference),
