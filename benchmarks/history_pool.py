@@ -54,13 +54,14 @@ def main(plot: Path | None = None) -> None:
                 ("history", repredicted(RESULTS / run, history)),
             ):
                 s = summary(comparisons(fresh))
+                if name == "own":
+                    rows += int(s["configurations"])
                 totals[name] += int(s["within_20_percent"])
                 worst[name][run] = float(s["worst_abs_error"])
                 cells.append(
                     f"{name} {s['median_abs_error']:5.1%} {s['worst_abs_error']:6.1%} "
                     f"{s['within_20_percent']:2d} {s['right']}/{s['decisions']}"
                 )
-            rows += int(summary(comparisons(repredicted(RESULTS / run)))["configurations"])
             print(f"{run:14s} pools {len(visits):2d} | " + " | ".join(cells), flush=True)
         print(
             f"{kind}: own {totals['own']} of {rows} within 20%, "
