@@ -9,7 +9,8 @@ what the cache would hold had each run been a visit; the first run of each kind 
 history and is left out). Only earlier runs pool, so no run's own measurements shaped its
 prediction. CPU only; output: results/history-pool.txt.
 
-Written after h200x4-run15, with every run it covers already stored. `--plot` also draws
+Written after h200x4-run15, with every run it then covered already stored; h200x4-run16 came
+after, and is out of sample for this pooling's design. `--plot` also draws
 each run's worst row three ways: its own prediction, the pooled one, and the other runs'
 median measurement (repeatability.py), against #7's 20%.
 

@@ -29,7 +29,8 @@ H100 pool's do: h200x4-run13 and -run14. Its rule, written after h200x4-run15 ha
 run14's profiles with the `h200-nvlink` preset putting 41 of its 58 rows within 20% (worst
 37.5%) and before pooled+preset was computed on it: the shipped H200 profiles take pooled
 host costs if, on h200x4-run15 (in neither the pool nor the preset's probes), pooled+preset
-puts more rows within 20% than run14+preset, with a worst no higher.
+puts more rows within 20% than run14+preset, with a worst no higher. Runs after the one that
+decided are out of sample too, and are marked "after the pool".
 
     cd benchmarks && python3 pooled_check.py > results/pooled-check.txt
     cd benchmarks && python3 pooled_check.py --kind h200 > results/pooled-check-h200.txt
@@ -71,6 +72,7 @@ def main(kind: str = "h100", write: Path | None = None) -> None:
             p.save(str(write / f"{key}.json"))
         return
     last_pooled = max(RUNS.index(r) for r in POOLS[kind])
+    decided = False
     for run in RUNS:
         own = Cluster.load(str(RESULTS / run / "cluster.json"))
         if gpu_kind(own.device) != kind or run == SOURCES[kind]:
@@ -90,7 +92,8 @@ def main(kind: str = "h100", write: Path | None = None) -> None:
         if run in POOLS[kind]:
             sample = "in-sample"
         elif RUNS.index(run) > last_pooled:
-            sample = "after the pool: decides the rule"
+            sample = "after the pool" if decided else "after the pool: decides the rule"
+            decided = True
         else:
             sample = "before the pool's runs"
         print(f"{run:20s} " + " | ".join(cells) + f"  ({sample})", flush=True)

@@ -7,10 +7,10 @@ on shared and virtual machines the host's speed moves in spells: a fixed pure-Py
 (benchmarks/results/h200x4-run13). The profile keeps that loop's reading; reading it again
 before recommending tells whether the host is in a slower spell now.
 
-Over the 39 stored GPU runs (benchmarks/host_drift_rows.py), host-bound steps measured while
-the loop read 1.25x or more its profile's reading ran a median 10.8% slower than predicted
-(252 rows, 87 of them beyond 20%); between 0.8x and 1.25x, 3.2% slower (514 rows); at 0.8x or
-less, 4.4% faster (143 rows). Device-bound steps' signed medians were -1.6% to +1.1%. So a
+Over the 40 stored GPU runs (benchmarks/host_drift_rows.py), host-bound steps measured while
+the loop read 1.25x or more its profile's reading ran a median 10.6% slower than predicted
+(266 rows, 90 of them beyond 20%); between 0.8x and 1.25x, 3.4% slower (529 rows); at 0.8x or
+less, 4.4% faster (143 rows). Device-bound steps' signed medians were -1.8% to +1.1%. So a
 slower host is worth a note where a close call is host-bound, and a faster one is not.
 """
 
@@ -21,9 +21,9 @@ from dataclasses import dataclass
 SLOWER = 1.25
 """The loop's reading now over the profile's from which host-bound predictions ran fast."""
 
-SLOWER_MISS = 0.108
+SLOWER_MISS = 0.106
 """How much slower than predicted host-bound steps ran, as a median, where the loop read
-SLOWER or more its profile's reading (benchmarks/results/host-drift-rows.txt, 39 runs)."""
+SLOWER or more its profile's reading (benchmarks/results/host-drift-rows.txt, 40 runs)."""
 
 
 @dataclass(frozen=True)
