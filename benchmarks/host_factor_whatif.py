@@ -11,7 +11,13 @@ four ways (CPU only; output: results/host-factor-whatif.txt).
   for a profile taken on the probe's machine, as every stored run's were, since the
   pre-registered decision on h100x4-run16);
 * `none`: no factor, the profile's host costs as read (added after h100x4-run13, the
-  first suite with host costs read in three windows; not decided in advance).
+  first suite with host costs read in three windows; not decided in advance);
+* `clamped`: the probe's ratio, never below 1 (added after h200x4-run16, whose probe read
+  the tiny model's issue 0.913x as long with four ranks busy as alone: busy neighbours do
+  not make a host faster, so a ratio under 1 is the reading's own noise, which runs
+  0.88-1.18x over the stored probes). Its rule, committed before any run it decides on:
+  it replaces `probe` if, on the next fresh 4-GPU run, it puts more rows within 20% with a
+  worst no higher.
 
 Of error_bands.py's runs, those whose probe read hostspeed.issue() (only they differ);
 each line gives a variant's median and worst |error|, the rows within 20%, the host-bound
@@ -50,11 +56,16 @@ def none(self: Cluster, busy: int, profiled_issue: float = 0.0, on: str = "") ->
     return 1.0
 
 
+def clamped(self: Cluster, busy: int, profiled_issue: float = 0.0, on: str = "") -> float:
+    return max(1.0, probe(self, busy, profiled_issue, on))
+
+
 VARIANTS: dict[str, Callable[..., float]] = {
     "profile": profile,
     "contention": contention,
     "probe": probe,
     "none": none,
+    "clamped": clamped,
 }
 
 
