@@ -1,6 +1,6 @@
 """Would a larger host factor for four busy ranks serve? `signed_bias.py` finds host-bound
-rows over 4 GPUs predicted fast by a median 4.8% (H100) and 10.0% (H200) where those over 2
-sit near 0, run after run. This re-predicts every stored run whose probe read the host
+pipelines over 4 GPUs predicted fast by a median 4.8% (H100) and 10.0% (H200) where those
+over 2 sit near 0, run after run. This re-predicts every stored run whose probe read the host
 issue (as `host_factor_whatif.py` does) with the probe's ratio, never below 1 (its
 `clamped` variant), times K where four or more ranks are busy, for K in 1, 1.05, 1.10 and
 1.15 (CPU only; output: results/four-rank-whatif.txt).
