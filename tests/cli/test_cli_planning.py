@@ -95,6 +95,16 @@ def test_simulate_bad_input(
     assert message in capsys.readouterr().err
 
 
+def test_planning_verbs_keep_the_memory_margin_in_0_1(
+    lenet_profile: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for verb in ("partition", "simulate"):
+        with pytest.raises(SystemExit) as bad:
+            main([verb, "--profile", lenet_profile, "--stages", "2", "--memory-margin", "1"])
+        assert bad.value.code == 2
+        assert "--memory-margin takes a fraction in [0, 1)" in capsys.readouterr().err
+
+
 def test_missing_profile_file(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["partition", "--profile", "/nope.json", "--stages", "2"]) == 2
     assert "file not found" in capsys.readouterr().err

@@ -48,6 +48,46 @@ def test_memory_drops_strategies_and_says_why() -> None:
         recommend(p, tiny, 32)
 
 
+def test_recommend_rejects_an_unknown_method_or_a_margin_outside_0_1() -> None:
+    """A method the partitioner lacks would reject every pipeline one by one and leave a
+    ranking without them; a margin of 1 or more leaves no memory, below 0 more than the GPU
+    has. Each is one clear error instead."""
+    p = make_profile([1e-3] * 4)
+    with pytest.raises(ConfigError, match=r"unknown partition method.*nope: choose from"):
+        recommend(p, GPUS, 32, methods=("balanced", "nope"))
+    for margin in (-0.1, 1.0):
+        with pytest.raises(ConfigError, match=r"memory_margin .* in \[0, 1\)"):
+            recommend(p, GPUS, 32, memory_margin=margin)
+    assert recommend(p, GPUS, 32, methods=("blocks",), memory_margin=0.0).ranked
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--methods", "balanced,nope", "--methods takes partition methods from blocks"),
+        ("--memory-margin", "1.5", "--memory-margin takes a fraction in [0, 1)"),
+        ("--memory-margin", "-1", "--memory-margin takes a fraction in [0, 1)"),
+        ("--top", "0", "--top takes a count of at least 1"),
+    ],
+)
+def test_recommend_bad_flags_fail_before_calibrating(
+    flag: str,
+    value: str,
+    message: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Rejected as the command line is read: a first run would otherwise profile the model
+    for minutes before saying so."""
+    monkeypatch.setenv("PIPECAST_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(SystemExit) as bad:
+        main(["recommend", "--device", "cpu", f"{flag}={value}"])
+    assert bad.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "cache").exists()  # nothing profiled or probed
+
+
 def test_batch_that_cannot_split() -> None:
     p = make_profile([1e-3] * 4)
     with pytest.raises(ConfigError, match="does not split into"):

@@ -79,3 +79,32 @@ def count_arg(flag: str, minimum: int, *, also: str = "") -> Callable[[str], int
         return value
 
     return parse
+
+
+def margin_arg(text: str) -> float:
+    """An argparse type for --memory-margin: the fraction of GPU memory kept free, in [0, 1)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--memory-margin takes a fraction in [0, 1), got {text!r}"
+        ) from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(
+            f"--memory-margin takes a fraction in [0, 1) of GPU memory to keep free, got {value}"
+        )
+    return value
+
+
+def methods_arg(text: str) -> tuple[str, ...]:
+    """An argparse type for --methods: comma-separated partition methods, each known."""
+    from pipecast.partition.methods import METHODS
+
+    methods = tuple(m.strip() for m in text.split(",") if m.strip())
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown or not methods:
+        raise argparse.ArgumentTypeError(
+            f"--methods takes partition methods from {', '.join(METHODS)}, comma-separated; "
+            f"got {text!r}"
+        )
+    return methods

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from pipecast.errors import ConfigError
+from pipecast.cli.common import margin_arg
 from pipecast.hardware.cluster import Cluster
 from pipecast.hardware.load import default_cluster, load_cluster
 from pipecast.profile.types import Profile
@@ -19,15 +19,13 @@ def add_profile_args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--optimizer", choices=("sgd", "momentum", "adam"), default="sgd")
     parser.add_argument(
-        "--memory-margin", type=float, default=0.1, help="fraction of GPU memory kept free"
+        "--memory-margin", type=margin_arg, default=0.1, help="fraction of GPU memory kept free"
     )
 
 
 def load_inputs(args: argparse.Namespace, gpus: int) -> tuple[Profile, Cluster]:
     profile = Profile.load(args.profile)
     cluster = load_cluster(args.cluster) if args.cluster else default_cluster(profile.device, gpus)
-    if not 0 <= args.memory_margin < 1:
-        raise ConfigError(f"--memory-margin must be in [0, 1), got {args.memory_margin}")
     return profile, cluster
 
 

@@ -11,7 +11,13 @@ import torch
 from rich.table import Table
 
 from pipecast import devices, hostspeed, jsonio
-from pipecast.cli.common import add_workload_args, count_arg, workload_from_args
+from pipecast.cli.common import (
+    add_workload_args,
+    count_arg,
+    margin_arg,
+    methods_arg,
+    workload_from_args,
+)
 from pipecast.cli.console import console, human_bytes, human_seconds, progress
 from pipecast.data.registry import epoch_samples
 from pipecast.errors import ConfigError
@@ -71,7 +77,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "model here (the newest 8), since one reading catches the host in one spell",
     )
     p.add_argument("--optimizer", choices=("sgd", "momentum", "adam"), default="sgd")
-    p.add_argument("--memory-margin", type=float, default=0.1)
+    p.add_argument(
+        "--memory-margin",
+        type=margin_arg,
+        default=0.1,
+        help="fraction of GPU memory kept free (default 0.1)",
+    )
     p.add_argument(
         "--epoch-samples",
         type=count_arg("--epoch-samples", 1),
@@ -82,7 +93,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument(
         "--methods",
-        default="balanced",
+        type=methods_arg,
+        default=("balanced",),
         help="partition methods to consider, comma-separated (e.g. balanced,blocks)",
     )
     p.add_argument(
@@ -91,7 +103,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="also rank every strategy the runtime can replay as CUDA graphs (GPU; predicted "
         "from eager device times, so less sure: use with --validate)",
     )
-    p.add_argument("--top", type=int, default=12, help="rows to show")
+    p.add_argument("--top", type=count_arg("--top", 1), default=12, help="rows to show")
     p.add_argument(
         "--validate",
         type=count_arg("--validate", 0, also="auto"),
@@ -196,7 +208,7 @@ def run(args: argparse.Namespace) -> int:
             "[yellow]graphed strategies are predicted from eager device times: the profile "
             f"has no graph replay times{why}[/]"
         )
-    methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
+    methods = args.methods
     epoch = args.epoch_samples or epoch_samples(workload.dataset)
     rec = recommend(
         profile,

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from pipecast.errors import ConfigError, PipecastError
 from pipecast.hardware.cluster import Cluster
+from pipecast.partition.methods import METHODS
 from pipecast.profile.types import Profile
 from pipecast.recommend.enumerate import strategies, with_graphs
 from pipecast.recommend.predict import Prediction, predict
@@ -72,6 +73,16 @@ def recommend(
         raise ConfigError(f"{gpus} GPUs requested but the cluster has {cluster.world}")
     if batch < 1:
         raise ConfigError(f"batch must be at least 1, got {batch}")
+    if not 0 <= memory_margin < 1:
+        raise ConfigError(
+            f"memory_margin is the fraction of GPU memory kept free, in [0, 1); got {memory_margin}"
+        )
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown or not methods:
+        raise ConfigError(
+            f"unknown partition method(s) {', '.join(unknown) or '(none given)'}: "
+            f"choose from {', '.join(METHODS)}"
+        )
     kwargs = {"schedules": schedules} if schedules else {}
     fits, rejected = [], []
     without_recompute: set[Strategy] = set()
