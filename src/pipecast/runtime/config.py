@@ -71,6 +71,13 @@ class RunConfig:
                 f"loss_scale must be 0 or more and loss_scale_interval at least 1, got "
                 f"{self.loss_scale} and {self.loss_scale_interval}"
             )
+        if not self.lr >= 0:  # NaN too
+            raise ConfigError(f"the learning rate must be 0 or more, got {self.lr}")
+        if not self.timeout_s > 0 or self.bucket_bytes < 1:
+            raise ConfigError(
+                f"timeout_s must be above 0 and bucket_bytes at least 1, got {self.timeout_s} "
+                f"and {self.bucket_bytes}"
+            )
         if self.lr_warmup < 0 or self.lr_min < 0 or self.clip_grad_norm < 0:
             raise ConfigError(
                 "lr_warmup, lr_min and clip_grad_norm must be 0 or more, got "
