@@ -73,11 +73,10 @@ class RunConfig:
             )
         if not self.lr >= 0:  # NaN too
             raise ConfigError(f"the learning rate must be 0 or more, got {self.lr}")
-        if not self.timeout_s > 0 or self.bucket_bytes < 1:
-            raise ConfigError(
-                f"timeout_s must be above 0 and bucket_bytes at least 1, got {self.timeout_s} "
-                f"and {self.bucket_bytes}"
-            )
+        if not self.timeout_s > 0:
+            raise ConfigError(f"the timeout must be above 0 seconds, got {self.timeout_s}")
+        if self.bucket_bytes < 1:
+            raise ConfigError(f"bucket_bytes must be at least 1, got {self.bucket_bytes}")
         if self.lr_warmup < 0 or self.lr_min < 0 or self.clip_grad_norm < 0:
             raise ConfigError(
                 "lr_warmup, lr_min and clip_grad_norm must be 0 or more, got "
