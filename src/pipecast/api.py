@@ -56,6 +56,13 @@ def make_job(
     Real samples to train on: `data`, (inputs, targets) tensors, an ArrayData or a dataset of
     (input, target) pairs; or `data_dir`, MNIST or CIFAR-10 files for `dataset`. Without
     either, batches are synthetic (real for 'digits')."""
+    if device not in ("cpu", "cuda"):
+        raise ConfigError(f"device must be 'cpu' or 'cuda', got {device!r}")
+    if replicas < 1 or gpus % replicas:
+        raise ConfigError(
+            f"{gpus} GPU(s) do not split into {replicas} equal pipeline replica(s): give a "
+            "replica count of at least 1 that divides the GPUs"
+        )
     config = config or RunConfig()
     workload = model if isinstance(model, Workload) else None
     sequential = None if workload else as_sequential(model)
@@ -104,7 +111,7 @@ def make_job(
         dataset=dataset or spec.name,
         replicas=replicas,
         config=config,
-        device="cuda" if device == "cuda" else "cpu",
+        device="cuda" if device == "cuda" else "cpu",  # checked above: one of the two
         steps=steps,
         warmup_steps=warmup_steps,
         exact_init=exact_init,

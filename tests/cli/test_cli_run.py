@@ -9,6 +9,8 @@ from torch import nn
 
 import pipecast.api
 from pipecast.cli.main import main
+from pipecast.errors import ConfigError
+from pipecast.models import Workload
 from pipecast.runtime import checkpoint
 
 
@@ -104,6 +106,19 @@ def test_train_bad_input_fails_before_starting(capsys: pytest.CaptureFixture[str
     err = capsys.readouterr().err
     assert "the learning rate must be 0 or more, got -1.0" in err
     assert "Traceback" not in err and err.count("\n") == 1
+
+
+def test_python_api_refuses_uneven_replicas_and_unknown_devices() -> None:
+    """Checked before anything is profiled or started: 3 GPUs in 2 replicas would quietly
+    drop one, 0 replicas divide by zero, and 'gpu' would quietly run on the CPU."""
+    w = Workload(model="lenet5", dataset="mnist")
+    for kw in ({"gpus": 3, "replicas": 2}, {"replicas": 0}):
+        with pytest.raises(ConfigError, match=r"do not split into .* equal pipeline replica"):
+            pipecast.api.make_job(w, partition="0,6,12", **kw)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="device must be 'cpu' or 'cuda', got 'gpu'"):
+        pipecast.api.make_job(w, partition="0,6,12", device="gpu")
+    job, _ = pipecast.api.make_job(w, gpus=4, replicas=2, partition="0,6,12")
+    assert job.world == 4 and job.replicas == 2
 
 
 @pytest.mark.slow
