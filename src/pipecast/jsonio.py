@@ -28,8 +28,11 @@ def load(kind: str, version: int, text: str, source: str = "<string>") -> JsonDi
     except json.JSONDecodeError as exc:
         raise DataError(f"{source} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
     if not isinstance(doc, dict) or doc.get("kind") != kind:
-        found = doc.get("kind") if isinstance(doc, dict) else type(doc).__name__
-        raise DataError(f"{source} holds a '{found}', not a '{kind}': pass a {kind} file")
+        if isinstance(doc, dict):
+            found = f"a '{doc['kind']}'" if "kind" in doc else "JSON without a 'kind'"
+        else:
+            found = f"a JSON {type(doc).__name__}"
+        raise DataError(f"{source} holds {found}, not a '{kind}': pass a {kind} file")
     if doc.get("version") != version:
         raise DataError(
             f"{source} is {kind} format version {doc.get('version')}, this pipecast reads "

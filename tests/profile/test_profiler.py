@@ -146,6 +146,10 @@ def test_profile_json_roundtrip_and_interpolation(tmp_path: Path) -> None:
     )
     with pytest.raises(DataError, match="holds a 'cluster'"):
         Profile.from_json('{"kind": "cluster", "version": 1}')
+    with pytest.raises(DataError, match="holds JSON without a 'kind', not a 'profile'"):
+        Profile.from_json("{}")
+    with pytest.raises(DataError, match="holds a JSON list, not a 'profile'"):
+        Profile.from_json("[1, 2]")
 
 
 def test_bad_block_names_block_and_shape() -> None:
