@@ -8,7 +8,7 @@ import pytest
 from tests.partition.test_partition import make_profile
 
 from pipecast.cli.main import main
-from pipecast.errors import ConfigError
+from pipecast.errors import ConfigError, UnknownNameError
 from pipecast.hardware.cluster import Cluster
 from pipecast.hardware.presets import describe
 from pipecast.models import Workload
@@ -53,8 +53,10 @@ def test_recommend_rejects_an_unknown_method_or_a_margin_outside_0_1() -> None:
     ranking without them; a margin of 1 or more leaves no memory, below 0 more than the GPU
     has. Each is one clear error instead."""
     p = make_profile([1e-3] * 4)
-    with pytest.raises(ConfigError, match=r"unknown partition method.*nope: choose from"):
+    with pytest.raises(UnknownNameError, match="unknown partition method 'nope': choose one"):
         recommend(p, GPUS, 32, methods=("balanced", "nope"))
+    with pytest.raises(ConfigError, match="no partition method given"):
+        recommend(p, GPUS, 32, methods=())
     for margin in (-0.1, 1.0):
         with pytest.raises(ConfigError, match=r"memory_margin .* in \[0, 1\)"):
             recommend(p, GPUS, 32, memory_margin=margin)
@@ -64,7 +66,7 @@ def test_recommend_rejects_an_unknown_method_or_a_margin_outside_0_1() -> None:
 @pytest.mark.parametrize(
     ("flag", "value", "message"),
     [
-        ("--methods", "balanced,nope", "--methods takes partition methods from blocks"),
+        ("--methods", "balanced,nope", "--methods: unknown partition method 'nope'"),
         ("--memory-margin", "1.5", "--memory-margin takes a fraction in [0, 1)"),
         ("--memory-margin", "-1", "--memory-margin takes a fraction in [0, 1)"),
         ("--top", "0", "--top takes a count of at least 1"),

@@ -98,13 +98,10 @@ def margin_arg(text: str) -> float:
 
 def methods_arg(text: str) -> tuple[str, ...]:
     """An argparse type for --methods: comma-separated partition methods, each known."""
-    from pipecast.partition.methods import METHODS
+    from pipecast.errors import PipecastError
+    from pipecast.partition.methods import check_methods
 
-    methods = tuple(m.strip() for m in text.split(",") if m.strip())
-    unknown = [m for m in methods if m not in METHODS]
-    if unknown or not methods:
-        raise argparse.ArgumentTypeError(
-            f"--methods takes partition methods from {', '.join(METHODS)}, comma-separated; "
-            f"got {text!r}"
-        )
-    return methods
+    try:
+        return check_methods(tuple(m.strip() for m in text.split(",") if m.strip()))
+    except PipecastError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None  # argparse names --methods

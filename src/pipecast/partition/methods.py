@@ -100,6 +100,16 @@ def _memory_limit(cluster: Cluster, setting: Setting, stages: int) -> float:
     return per_device * ranks / stages  # several stages per device share it
 
 
+def check_methods(methods: tuple[str, ...]) -> tuple[str, ...]:
+    """`methods`, each one of METHODS and at least one (UnknownNameError or ConfigError)."""
+    if not methods:
+        raise ConfigError(f"no partition method given: choose from {', '.join(METHODS)}")
+    for method in methods:
+        if method not in METHODS:
+            raise UnknownNameError("partition method", method, METHODS)
+    return methods
+
+
 def partition(
     profile: Profile, cluster: Cluster, stages: int, setting: Setting, method: str = "balanced"
 ) -> Partition:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from pipecast.errors import ConfigError, PipecastError
 from pipecast.hardware.cluster import Cluster
-from pipecast.partition.methods import METHODS
+from pipecast.partition.methods import check_methods
 from pipecast.profile.types import Profile
 from pipecast.recommend.enumerate import strategies, with_graphs
 from pipecast.recommend.predict import Prediction, predict
@@ -77,12 +77,7 @@ def recommend(
         raise ConfigError(
             f"memory_margin is the fraction of GPU memory kept free, in [0, 1); got {memory_margin}"
         )
-    unknown = [m for m in methods if m not in METHODS]
-    if unknown or not methods:
-        raise ConfigError(
-            f"unknown partition method(s) {', '.join(unknown) or '(none given)'}: "
-            f"choose from {', '.join(METHODS)}"
-        )
+    check_methods(methods)
     kwargs = {"schedules": schedules} if schedules else {}
     fits, rejected = [], []
     without_recompute: set[Strategy] = set()
