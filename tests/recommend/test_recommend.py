@@ -90,6 +90,24 @@ def test_recommend_bad_flags_fail_before_calibrating(
     assert not (tmp_path / "cache").exists()  # nothing profiled or probed
 
 
+def test_accumulation_goes_past_8_only_where_the_batch_does_not_fit_otherwise() -> None:
+    """A batch whose micro-batches fit one GPU only at 32 per step: the single-GPU strategy
+    accumulates 32, after 8 and 16 ran out of memory, and no larger count is predicted.
+    Where 8 fits, nothing past 8 is tried at all."""
+    mib = 2**20
+    p = make_profile([1e-3] * 4, saved=[mib] * 4)  # 0.5 MiB of activations a sample
+    one = describe(gpus_per_node=1, memory="100MiB")
+    rec = recommend(p, one, 4096)
+    counts = sorted(pred.strategy.microbatches for pred in rec.ranked)
+    assert counts == [32]
+    assert rec.best.strategy.kind == "single"
+    tried = {r.strategy.microbatches for r in rec.rejected}
+    assert {8, 16} <= tried and not any(m > 32 for m in tried)
+    roomy = recommend(p, describe(gpus_per_node=1, memory="80GiB"), 4096)
+    assert max(pred.strategy.microbatches for pred in roomy.ranked) == 8
+    assert not roomy.rejected
+
+
 def test_batch_that_cannot_split() -> None:
     p = make_profile([1e-3] * 4)
     with pytest.raises(ConfigError, match="does not split into"):

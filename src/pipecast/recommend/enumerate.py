@@ -10,6 +10,13 @@ from pipecast.training import Recompute
 PIPELINE_SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-v")
 GRAPHED_SCHEDULES = ("gpipe", "1f1b", "interleaved")
 """Schedules with a whole backward, which the runtime can replay as CUDA graphs."""
+ACCUMULATION = 8
+"""Gradient accumulation counts up to this are always considered for one GPU and for data
+parallelism."""
+MORE_ACCUMULATION = 1024
+"""Beyond ACCUMULATION, doubling counts up to this are offered for a batch whose share of a
+GPU fits in no smaller count: recommend() tries one only where every smaller count of the
+same strategy ran out of memory."""
 
 
 def with_graphs(strategies: Iterator[Strategy]) -> Iterator[Strategy]:
@@ -51,11 +58,12 @@ def strategies(
 ) -> Iterator[Strategy]:
     """Every single-GPU, data-parallel, pipeline and hybrid strategy on up to `gpus` GPUs.
 
-    Micro-batch counts are powers of two that divide the batch: up to 8 for accumulation, and
-    S, 2S, 4S, 8S for pipelines of S stages."""
+    Micro-batch counts are powers of two that divide the batch: up to MORE_ACCUMULATION,
+    in rising order, for accumulation (see ACCUMULATION), and S, 2S, 4S, 8S for pipelines
+    of S stages."""
     for g in gpu_counts(gpus):
         share = batch // g if batch % g == 0 else 0
-        for m in _divisors_pow2(share, 8) if share else []:
+        for m in _divisors_pow2(share, MORE_ACCUMULATION) if share else []:
             if g == 1:
                 yield Strategy(kind="single", replicas=1, microbatches=m)
             else:

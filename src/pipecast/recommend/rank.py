@@ -8,7 +8,7 @@ from pipecast.errors import ConfigError, PipecastError
 from pipecast.hardware.cluster import Cluster
 from pipecast.partition.methods import check_methods
 from pipecast.profile.types import Profile
-from pipecast.recommend.enumerate import strategies, with_graphs
+from pipecast.recommend.enumerate import ACCUMULATION, strategies, with_graphs
 from pipecast.recommend.predict import Prediction, predict
 from pipecast.recommend.strategy import Strategy
 from pipecast.training import Optimizer
@@ -81,11 +81,15 @@ def recommend(
     kwargs = {"schedules": schedules} if schedules else {}
     fits, rejected = [], []
     without_recompute: set[Strategy] = set()
+    accumulated: set[tuple[str, int, bool]] = set()  # one GPU or data parallel, fitted
     todo = strategies(gpus, batch, blocks=profile.num_blocks, methods=methods, **kwargs)  # type: ignore[arg-type]
     for strategy in with_graphs(todo) if cuda_graphs else todo:
         base = Strategy(**{**strategy.to_dict(), "recompute": "none"})
         if strategy.recompute != "none" and base in without_recompute:
             continue  # recomputation only where it is needed to fit
+        whole = (strategy.kind, strategy.replicas, strategy.cuda_graphs)
+        if strategy.microbatches > ACCUMULATION and whole in accumulated:
+            continue  # more accumulation only where fewer micro-batches did not fit
         try:
             pred = predict(
                 profile, cluster, strategy, batch, optimizer=optimizer, memory_margin=memory_margin
@@ -97,6 +101,8 @@ def recommend(
             fits.append(pred)
             if strategy.recompute == "none":
                 without_recompute.add(strategy)
+            if strategy.kind in ("single", "data"):
+                accumulated.add(whole)
         else:
             need, have = pred.peak_memory / 2**30, pred.memory_limit / 2**30
             rejected.append(
