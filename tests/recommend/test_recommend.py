@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from pipecast.profile.profiler import ProfileOptions, profile_model
 from pipecast.profile.types import Profile
 from pipecast.recommend.enumerate import GRAPHED_SCHEDULES, strategies, with_graphs
 from pipecast.recommend.predict import CPU_ERROR_RANGE, ERROR_RANGE, error_range, predict
-from pipecast.recommend.rank import explain, recommend, samples_rate
+from pipecast.recommend.rank import Rejected, explain, nothing_fits, recommend, samples_rate
 from pipecast.recommend.strategy import Strategy
 from pipecast.recommend.validate import measure
 from pipecast.runtime.config import RunConfig
@@ -44,8 +45,33 @@ def test_memory_drops_strategies_and_says_why() -> None:
     assert any("GiB per GPU" in r.reason for r in rec.rejected)
     assert all(pred.peak_memory <= pred.memory_limit for pred in rec.ranked)
     tiny = describe(gpus_per_node=2, memory="1GiB")
-    with pytest.raises(ConfigError, match="no strategy fits on 2 GPU"):
+    with pytest.raises(ConfigError, match="no strategy fits on 2 GPU") as none:
         recommend(p, tiny, 32)
+    # it names how much memory the closest strategy lacks (issue 7: say what is missing)
+    said = re.search(
+        r"the closest, .+, needs ([\d.]+) GiB per GPU, ([\d.]+) GiB usable, ([\d.]+) GiB short",
+        str(none.value),
+    )
+    assert said is not None, str(none.value)
+    need, usable, short = (float(x) for x in said.groups())
+    assert short == pytest.approx(need - usable, abs=0.011) and short > 0
+
+
+def test_nothing_fits_names_the_closest_strategy() -> None:
+    a = Strategy(kind="single", microbatches=1)
+    b = Strategy(kind="data", replicas=2, microbatches=1)
+    c = Strategy(kind="pipeline", stages=2, microbatches=2)
+    rejected = [
+        Rejected(strategy=c, reason="block 0 alone needs 9 GiB"),
+        Rejected(strategy=a, reason="needs 3.00 GiB per GPU, 1.00 GiB usable", short=2 * 2**30),
+        Rejected(strategy=b, reason="needs 1.50 GiB per GPU, 1.00 GiB usable", short=2**29),
+    ]
+    gpus = describe(gpus_per_node=2, memory="1GiB")
+    said = nothing_fits(rejected, 2, gpus)
+    assert f"the closest, {b.label()}, needs 1.50 GiB per GPU" in said and "0.50 GiB short" in said
+    only_blocks = nothing_fits(rejected[:1], 2, gpus)
+    assert f"(e.g. {c.label()}: block 0 alone needs 9 GiB)" in only_blocks
+    assert nothing_fits([], 2, gpus) == "no strategy to evaluate"
 
 
 def test_recommend_rejects_an_unknown_method_or_a_margin_outside_0_1() -> None:

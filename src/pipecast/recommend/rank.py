@@ -18,6 +18,8 @@ from pipecast.training import Optimizer
 class Rejected:
     strategy: Strategy
     reason: str
+    short: int = 0
+    """Bytes per GPU it lacks, where it was predicted whole (0: rejected before that)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,21 +109,34 @@ def recommend(
             need, have = pred.peak_memory / 2**30, pred.memory_limit / 2**30
             rejected.append(
                 Rejected(
-                    strategy=strategy, reason=f"needs {need:.2f} GiB per GPU, {have:.2f} GiB usable"
+                    strategy=strategy,
+                    reason=f"needs {need:.2f} GiB per GPU, {have:.2f} GiB usable",
+                    short=pred.peak_memory - pred.memory_limit,
                 )
             )
     if not fits:
-        smallest = min((r for r in rejected), key=lambda r: r.reason, default=None)
-        raise ConfigError(
-            f"no strategy fits on {gpus} GPU(s) of {cluster.memory_bytes / 2**30:.1f} GiB "
-            f"(e.g. {smallest.strategy.label()}: {smallest.reason}): use more GPUs, a smaller "
-            "batch, or a smaller model"
-            if smallest
-            else "no strategy to evaluate"
-        )
+        raise ConfigError(nothing_fits(rejected, gpus, cluster))
     ranked = tuple(sorted(fits, key=lambda p: (p.step_time, p.strategy.gpus)))
     return Recommendation(
         ranked=ranked, rejected=tuple(rejected), batch=batch, epoch_samples=epoch_samples
+    )
+
+
+def nothing_fits(rejected: list[Rejected], gpus: int, cluster: Cluster) -> str:
+    """Why no strategy fits, naming the one closest to fitting and how much memory it lacks
+    (else the first rejected one and its reason)."""
+    if not rejected:
+        return "no strategy to evaluate"
+    head = f"no strategy fits on {gpus} GPU(s) of {cluster.memory_bytes / 2**30:.1f} GiB"
+    fix = "use more GPUs, a smaller batch, or a smaller model"
+    measured = [r for r in rejected if r.short > 0]
+    if not measured:
+        first = rejected[0]
+        return f"{head} (e.g. {first.strategy.label()}: {first.reason}): {fix}"
+    closest = min(measured, key=lambda r: r.short)
+    return (
+        f"{head}: the closest, {closest.strategy.label()}, {closest.reason}, "
+        f"{closest.short / 2**30:.2f} GiB short: {fix}"
     )
 
 
