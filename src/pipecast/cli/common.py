@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable
 
 from pipecast.data.registry import DEFAULT_SEQ_LEN, DEFAULT_VOCAB, DEFAULT_WIDTH, dataset_names
@@ -86,12 +87,10 @@ def margin_arg(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"--memory-margin takes a fraction in [0, 1), got {text!r}"
-        ) from None
+        value = math.nan  # fails the range below, with the same message
     if not 0 <= value < 1:
         raise argparse.ArgumentTypeError(
-            f"--memory-margin takes a fraction in [0, 1) of GPU memory to keep free, got {value}"
+            f"--memory-margin takes a fraction in [0, 1) of GPU memory to keep free, got {text!r}"
         )
     return value
 

@@ -208,7 +208,6 @@ def run(args: argparse.Namespace) -> int:
             "[yellow]graphed strategies are predicted from eager device times: the profile "
             f"has no graph replay times{why}[/]"
         )
-    methods = args.methods
     epoch = args.epoch_samples or epoch_samples(workload.dataset)
     rec = recommend(
         profile,
@@ -218,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
         optimizer=args.optimizer,
         memory_margin=args.memory_margin,
         epoch_samples=epoch,
-        methods=methods,
+        methods=args.methods,
         cuda_graphs=args.cuda_graphs,
     )
     print_recommendation(rec, args.top)

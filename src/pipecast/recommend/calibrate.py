@@ -139,9 +139,10 @@ def pooled_with_history(path: Path, profile: Profile) -> Profile:
             earlier = None
         if earlier is not None and earlier.host_pooled == 1:
             earlier.save(str(history / "0.json"))
-    profile.save(str(history / f"{time.time_ns()}.json"))
-    readings: list[Profile] = []
-    files = [f for f in history.glob("*.json") if f.stem.isdigit()]
+    newest = history / f"{time.time_ns()}.json"
+    profile.save(str(newest))
+    readings = [profile]  # as saved: no need to read it back
+    files = [f for f in history.glob("*.json") if f.stem.isdigit() and f != newest]
     for f in sorted(files, key=lambda f: int(f.stem), reverse=True):
         if len(readings) == HISTORY:
             f.unlink()  # older than every reading pooled: the history keeps HISTORY
