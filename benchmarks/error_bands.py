@@ -27,7 +27,7 @@ RUNS = (
     + ["h100x4-graphs-run1", "h100x4-graphs-run2", "h200x4-run12", "h100x4-run13"]
     + ["h100x4-run14", "h100x4-run15", "h100x4-run16", "h200x4-run13", "h100x4-run17"]
     + ["h200x4-run14", "h100x4-run18", "h100x4-run19", "h100x4-run20", "h100x4-run21"]
-    + ["h100x4-run22", "h200x4-run15", "h200x4-run16"]
+    + ["h100x4-run22", "h200x4-run15", "h200x4-run16", "h200x4-run17"]
 )
 
 

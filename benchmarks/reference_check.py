@@ -16,8 +16,8 @@ ways (CPU only; output: results/reference-check.txt):
 
 The run the shipped profiles come from is left out. The presets are medians over the stored
 probes, this run's among them (one of 22 or 12), except for runs after the presets were
-fixed (h100x4-run19 to -run22, h200x4-run15 and -run16); h100x4-run22, h200x4-run15 and
-h200x4-run16 are out of sample on every count.
+fixed (h100x4-run19 to -run22, h200x4-run15 to -run17); h100x4-run22 and h200x4-run15 to
+-run17 are out of sample on every count.
 
 Each line: a variant's configurations, median and worst |error|, rows within 20%, picks.
 
