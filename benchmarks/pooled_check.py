@@ -30,7 +30,10 @@ run14's profiles with the `h200-nvlink` preset putting 41 of its 58 rows within 
 37.5%) and before pooled+preset was computed on it: the shipped H200 profiles take pooled
 host costs if, on h200x4-run15 (in neither the pool nor the preset's probes), pooled+preset
 puts more rows within 20% than run14+preset, with a worst no higher. Runs after the one that
-decided are out of sample too, and are marked "after the pool".
+decided are out of sample too, and are marked "after the pool". After h200x4-run17 the
+shipped H200 profiles were pooled over every H200 run from 13 to 17 (`wider_pool.py`); this
+script keeps the first pool, the one its rule settled, and its `--write` no longer writes
+what ships for H200.
 
     cd benchmarks && python3 pooled_check.py > results/pooled-check.txt
     cd benchmarks && python3 pooled_check.py --kind h200 > results/pooled-check-h200.txt

@@ -11,13 +11,13 @@ ways (CPU only; output: results/reference-check.txt):
   without GPUs. The H100 ones are h100x4-run18's with host costs the mean over
   h100x4-run13 to -run21 (`pooled_check.py`, adopted after h100x4-run22), so those nine
   runs are in sample for host costs; the H200 ones are h200x4-run14's with host costs the
-  mean over h200x4-run13 and -run14 (`pooled_check.py --kind h200`, adopted after
-  h200x4-run15).
+  mean over h200x4-run13 to -run17 (`wider_pool.py`, after h200x4-run17; over -run13 and
+  -run14 before, `pooled_check.py --kind h200`), so those five are in sample.
 
 The run the shipped profiles come from is left out. The presets are medians over the stored
 probes, this run's among them (one of 22 or 12), except for runs after the presets were
-fixed (h100x4-run19 to -run22, h200x4-run15 to -run17); h100x4-run22 and h200x4-run15 to
--run17 are out of sample on every count.
+fixed (h100x4-run19 to -run22, h200x4-run15 to -run17); h100x4-run22 is out of sample on
+every count (`wider_pool.py` predicts each H200 run from a pool without it).
 
 Each line: a variant's configurations, median and worst |error|, rows within 20%, picks.
 

@@ -6,9 +6,11 @@ from these instead. H100: the profiles of benchmarks/results/h100x4-run18 (4 x H
 every host cost, the split-call cost, the host issue and the loop reading the mean over the
 profiles of h100x4-run13 to -run21 (benchmarks/pooled_check.py: one profile's host readings
 catch the host in one of its spells; adopted by a rule fixed before h100x4-run22, which
-settled it); H200: those of h200x4-run14 (4 x H200), their host costs likewise the mean over
-h200x4-run13 and -run14 (adopted by the same rule, written after h200x4-run15 had run and
-settled by it before pooled predictions of it were computed). bf16, torch 2.11; their
+settled it); H200: those of h200x4-run14 (4 x H200), their host costs likewise the mean, first
+over h200x4-run13 and -run14 (by the same rule, settled on h200x4-run15) and since
+h200x4-run17 over h200x4-run13 to -run17 (benchmarks/wider_pool.py: pools of the runs before
+each predicted the two runs after the first pool better; a rule fixed for the next H200 run
+can send them back). bf16, torch 2.11; their
 predictions over the stored runs are in the README's "Without the GPUs".
 """
 
