@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import replace
 
 import torch
@@ -132,6 +133,13 @@ def probe_options(gpus: int, dry: bool) -> ProbeOptions:
 
 RESUME = False
 STATE: dict[str, object] | None = None  # the machine's state as this call began
+
+
+def host_bound_first(names: Iterable[str]) -> list[str]:
+    """`names` with the models whose small micro-batches bind their host first."""
+    first = ("vgg16_cifar", "resnet18", "mobilenetv2", "resnet50")
+    names = list(names)
+    return [*(n for n in first if n in names), *(n for n in names if n not in first)]
 
 
 def main() -> None:
@@ -425,17 +433,13 @@ def main() -> None:
         deadline=time.time() + left(args.budget),
         rounds=args.rounds,
     )
-    if args.plain_profiles:  # after the suite, which a slow profile can't then cut short;
-        # the models whose small micro-batches bind their host first
-        first = ("vgg16_cifar", "resnet18", "mobilenetv2", "resnet50")
-        for name in [
-            *(n for n in first if n in profiled),
-            *(n for n in profiled if n not in first),
-        ]:
+    if args.plain_profiles:  # after the suite, which a slow profile can't then cut short
+        for name in host_bound_first(profiled):
             workload, sizes = profiled[name]
             profile(name, workload, sizes, device=device, dtype=dtype, plain=True)
-    if args.late_profiles:
-        for name, (workload, sizes) in profiled.items():
+    if args.late_profiles:  # each packed as it is saved: a call cut off keeps those done
+        for name in host_bound_first(profiled):
+            workload, sizes = profiled[name]
             began = time.time()
             late = profile_model(
                 workload.build(),
@@ -446,6 +450,7 @@ def main() -> None:
             )
             late.save(str(OUT / f"late_profile_{name}.json"))
             log(f"late profile {name} at {sizes[:1]}: {time.time() - began:.1f} s")
+            pack()
     log("done")
 
 

@@ -1,10 +1,10 @@
 """Would reading a model's host costs twice on one machine, minutes apart, and pooling them
 predict better than one reading? The runs that profiled every model again at its smallest
-size after their suite (`gpu_run.py --late-profiles`: h100x4-run5, -run13, -run14 and
-h200x4-run13) are re-predicted with the smallest size's host costs (the ones the predictor
-uses: profile/types.py, _interp_cost) taken from the profile before the suite (`early`, as
-every stored run is predicted), the one after it (`late`), or their mean (`mean`);
-everything else as the run's own profile and probe. CPU only, a few seconds.
+size after their suite (`gpu_run.py --late-profiles`: RUNS) are re-predicted with the
+smallest size's host costs (the ones the predictor uses: profile/types.py, _interp_cost)
+taken from the profile before the suite (`early`, as every stored run is predicted), the
+one after it (`late`), or their mean (`mean`); everything else as the run's own profile
+and probe. CPU only, a few seconds.
 
 Written after h100x4-run21, for the question `pooled_check.py` raises about one run's host
 reading: across runs of one machine kind, host costs pooled over other runs predicted
@@ -20,13 +20,16 @@ from pathlib import Path
 
 import common  # noqa: F401  (puts src/ on the path)
 from combine import repredicted, run_profiles
+from error_bands import RUNS as ALL_RUNS
 
 from pipecast.bench.accuracy import comparisons, summary
 from pipecast.profile.pool import HOST_COSTS, with_host_costs
 from pipecast.profile.types import BlockCost, Profile
 
 RESULTS = Path(__file__).parent / "results"
-RUNS = ("h100x4-run5", "h100x4-run13", "h100x4-run14", "h200x4-run13")
+RUNS = tuple(run for run in ALL_RUNS if any((RESULTS / run).glob("late_profile_*.json")))
+"""Every stored run with late profiles, in error_bands.RUNS's order (up to h200x4-run17:
+h100x4-run5, -run13, -run14 and h200x4-run13; a new run joins as it is stored)."""
 
 
 def with_host(early: Profile, late: Profile, weight: float) -> Profile:

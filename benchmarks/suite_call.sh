@@ -4,7 +4,9 @@
 #   bash benchmarks/suite_call.sh ROUNDS BUDGET_S TIMEOUT_S [gpu_run.py flags...]
 #
 # call 1: `1 540 565` (probe, profiles, one round), calls 2 and 3: `5 545 570` and
-# `5 520 545` (resumed on the same machine). Keep TIMEOUT_S at least 25 s over BUDGET_S (a
+# `5 520 545` (resumed on the same machine); from h200x4-run17 on, call 3 as
+# `5 520 570 --late-profiles` (every model profiled again at its smallest size once the
+# rounds are done, host-bound models first, each packed as it is saved). Keep TIMEOUT_S at least 25 s over BUDGET_S (a
 # call ends a few seconds past its budget, then reads the machine for up to 15 s) and give
 # the device call a limit some 25 s above TIMEOUT_S. The run lives in /tmp/r4 on that machine (so a later call resumes it); the
 # script packs it into the device's $OUT as it goes (PACK_TO) and copies the last pack, the
