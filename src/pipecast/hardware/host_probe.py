@@ -170,14 +170,26 @@ def ddp_overhead(ctx: Context, repeats: int = 9) -> dict[str, float]:
     return read | {"param": DDP_PARAM_HOST}
 
 
-def _matmuls(side: int = 384, repeats: int = 8) -> float:
-    """Median seconds of a fixed CPU matmul with this process's threads."""
+MATMUL_SECONDS = (0.05, 0.3)
+"""_matmuls: warm up for the first, then time for the second. Eight matmuls of a few
+milliseconds each once read one rank alone 3.5x as slow as this process on a 2-core
+machine (a freshly spawned rank's first milliseconds), which would have priced every
+single-rank CPU strategy 3.5x too slow; ranks that time for a fixed while also overlap for
+all of it, where a fixed count lets the faster finish first."""
+
+
+def _matmuls(side: int = 384) -> float:
+    """Median seconds of a fixed CPU matmul with this process's threads, over MATMUL_SECONDS."""
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(side, side, generator=generator)
     y = torch.randn(side, side, generator=generator)
-    torch.matmul(x, y)
-    times = []
-    for _ in range(repeats):
+    warmup, timed = MATMUL_SECONDS
+    began = time.perf_counter()
+    while time.perf_counter() - began < warmup:
+        torch.matmul(x, y)
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < 3 or time.perf_counter() - start < timed:
         began = time.perf_counter()
         torch.matmul(x, y)
         times.append(time.perf_counter() - began)
