@@ -46,10 +46,9 @@ from pathlib import Path
 
 from combine import repredicted, run_profiles
 from error_bands import RUNS
+from reference_check import preset_runs
 
 from pipecast.bench.accuracy import comparisons, summary
-from pipecast.hardware.cluster import Cluster
-from pipecast.hardware.presets import PRESETS, gpu_kind
 from pipecast.profile.pool import pool_host
 from pipecast.profile.reference import SOURCES
 from pipecast.profile.types import Profile
@@ -61,14 +60,23 @@ POOLS = {
 }
 
 
+def pooled(
+    reference: dict[str, Profile], runs: list[str], every: dict[str, dict[str, Profile]]
+) -> dict[str, Profile]:
+    """`reference` (by workload key) with host costs the mean over `runs`' profiles of each
+    model (`every`: each run's profiles by workload key)."""
+    pool: dict[str, list[Profile]] = {}
+    for run in runs:
+        for key, p in every[run].items():
+            pool.setdefault(key, []).append(p)
+    return {k: pool_host(p, pool[k]) for k, p in reference.items() if k in pool}
+
+
 def main(kind: str = "h100", write: Path | None = None) -> None:
     reference = run_profiles(RESULTS / SOURCES[kind])  # by workload key
     source = SOURCES[kind].rsplit("-", 1)[-1]  # "run18"
-    pool: dict[str, list[Profile]] = {}
-    for run in POOLS[kind]:
-        for key, p in run_profiles(RESULTS / run).items():
-            pool.setdefault(key, []).append(p)
-    pooled_reference = {k: pool_host(p, pool[k]) for k, p in reference.items() if k in pool}
+    every = {run: run_profiles(RESULTS / run) for run in POOLS[kind]}
+    pooled_reference = pooled(reference, POOLS[kind], every)
     if write:
         write.mkdir(parents=True, exist_ok=True)
         for key, p in pooled_reference.items():
@@ -76,11 +84,7 @@ def main(kind: str = "h100", write: Path | None = None) -> None:
         return
     last_pooled = max(RUNS.index(r) for r in POOLS[kind])
     decided = False
-    for run in RUNS:
-        own = Cluster.load(str(RESULTS / run / "cluster.json"))
-        if gpu_kind(own.device) != kind or run == SOURCES[kind]:
-            continue
-        preset = PRESETS[f"{kind}-nvlink"].subset(own.world)
+    for run, _, preset in preset_runs(kind):
         cells = []
         for label, profiles in {
             f"{source}+preset": reference,

@@ -27,6 +27,7 @@ Each line: a variant's configurations, median and worst |error|, rows within 20%
 from __future__ import annotations
 
 import statistics
+from collections.abc import Iterator
 from pathlib import Path
 
 from combine import repredicted, run_profiles
@@ -37,23 +38,34 @@ from pipecast.hardware.cluster import Cluster
 from pipecast.hardware.presets import PRESETS, gpu_kind
 from pipecast.models.workload import Workload
 from pipecast.profile.reference import SOURCES, shipped
+from pipecast.profile.types import Profile
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def main() -> None:
-    references = {
+def preset_runs(kind: str | None = None) -> Iterator[tuple[str, str, Cluster]]:
+    """Every stored run (of `kind`, else of any) but the shipped profiles' sources, in RUNS's
+    order: the run, its GPU kind and that kind's NVLink preset sized to the run."""
+    for run in RUNS:
+        own = Cluster.load(str(RESULTS / run / "cluster.json"))
+        found = gpu_kind(own.device) or "h100"
+        if (kind is None or found == kind) and run != SOURCES[found]:
+            yield run, found, PRESETS[f"{found}-nvlink"].subset(own.world)
+
+
+def shipped_by_key() -> dict[str, dict[str, Profile]]:
+    """The profiles pipecast ships, by GPU kind and workload key."""
+    return {
         kind: {Workload.from_dict(p.workload).key: p for p in shipped(kind)} for kind in SOURCES
     }
+
+
+def main() -> None:
+    references = shipped_by_key()
     sources = {kind: run_profiles(RESULTS / run) for kind, run in SOURCES.items()}
     totals: dict[str, list[float]] = {}
     counts: dict[str, list[int]] = {}
-    for run in RUNS:
-        own = Cluster.load(str(RESULTS / run / "cluster.json"))
-        kind = gpu_kind(own.device) or "h100"
-        if run == SOURCES[kind]:
-            continue
-        preset = PRESETS[f"{kind}-nvlink"].subset(own.world)
+    for run, kind, preset in preset_runs():
         cells = []
         for label, fresh in {
             "own": repredicted(RESULTS / run),

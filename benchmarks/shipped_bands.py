@@ -15,29 +15,18 @@ import statistics
 from pathlib import Path
 
 from combine import repredicted
-from error_bands import RUNS
+from reference_check import preset_runs, shipped_by_key
 
 from pipecast.bench.accuracy import comparisons
-from pipecast.hardware.cluster import Cluster
-from pipecast.hardware.presets import PRESETS, gpu_kind
-from pipecast.models.workload import Workload
-from pipecast.profile.reference import SOURCES, shipped
 from pipecast.recommend.predict import ERROR_RANGE
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def main() -> None:
-    references = {
-        kind: {Workload.from_dict(p.workload).key: p for p in shipped(kind)} for kind in SOURCES
-    }
+    references = shipped_by_key()
     errors: dict[tuple[str, str], list[float]] = {key: [] for key in ERROR_RANGE}
-    for run in RUNS:
-        own = Cluster.load(str(RESULTS / run / "cluster.json"))
-        kind = gpu_kind(own.device) or "h100"
-        if run == SOURCES[kind]:
-            continue
-        preset = PRESETS[f"{kind}-nvlink"].subset(own.world)
+    for run, kind, preset in preset_runs():
         for c in comparisons(repredicted(RESULTS / run, references[kind], preset)):
             if not c.graphed:
                 key = (
@@ -49,12 +38,13 @@ def main() -> None:
     for (regime, gpus), values in errors.items():
         deciles = statistics.quantiles(values, n=10, method="inclusive")
         low, high = ERROR_RANGE[(regime, gpus)]
-        inside_all += sum(low <= e <= high for e in values)
-        inside = sum(low <= e <= high for e in values) / len(values)
+        inside = sum(low <= e <= high for e in values)
+        inside_all += inside
         print(
             f"{regime}-bound on {gpus}: {len(values)} configurations, median "
             f"{statistics.median(values):+.1%}, 10th percentile {deciles[0]:+.1%}, 90th "
-            f"{deciles[-1]:+.1%}; within ERROR_RANGE ({low:+.2f}, {high:+.2f}): {inside:.0%}"
+            f"{deciles[-1]:+.1%}; within ERROR_RANGE ({low:+.2f}, {high:+.2f}): "
+            f"{inside / len(values):.0%}"
         )
     rows = sum(len(v) for v in errors.values())
     print(f"all: {inside_all} of {rows} within their ERROR_RANGE ({inside_all / rows:.0%})")

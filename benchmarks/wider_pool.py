@@ -41,12 +41,11 @@ from pathlib import Path
 
 from combine import repredicted, run_profiles
 from error_bands import RUNS
-from pooled_check import POOLS
+from pooled_check import POOLS, pooled
+from reference_check import preset_runs
 
 from pipecast.bench.accuracy import comparisons, summary
 from pipecast.hardware.cluster import Cluster
-from pipecast.hardware.presets import PRESETS, gpu_kind
-from pipecast.profile.pool import pool_host
 from pipecast.profile.reference import SOURCES
 from pipecast.profile.types import Profile
 
@@ -55,17 +54,6 @@ WIDER = {
     "h100": [f"h100x4-run{i}" for i in range(13, 23)],
     "h200": [f"h200x4-run{i}" for i in range(13, 18)],
 }
-
-
-def pooled(
-    reference: dict[str, Profile], runs: list[str], every: dict[str, dict[str, Profile]]
-) -> dict[str, Profile]:
-    """`reference` with host costs the mean over `runs`' profiles of each model."""
-    pool: dict[str, list[Profile]] = {}
-    for run in runs:
-        for key, p in every[run].items():
-            pool.setdefault(key, []).append(p)
-    return {k: pool_host(p, pool[k]) for k, p in reference.items() if k in pool}
 
 
 def cell(label: str, run: str, profiles: dict[str, Profile], preset: Cluster) -> tuple[str, int]:
@@ -94,11 +82,9 @@ def main() -> None:
         first_pool = pooled(reference, POOLS[kind], every)
         totals = [0, 0]
         first = RUNS.index(POOLS[kind][0])
-        for run in RUNS[first:]:
-            own = Cluster.load(str(RESULTS / run / "cluster.json"))
-            if gpu_kind(own.device) != kind or run == SOURCES[kind]:
+        for run, _, preset in preset_runs(kind):
+            if RUNS.index(run) < first:
                 continue
-            preset = PRESETS[f"{kind}-nvlink"].subset(own.world)
             others = [r for r in wider if r != run]
             a, a_rows = cell("first", run, first_pool, preset)
             b, b_rows = cell("every", run, pooled(reference, others, every), preset)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import math
 from collections.abc import Callable
 
 from pipecast.data.registry import DEFAULT_SEQ_LEN, DEFAULT_VOCAB, DEFAULT_WIDTH, dataset_names
@@ -83,16 +82,17 @@ def count_arg(flag: str, minimum: int, *, also: str = "") -> Callable[[str], int
 
 
 def margin_arg(text: str) -> float:
-    """An argparse type for --memory-margin: the fraction of GPU memory kept free, in [0, 1)."""
+    """An argparse type for --memory-margin: the fraction of GPU memory kept free, in [0, 1)
+    (partition.methods.check_margin's rule)."""
+    from pipecast.errors import ConfigError
+    from pipecast.partition.methods import check_margin
+
     try:
-        value = float(text)
-    except ValueError:
-        value = math.nan  # fails the range below, with the same message
-    if not 0 <= value < 1:
+        return check_margin(float(text))
+    except (ValueError, ConfigError):
         raise argparse.ArgumentTypeError(
             f"--memory-margin takes a fraction in [0, 1) of GPU memory to keep free, got {text!r}"
-        )
-    return value
+        ) from None
 
 
 def methods_arg(text: str) -> tuple[str, ...]:

@@ -100,6 +100,16 @@ def _memory_limit(cluster: Cluster, setting: Setting, stages: int) -> float:
     return per_device * ranks / stages  # several stages per device share it
 
 
+def check_margin(memory_margin: float) -> float:
+    """`memory_margin`, the fraction of GPU memory kept free, if in [0, 1) (else ConfigError;
+    NaN too)."""
+    if not 0 <= memory_margin < 1:
+        raise ConfigError(
+            f"memory_margin is the fraction of GPU memory kept free, in [0, 1); got {memory_margin}"
+        )
+    return memory_margin
+
+
 def check_methods(methods: tuple[str, ...]) -> tuple[str, ...]:
     """`methods`, each one of METHODS and at least one (UnknownNameError or ConfigError)."""
     if not methods:

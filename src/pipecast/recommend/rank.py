@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from pipecast.errors import ConfigError, PipecastError
 from pipecast.hardware.cluster import Cluster
-from pipecast.partition.methods import check_methods
+from pipecast.partition.methods import check_margin, check_methods
 from pipecast.profile.types import Profile
 from pipecast.recommend.enumerate import ACCUMULATION, strategies, with_graphs
 from pipecast.recommend.predict import Prediction, predict
@@ -75,10 +75,7 @@ def recommend(
         raise ConfigError(f"{gpus} GPUs requested but the cluster has {cluster.world}")
     if batch < 1:
         raise ConfigError(f"batch must be at least 1, got {batch}")
-    if not 0 <= memory_margin < 1:
-        raise ConfigError(
-            f"memory_margin is the fraction of GPU memory kept free, in [0, 1); got {memory_margin}"
-        )
+    check_margin(memory_margin)
     check_methods(methods)
     kwargs = {"schedules": schedules} if schedules else {}
     fits, rejected = [], []
