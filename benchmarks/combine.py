@@ -18,7 +18,7 @@ recomputed by this checkout's code from the profiles and probe measured in the s
         --run results/h100x4-run17 --run results/h200x4-run14 \
         --run results/h100x4-run18 --run results/h100x4-run19 --run results/h100x4-run20 \
         --run results/h100x4-run21 --run results/h100x4-run22 --run results/h200x4-run15 \
-        --run results/h200x4-run16 --run results/h200x4-run17 \
+        --run results/h200x4-run16 --run results/h200x4-run17 --run results/h200x2-run4 \
         --out results/combined.sqlite --report results/report --summaries results/summaries.json
 
 Rows of the comparison store (pipecast against torch.distributed.pipelining) are copied as

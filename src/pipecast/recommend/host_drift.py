@@ -7,10 +7,10 @@ on shared and virtual machines the host's speed moves in spells: a fixed pure-Py
 (benchmarks/results/h200x4-run13). The profile keeps that loop's reading; reading it again
 before recommending tells whether the host is in a slower spell now.
 
-Over the 40 stored GPU runs (benchmarks/host_drift_rows.py), host-bound steps measured while
-the loop read 1.25x or more its profile's reading ran a median 10.6% slower than predicted
-(266 rows, 90 of them beyond 20%); between 0.8x and 1.25x, 3.4% slower (529 rows); at 0.8x or
-less, 4.4% faster (143 rows). Device-bound steps' signed medians were -1.8% to +1.1%. So a
+Over the 42 stored GPU runs (benchmarks/host_drift_rows.py), host-bound steps measured while
+the loop read 1.25x or more its profile's reading ran a median 11.2% slower than predicted
+(282 rows, 101 of them beyond 20%); between 0.8x and 1.25x, 3.6% slower (542 rows); at 0.8x or
+less, 4.8% faster (152 rows). Device-bound steps' signed medians were -2.0% to +1.1%. So a
 slower host is worth a note where a close call is host-bound, and a faster one is not.
 """
 
@@ -23,7 +23,7 @@ SLOWER = 1.25
 
 SLOWER_MISS = 0.112
 """How much slower than predicted host-bound steps ran, as a median, where the loop read
-SLOWER or more its profile's reading (benchmarks/results/host-drift-rows.txt, 41 runs)."""
+SLOWER or more its profile's reading (benchmarks/results/host-drift-rows.txt, 42 runs)."""
 
 
 @dataclass(frozen=True)

@@ -26,11 +26,11 @@ ERROR_RANGE: dict[tuple[str, str], tuple[float, float]] = {
     ("host", "several GPUs"): (-0.25, 0.18),
 }
 """The 10th and 90th percentiles of (predicted - measured) / measured step time, rounded
-outward to whole per cents, over the 2,203 eager configurations of 41 runs on H100 and H200
+outward to whole per cents, over the 2,234 eager configurations of 42 runs on H100 and H200
 machines, as this code re-predicts them (benchmarks/error_bands.py,
 results/error-bands.txt), by what binds the step and whether it spans GPUs: device-bound on
-one GPU (253, median +1.3%), on several (878, median -1.8%), host-bound on one (187, median
--0.1%), on several (885, median -4.5%; the host's own speed moves by up to 2x within
+one GPU (259, median +1.3%), on several (887, median -1.7%), host-bound on one (192, median
++0.6%), on several (896, median -4.4%; the host's own speed moves by up to 2x within
 minutes). One device-bound GPU has no communication, no busy neighbours and no rank to wait
 for, and its predictions hold to a few per cent; over several GPUs predictions err fast
 more often than slow (about two thirds of them, device- and host-bound alike), so those
