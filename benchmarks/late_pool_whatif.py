@@ -28,8 +28,9 @@ from pipecast.profile.types import BlockCost, Profile
 
 RESULTS = Path(__file__).parent / "results"
 RUNS = tuple(run for run in ALL_RUNS if any((RESULTS / run).glob("late_profile_*.json")))
-"""Every stored run with late profiles, in error_bands.RUNS's order (up to h200x4-run17:
-h100x4-run5, -run13, -run14 and h200x4-run13; a new run joins as it is stored)."""
+"""Every stored run with late profiles, in error_bands.RUNS's order (up to h200x2-run4:
+h100x4-run5, -run13, -run14, h200x4-run13 and h200x2-run4; a new run joins as it is
+stored)."""
 
 
 def with_host(early: Profile, late: Profile, weight: float) -> Profile:
