@@ -17,7 +17,14 @@ from pipecast.profile.profiler import ProfileOptions, profile_model
 from pipecast.profile.types import Profile
 from pipecast.recommend.enumerate import GRAPHED_SCHEDULES, strategies, with_graphs
 from pipecast.recommend.predict import CPU_ERROR_RANGE, ERROR_RANGE, error_range, predict
-from pipecast.recommend.rank import Rejected, explain, nothing_fits, recommend, samples_rate
+from pipecast.recommend.rank import (
+    Rejected,
+    explain,
+    nothing_fits,
+    quoted,
+    recommend,
+    samples_rate,
+)
 from pipecast.recommend.strategy import Strategy
 from pipecast.recommend.validate import measure
 from pipecast.runtime.config import RunConfig
@@ -486,6 +493,14 @@ def test_close_calls_are_the_strategies_within_error_of_the_best() -> None:
     assert 64 / slowest < best.samples_per_second < 64 / fastest
     if len(close) > 1:
         assert "--validate auto" in rec.reason()
+        # labels hold commas of their own, so each close call is quoted whole
+        for p in rec.close_calls()[1:]:
+            assert f'"{p.strategy.label()}"' in rec.reason()
+
+
+def test_labels_with_commas_stay_apart_in_a_phrase() -> None:
+    assert quoted(["a, b"]) == '"a, b"'
+    assert quoted(["a, b", "c", "d, e"]) == '"a, b", "c" and "d, e"'
 
 
 def _host_bound(p: Profile) -> Profile:

@@ -22,7 +22,13 @@ from pipecast.partition import from_boundaries
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.engine import PipelineEngine
 from pipecast.runtime.job import TrainJob
-from pipecast.runtime.launch import Context, RankFailed
+from pipecast.runtime.launch import (
+    QUIET_ENV,
+    Context,
+    RankFailed,
+    free_port,
+    process_group,
+)
 from pipecast.runtime.worker import own_share, run_rank
 from pipecast.schedule import make_plan
 
@@ -262,3 +268,16 @@ def test_a_rank_keeps_only_its_share_of_the_batch() -> None:
     for part, whole in ((a, x), (b, y)):  # not a view that keeps the whole batch alive
         assert part.untyped_storage().data_ptr() != whole.untyped_storage().data_ptr()
         assert part.untyped_storage().nbytes() == whole.untyped_storage().nbytes() // 2
+
+
+@pytest.mark.parametrize("preset", [None, "1"])
+def test_ranks_quiet_the_p2p_serialization_warning_unless_the_user_set_it(
+    monkeypatch: pytest.MonkeyPatch, preset: str | None
+) -> None:
+    (key,) = QUIET_ENV
+    if preset is None:
+        monkeypatch.delenv(key, raising=False)
+    else:
+        monkeypatch.setenv(key, preset)
+    with process_group(0, 1, 0, "gloo", 30, init_method=f"tcp://127.0.0.1:{free_port()}"):
+        assert os.environ[key] == (preset or "0")

@@ -41,8 +41,10 @@ class Recommendation:
         text = explain(self.best, self.ranked)
         rivals = self.close_calls()[1:]
         if rivals:
-            names = ", ".join(p.strategy.label() for p in rivals)
-            text += f". Within error of it: {names}; --validate auto decides by measurement"
+            text += (
+                f". Within error of it: {quoted([p.strategy.label() for p in rivals])}; "
+                "--validate auto decides by measurement"
+            )
         return text
 
     def close_calls(self, limit: int = 4) -> tuple[Prediction, ...]:
@@ -141,6 +143,13 @@ def samples_rate(per_second: float) -> str:
     """Samples a second to the digits that mean something: whole samples from 100 up
     (9,733), a tenth below (48.1)."""
     return f"{per_second:,.0f}" if per_second >= 100 else f"{per_second:,.1f}"
+
+
+def quoted(labels: list[str]) -> str:
+    """Strategy labels as one phrase a reader can split: each label may hold commas of its
+    own ("zb-h1 2 stages, M=2, balanced"), so each is quoted and the last joined by "and"."""
+    names = [f'"{label}"' for label in labels]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def explain(best: Prediction, ranked: tuple[Prediction, ...]) -> str:
