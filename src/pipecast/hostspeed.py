@@ -14,6 +14,7 @@ so the simulator scales profiled host costs to the speed of a busy rank.
 
 from __future__ import annotations
 
+import platform
 import socket
 import statistics
 import time
@@ -36,6 +37,19 @@ def machine() -> str:
     except OSError:
         boot = ""
     return f"{socket.gethostname()}:{boot}" if boot else socket.gethostname()
+
+
+def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The host CPU's model name as the kernel reports it ('model name' in `cpuinfo`),
+    else as Python's platform module does ('' where neither says)."""
+    try:
+        lines = Path(cpuinfo).read_text().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        if line.startswith("model name") and ":" in line:
+            return line.split(":", 1)[1].strip()
+    return platform.processor()
 
 
 def reference(repeats: int = 5) -> float:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import time
 from dataclasses import replace
 from functools import partial
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from pipecast import hostspeed
 from pipecast.errors import ConfigError, DataError
 from pipecast.hardware import Cluster, fit_link
 from pipecast.hardware.cluster import DDP_PARAM_HOST, cluster_from_dict
@@ -273,3 +275,11 @@ def test_measured_preset_takes_each_probed_figure_as_the_median() -> None:
     assert measured_preset(base, [replace(probes[0], step_overhead=0.0)]).step_overhead == (
         base.step_overhead
     )
+
+
+def test_cpu_model_reads_the_kernels_model_name(tmp_path: Path) -> None:
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Xeon: Gold 6430\n")
+    assert hostspeed.cpu_model(str(info)) == "Xeon: Gold 6430"
+    # without /proc/cpuinfo, whatever the platform says (possibly nothing), never an error
+    assert hostspeed.cpu_model(str(tmp_path / "none")) == platform.processor()

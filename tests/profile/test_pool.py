@@ -65,6 +65,10 @@ def test_profiles_that_do_not_match_are_refused_with_the_reason() -> None:
     assert "sizes" in poolable(base, fewer_sizes)
     assert "fp32" in poolable(base, fp32)
     assert poolable(base, scaled(base, 3.0)) == ""
+    # host costs read on another CPU model describe another host; unrecorded, no judgement
+    xeon, epyc = replace(base, host_cpu="Xeon"), replace(base, host_cpu="EPYC")
+    assert "read on EPYC, not Xeon" in poolable(xeon, epyc)
+    assert poolable(xeon, replace(epyc, host_cpu="")) == poolable(xeon, xeon) == ""
     with pytest.raises(ConfigError, match="profile 2: it was measured on"):
         pool_host(base, [base, on_h200])
     with pytest.raises(ConfigError):

@@ -58,6 +58,9 @@ def test_profile_measures_every_block_and_size() -> None:
     # where it was taken, as the probe names its machine
     assert p.host_machine == hostspeed.machine() != ""
     assert Profile.from_json(p.to_json()).host_machine == p.host_machine
+    # and on which CPU model its host costs were read
+    assert p.host_cpu == hostspeed.cpu_model() != ""
+    assert Profile.from_json(p.to_json()).host_cpu == p.host_cpu
     # the host's speed beside each size's host costs, a reading of the same kind
     assert sorted(p.size_issue) == [2, 4] and all(v > 0 for v in p.size_issue.values())
     assert min(p.size_issue.values()) < 10 * p.host_issue < 100 * max(p.size_issue.values())

@@ -43,14 +43,16 @@ def with_host_costs(
 
 def poolable(base: Profile, other: Profile) -> str:
     """Why `other`'s host costs cannot be pooled with `base`'s ('' where they can): the same
-    model and input shapes, dtype and GPU kind, the same blocks, and every size of `base`
-    measured."""
+    model and input shapes, dtype and GPU kind, host costs read on the same CPU model (where
+    both record one), the same blocks, and every size of `base` measured."""
     if (other.model, other.dataset, other.workload) != (base.model, base.dataset, base.workload):
         return f"it profiles {other.model}/{other.dataset}, not {base.model}/{base.dataset}"
     if (other.dtype, other.autocast) != (base.dtype, base.autocast):
         return f"it was measured in {other.dtype}, not {base.dtype}"
     if not carries(other.device, base.device):
         return f"it was measured on {other.device}, not {base.device}"
+    if other.host_cpu and base.host_cpu and other.host_cpu != base.host_cpu:
+        return f"its host costs were read on {other.host_cpu}, not {base.host_cpu}"
     if [b.name for b in other.blocks] != [b.name for b in base.blocks]:
         return f"its {len(other.blocks)} blocks are not the {len(base.blocks)} of this one"
     missing = sorted(set(base.micro_batches) - set(other.micro_batches))

@@ -279,6 +279,7 @@ def _profile_model(
         host_reference=statistics.median(host_speed),
         host_issue=statistics.median(host_issue),
         host_machine=hostspeed.machine(),
+        host_cpu=hostspeed.cpu_model(),
         size_issue=size_issue,
         host_windows=windows if in_context else 0,
         window_host={

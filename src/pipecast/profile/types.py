@@ -188,6 +188,9 @@ class Profile:
     this process issued it while profiling (0: not recorded)."""
     host_machine: str = ""
     """hostspeed.machine() where the profile was taken (empty: not recorded)."""
+    host_cpu: str = ""
+    """hostspeed.cpu_model() where the profile was taken (empty: not recorded): host costs
+    read on one CPU model do not describe another's."""
     host_pooled: int = 1
     """How many profiles' readings the host costs, the split-call cost, host_issue and
     host_reference are the mean of (pipecast.profile.pool; 1: this profile's own)."""
@@ -449,6 +452,7 @@ class Profile:
                 "host_reference": self.host_reference,
                 "host_issue": self.host_issue,
                 "host_machine": self.host_machine,
+                "host_cpu": self.host_cpu,
                 "host_pooled": self.host_pooled,
                 "size_issue": {str(mb): v for mb, v in self.size_issue.items()},
                 "host_windows": self.host_windows,
@@ -524,6 +528,7 @@ class Profile:
                 host_reference=float(doc.get("host_reference", 0.0)),
                 host_issue=float(doc.get("host_issue", 0.0)),
                 host_machine=str(doc.get("host_machine", "")),
+                host_cpu=str(doc.get("host_cpu", "")),
                 host_pooled=int(doc.get("host_pooled", 1)),
                 size_issue={int(mb): float(v) for mb, v in doc.get("size_issue", {}).items()},
                 host_windows=int(doc.get("host_windows", 1)),
