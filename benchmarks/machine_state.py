@@ -39,18 +39,13 @@ def _cpu_times() -> dict[str, int] | None:
     return {n: int(v) for n, v in zip(names, fields, strict=False)}
 
 
-def _cpus() -> tuple[str | None, dict[str, float] | None]:
-    """From one read of /proc/cpuinfo: the CPU's model name, and the cores' current clock
-    in MHz (min, median, max)."""
+def _clocks() -> dict[str, float] | None:
+    """The cores' current clock in MHz (min, median, max), from /proc/cpuinfo."""
     lines = (_read("/proc/cpuinfo") or "").splitlines()
-    model = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), None)
     mhz = sorted(float(ln.split(":")[1]) for ln in lines if "cpu MHz" in ln)
-    clocks = (
-        {"min": mhz[0], "median": mhz[len(mhz) // 2], "max": mhz[-1], "cores": len(mhz)}
-        if mhz
-        else None
-    )
-    return model, clocks
+    if not mhz:
+        return None
+    return {"min": mhz[0], "median": mhz[len(mhz) // 2], "max": mhz[-1], "cores": len(mhz)}
 
 
 def snapshot(label: str, *, readings: bool = True) -> dict[str, Any]:
@@ -59,12 +54,12 @@ def snapshot(label: str, *, readings: bool = True) -> dict[str, Any]:
     on cuda:0 when there is one), a few seconds."""
     from pipecast import hostspeed
 
-    model, clocks = _cpus()
+    clocks = _clocks()
     state: dict[str, Any] = {
         "label": label,
         "time": time.time(),
         "machine": hostspeed.machine(),  # host name and boot id, as profiles record it
-        "cpu_model": model,
+        "cpu_model": hostspeed.cpu_model() or None,  # as profiles record it
         "affinity": len(os.sched_getaffinity(0)),
         "loadavg": (_read("/proc/loadavg") or "").split()[:3],
         "cpu_times": _cpu_times(),

@@ -40,17 +40,13 @@ IN_POOL = set(POOLS["h100"]) | set(WIDER["h200"])
 
 
 def with_prior(own: dict[str, Profile], shipped: dict[str, Profile]) -> dict[str, Profile]:
-    """Each of `own`'s profiles with its host costs pooled with the shipped profile of the
-    same workload, that pool counted as one reading; profiles with none shipped as they are."""
-    out = {}
-    for key, p in own.items():
-        prior = shipped.get(key)
-        out[key] = (
-            p
-            if prior is None
-            else pool_host(p, [replace(p, host_pooled=1), replace(prior, host_pooled=1)])
-        )
-    return out
+    """Each of `own`'s profiles (one reading each) with its host costs pooled with the
+    shipped profile of the same workload, that pool counted as one reading; profiles with
+    none shipped as they are."""
+    return {
+        key: p if key not in shipped else pool_host(p, [p, replace(shipped[key], host_pooled=1)])
+        for key, p in own.items()
+    }
 
 
 def main() -> None:
