@@ -41,10 +41,10 @@ import torch.distributed as dist
 from common import OUT
 from gpu_run import probe_options, profile
 
-from pipecast import devices, hostspeed
 from pipecast.bench.config import BenchConfig
 from pipecast.bench.runner import pipecast_job
 from pipecast.bench.timing import action_stats
+from pipecast.hardware import devices, hostspeed
 from pipecast.hardware.probe import probe
 from pipecast.models.workload import Workload
 from pipecast.profile.types import Profile

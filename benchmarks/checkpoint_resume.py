@@ -36,10 +36,10 @@ from common import dump, log, pack
 from pipecast.api import make_job
 from pipecast.models.workload import Workload
 from pipecast.runtime import checkpoint
-from pipecast.runtime.api import JobResult, run_job
 from pipecast.runtime.checkpoint import Checkpointing
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.launch import RankFailed
+from pipecast.runtime.run import JobResult, run_job
 
 WORK = Path(os.environ.get("CKPT_DIR", "/tmp/pipecast-ckpt"))
 

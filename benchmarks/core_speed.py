@@ -30,7 +30,7 @@ import torch
 from common import dump, log, pack
 from machine_state import core_loops, core_summary, smt_siblings
 
-from pipecast import devices, hostspeed
+from pipecast.hardware import devices, hostspeed
 from pipecast.models.workload import Workload
 
 MEASURES = ("loop", "issue", "vgg16_cifar_b4")

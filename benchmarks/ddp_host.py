@@ -32,11 +32,11 @@ import common  # noqa: F401  (puts src/ on the path)
 import torch
 from common import OUT, dump, log
 
-from pipecast import devices
 from pipecast.bench.baselines import build
 from pipecast.bench.timing import barrier
 from pipecast.data.loss import loss_for
 from pipecast.data.synthetic import synthetic_batch
+from pipecast.hardware import devices
 from pipecast.models.workload import Workload
 from pipecast.runtime.launch import Context, all_gather_floats, spawn
 

@@ -14,7 +14,7 @@ simulator charges was a median 1.11-1.14x in GPipe (forwards back to back), 1.30
 +34% on such forwards' ops (not on the runtime's own cost per action), in plans of two or
 more stages (a one-GPU model's profile reads its forward after the previous pass's
 backward already). The simulator has charged it since h100x4-run17, by the rule decided in
-advance (`pipecast.simulate.engine.FORWARD_AFTER_BACKWARD`).
+advance (`pipecast.simulate.simulator.FORWARD_AFTER_BACKWARD`).
 
 Each line: a run, then per variant the median and worst |error| and the rows within 20%;
 last, the totals and the signed median of the pipeline rows by schedule.
@@ -27,7 +27,7 @@ from typing import Any
 
 from whatif import compare, totals
 
-import pipecast.simulate.engine as engine
+import pipecast.simulate.simulator as engine
 
 ADOPTED = engine.FORWARD_AFTER_BACKWARD
 PREMIUM = 0.34

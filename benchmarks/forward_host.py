@@ -37,11 +37,11 @@ import common  # noqa: F401  (puts src/ on the path)
 import torch
 from common import OUT, dump, log
 
-from pipecast import devices
 from pipecast.bench.config import BenchConfig
 from pipecast.bench.runner import pipecast_job
 from pipecast.bench.suites import GPT
 from pipecast.bench.timing import action_stats
+from pipecast.hardware import devices
 from pipecast.models.workload import Workload
 from pipecast.runtime.backward import backward_full
 from pipecast.runtime.config import RunConfig

@@ -23,11 +23,11 @@ import torch
 from common import OUT, dump, left, log, pack
 from machine_state import core_loops, core_summary, loop_change, loop_pair, record, steal_share
 
-from pipecast import devices
 from pipecast.bench.config import BenchConfig
 from pipecast.bench.predictions import predictions
 from pipecast.bench.runner import run_suite
 from pipecast.bench.suites import GPT, VGG16, anchors, gpipe_study
+from pipecast.hardware import devices
 from pipecast.hardware.cluster import Cluster
 from pipecast.hardware.probe import ProbeOptions, probe
 from pipecast.models.workload import Workload

@@ -22,12 +22,12 @@ from typing import Any
 import common  # noqa: F401  (puts src/ on the path)
 import torch
 
-from pipecast import devices
 from pipecast.bench.config import BenchConfig
 from pipecast.bench.runner import pipecast_job
 from pipecast.data import get_spec
 from pipecast.data.loss import loss_for
 from pipecast.data.synthetic import synthetic_batch
+from pipecast.hardware import devices
 from pipecast.models.workload import Workload
 from pipecast.runtime.job import TrainJob
 from pipecast.runtime.launch import Context, spawn

@@ -1,8 +1,8 @@
 """Does where a rank's host runs explain its slow spells? (issue 7's host-bound misses)
 
 The same configuration measured minutes apart on one machine moved by up to 2x where the host
-binds, and the fixed pure-Python loop of `pipecast.hostspeed` read ~8.5 ms in some spells and
-~14 ms in others. This script asks whether those spells belong to CPUs:
+binds, and the fixed pure-Python loop of `pipecast.hardware.hostspeed` read ~8.5 ms in some
+spells and ~14 ms in others. This script asks whether those spells belong to CPUs:
 
 1. the machine's CPU topology (cores, hyperthreads, each GPU's NUMA node);
 2. the loop pinned to each CPU in turn, several sweeps: is a CPU's speed its own, and steady?
@@ -32,9 +32,9 @@ import common  # noqa: F401  (puts src/ on the path)
 import torch
 from common import dump, log, pack, two_gpu_rows
 
-from pipecast import cpubind, devices, hostspeed
 from pipecast.bench.config import BenchConfig
 from pipecast.bench.runner import pipecast_job
+from pipecast.hardware import cpubind, devices, hostspeed
 from pipecast.runtime.launch import Context, spawn
 from pipecast.runtime.worker import run_rank
 

@@ -30,8 +30,8 @@ import common  # noqa: F401  (puts src/ on the path)
 import torch
 from common import OUT, dump, log
 
-from pipecast import devices, hostspeed
 from pipecast.bench.suites import GPT
+from pipecast.hardware import devices, hostspeed
 from pipecast.models.workload import Workload
 from pipecast.runtime.launch import Context, all_gather_floats, spawn
 from pipecast.runtime.stage import materialize

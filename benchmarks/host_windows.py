@@ -14,8 +14,8 @@ import time
 import torch
 from common import dump, log
 
-from pipecast import hostspeed
 from pipecast.bench.suites import GPT
+from pipecast.hardware import hostspeed
 from pipecast.models.workload import Workload
 from pipecast.profile.profiler import ProfileOptions, profile_model
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from whatif import compare, totals
 
-import pipecast.simulate.engine as engine
+import pipecast.simulate.simulator as engine
 
 SPAN = engine._span
 

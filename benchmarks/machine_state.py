@@ -52,7 +52,7 @@ def snapshot(label: str, *, readings: bool = True) -> dict[str, Any]:
     """The machine's state now; `readings` adds the host-speed readings (pure-Python loop,
     here and in a new interpreter, once pinned to each CPU, and the tiny model's issue time
     on cuda:0 when there is one), a few seconds."""
-    from pipecast import hostspeed
+    from pipecast.hardware import hostspeed
 
     clocks = _clocks()
     state: dict[str, Any] = {
@@ -101,7 +101,7 @@ def core_loops(passes: int = 2) -> dict[str, list[float]]:
     and in new interpreters alike, neither side slower for long: if the slow readings
     belong to some CPUs (a busy hyperthread sibling), a CPU reads slow in every pass and
     pinning ranks to the fast ones is the fix; if not, the whole host slows and speeds up."""
-    from pipecast import hostspeed
+    from pipecast.hardware import hostspeed
 
     allowed = os.sched_getaffinity(0)
     readings: dict[str, list[float]] = {str(c): [] for c in sorted(allowed)}
@@ -154,7 +154,7 @@ def loop_pair() -> dict[str, float | None]:
     read the loop up to 2x slower than a new interpreter at each call's start and end on
     h100x4-run21; read after each profile, the pair tells whether the profiles' host costs
     were read in a slowed process."""
-    from pipecast import hostspeed
+    from pipecast.hardware import hostspeed
 
     here = hostspeed.reference()
     code = (
@@ -169,7 +169,7 @@ def _fresh_reference() -> float | None:
     torch). Every call of h100x4-run19 and -run20 read the loop 1.4-2.4x slower in this
     process at its end than at its start; read beside this one, the two tell a machine that
     slowed from a process whose own state slows the loop."""
-    code = "from pipecast import hostspeed; print(hostspeed.reference())"
+    code = "from pipecast.hardware import hostspeed; print(hostspeed.reference())"
     return _in_new_interpreter([], code, 120)
 
 

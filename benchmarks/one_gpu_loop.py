@@ -21,12 +21,12 @@ from typing import Any
 import torch
 from common import OUT, dump, log, pack
 
-from pipecast import hostspeed
 from pipecast.bench.config import BenchConfig
 from pipecast.bench.predictions import predictions
 from pipecast.bench.runner import pipecast_job, run_config
 from pipecast.bench.store import Store
 from pipecast.bench.suites import LENET
+from pipecast.hardware import hostspeed
 from pipecast.hardware.cluster import Cluster
 from pipecast.profile.profiler import ProfileOptions, measure_step, profile_model
 from pipecast.profile.types import Profile

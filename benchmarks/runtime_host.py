@@ -22,10 +22,10 @@ import common  # noqa: F401  (puts src/ on the path)
 import torch
 from host_context import MICRO, STEPS, WARMUP, WORKLOAD, M, runtime_job
 
-from pipecast import devices
 from pipecast.data import get_spec
 from pipecast.data.loss import loss_for
 from pipecast.data.synthetic import synthetic_batch
+from pipecast.hardware import devices
 from pipecast.runtime.launch import Context, spawn
 from pipecast.runtime.worker import run_rank
 

@@ -37,10 +37,10 @@ import common  # noqa: F401  (puts src/ on the path)
 import torch
 from common import OUT, dump, log
 
-from pipecast import devices
 from pipecast.bench.config import BenchConfig
 from pipecast.bench.runner import pipecast_job
 from pipecast.bench.timing import action_stats
+from pipecast.hardware import devices
 from pipecast.models.workload import Workload
 from pipecast.runtime import autograd_calls
 from pipecast.runtime import backward as backward_module

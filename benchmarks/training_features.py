@@ -37,8 +37,8 @@ from pipecast.bench.suites import GPT
 from pipecast.data.arrays import ArrayData
 from pipecast.data.loss import loss_for
 from pipecast.models.workload import Workload
-from pipecast.runtime.api import run_job
 from pipecast.runtime.config import RunConfig
+from pipecast.runtime.run import run_job
 from pipecast.training import learning_rate
 
 SMALL = Workload(model="transformer", dataset="embeddings", seq_len=32, width=64, layers=6, heads=4)

@@ -18,15 +18,14 @@ from pipecast.errors import ConfigError
 from pipecast.hardware.load import default_cluster
 from pipecast.models.user import as_sequential
 from pipecast.models.workload import Workload
+from pipecast.partition.boundaries import parse_boundaries, placement_of, split
 from pipecast.partition.types import from_boundaries
+from pipecast.profile.profiler import quick_profile
 from pipecast.profile.types import Profile
-from pipecast.recommend.auto import auto_partition, quick_profile
-from pipecast.recommend.predict import PLACEMENT, parse_boundaries
-from pipecast.recommend.strategy import Strategy
-from pipecast.runtime.api import JobResult, run_job
 from pipecast.runtime.checkpoint import Checkpointing
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.job import TrainJob
+from pipecast.runtime.run import JobResult, run_job
 from pipecast.schedule.generators import make_plan
 
 
@@ -68,15 +67,6 @@ def make_job(
     sequential = None if workload else as_sequential(model)
     spec = workload.spec if workload else get_spec(dataset or "mnist")
     stages = gpus // replicas
-    strategy = Strategy(
-        kind="pipeline" if replicas == 1 else "hybrid",
-        stages=stages,
-        replicas=replicas,
-        schedule=schedule,
-        microbatches=microbatches,
-        partition="balanced" if partition == "auto" else partition,
-        recompute=config.recompute,
-    )
     plan = make_plan(schedule, stages, microbatches)
     micro_batch = max(batch // (replicas * microbatches), 1)
     if sequential is not None:
@@ -88,7 +78,7 @@ def make_job(
     profile = None
     if bounds is not None:
         part = from_boundaries(
-            bounds, placement=PLACEMENT.get(schedule, "one"), ranks=stages, replicas=replicas
+            bounds, placement=placement_of(schedule), ranks=stages, replicas=replicas
         )
     else:
         fresh = copy.deepcopy(sequential) if sequential is not None else workload.build()  # type: ignore[union-attr]
@@ -101,7 +91,16 @@ def make_job(
             autocast=config.autocast,
             name=workload.model if workload else "model",
         )
-        part = auto_partition(profile, default_cluster(profile.device, gpus), strategy, micro_batch)
+        part = split(
+            profile,
+            default_cluster(profile.device, gpus),
+            how="balanced" if partition == "auto" else partition,
+            schedule=schedule,
+            ranks=stages,
+            replicas=replicas,
+            micro_batch=micro_batch,
+            microbatches=microbatches,
+        )
     job = TrainJob(
         plan=plan,
         partition=part,

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pipecast import hostspeed
 from pipecast.errors import ConfigError, DataError
-from pipecast.hardware import Cluster, fit_link
+from pipecast.hardware import Cluster, fit_link, hostspeed
 from pipecast.hardware.cluster import DDP_PARAM_HOST, cluster_from_dict
 from pipecast.hardware.load import load_cluster
 from pipecast.hardware.presets import describe
@@ -206,8 +205,7 @@ def _crowded_reading(directory: str, repeats: int = 5) -> float:
 
 
 def _contention_on_rank(ctx: Context, directory: str) -> dict[str, float]:
-    from pipecast import hostspeed
-    from pipecast.hardware import host_probe
+    from pipecast.hardware import host_probe, hostspeed
 
     hostspeed.reference = partial(_crowded_reading, directory)  # type: ignore[assignment]
     hostspeed.issue = lambda device: _crowded_reading(directory)  # type: ignore[assignment]

@@ -100,7 +100,7 @@ def test_a_stage_pays_one_split_backward_call_not_one_per_block() -> None:
 
 
 def test_a_stage_pays_one_split_backward_call_per_segment() -> None:
-    """Blocks of 8 weight tensors each close a segment (pipecast.segments): the runtime cuts
+    """Blocks of 8 weight tensors each close a segment (pipecast.profile.segments): the runtime cuts
     such a stage into one graph per block, so its B makes a call per block and the isolated
     sum is what it costs; weightless blocks between them share their segment's call."""
     base = make_profile([1.0] * 4)

@@ -14,7 +14,7 @@ import torch
 from tests.partition.test_partition import make_profile
 from torch import nn
 
-from pipecast.allocator import slot_reserved
+from pipecast.hardware.allocator import slot_reserved
 from pipecast.hardware.presets import describe
 from pipecast.models import Workload
 from pipecast.partition.types import Partition, Stage
@@ -24,7 +24,7 @@ from pipecast.profile.profiler import ProfileOptions, profile_model
 from pipecast.runtime import graphs
 from pipecast.schedule.generators import make_plan
 from pipecast.simulate.costs import costs_from_profile
-from pipecast.simulate.engine import simulate
+from pipecast.simulate.simulator import simulate
 
 FAST = ProfileOptions(micro_batches=(2, 4), warmup=1, repeats=3)
 

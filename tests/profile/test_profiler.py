@@ -7,10 +7,10 @@ import pytest
 import torch
 from torch import nn
 
-from pipecast import hostspeed
 from pipecast.cli.main import main
 from pipecast.data import get_spec
 from pipecast.errors import ConfigError, DataError, DeviceError, ShapeError
+from pipecast.hardware import hostspeed
 from pipecast.models import Workload
 from pipecast.profile import Profile, robust
 from pipecast.profile.context import (

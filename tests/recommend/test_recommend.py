@@ -16,6 +16,7 @@ from pipecast.models import Workload
 from pipecast.profile.profiler import ProfileOptions, profile_model
 from pipecast.profile.types import Profile
 from pipecast.recommend.enumerate import GRAPHED_SCHEDULES, strategies, with_graphs
+from pipecast.recommend.measure import measure_once
 from pipecast.recommend.predict import CPU_ERROR_RANGE, ERROR_RANGE, error_range, predict
 from pipecast.recommend.rank import (
     Rejected,
@@ -26,7 +27,6 @@ from pipecast.recommend.rank import (
     samples_rate,
 )
 from pipecast.recommend.strategy import Strategy
-from pipecast.recommend.validate import measure
 from pipecast.runtime.config import RunConfig
 
 GPUS = describe(gpus_per_node=4, memory="80GiB", intra_bandwidth="100GB/s")
@@ -158,8 +158,8 @@ def test_ranking_follows_measurement_where_it_differs_2x() -> None:
     slow = predict(profile, cpu, Strategy(kind="single", microbatches=64), 64)
     assert slow.step_time > 2 * fast.step_time
     config = RunConfig(timeout_s=120)
-    m_fast = measure(fast, w, device="cpu", config=config, steps=3, warmup_steps=1)
-    m_slow = measure(slow, w, device="cpu", config=config, steps=3, warmup_steps=1)
+    m_fast = measure_once(fast, w, device="cpu", config=config, steps=3, warmup_steps=1)
+    m_slow = measure_once(slow, w, device="cpu", config=config, steps=3, warmup_steps=1)
     assert m_slow.step_time > m_fast.step_time
 
 
@@ -196,7 +196,7 @@ def test_recommend_cli_calibrates_once_then_uses_the_cache(
     assert written["host_speed"] is None
     # CPU profiles are not pooled: one reading, the one just taken
     assert written["profile"]["host_pooled"] == 1 and written["profile"]["device"] == "cpu"
-    monkeypatch.setattr("pipecast.hostspeed.reference", lambda repeats=5: 0.5)
+    monkeypatch.setattr("pipecast.hardware.hostspeed.reference", lambda repeats=5: 0.5)
     assert main(argv) == 0
     second = capsys.readouterr().out
     assert "profile: cached" in second and "cluster: cached" in second
@@ -255,7 +255,7 @@ def test_validation_measures_round_robin_and_keeps_the_median(
 ) -> None:
     """A host that slows down over time: measured one after the other, A's runs would all
     be early and B's late; round-robin puts both in every spell, and each keeps its median."""
-    from pipecast.recommend import validate
+    from pipecast.recommend import measure
 
     p = make_profile([1e-3] * 4, params=[10**6] * 4)
     a = predict(p, GPUS, Strategy(kind="single"), 32)
@@ -263,17 +263,17 @@ def test_validation_measures_round_robin_and_keeps_the_median(
     calls: list[str] = []
     slow = iter([1.0, 1.1, 1.5, 1.6, 2.0, 2.1])  # every run slower than the last
 
-    def fake(pred: object, *args: object, **kwargs: object) -> validate.Measured:
-        assert isinstance(pred, validate.Prediction)
+    def fake(pred: object, *args: object, **kwargs: object) -> measure.Measured:
+        assert isinstance(pred, measure.Prediction)
         calls.append(pred.strategy.label())
         t = next(slow) * (1.0 if pred is a else 1.05)
-        return validate.Measured(
+        return measure.Measured(
             prediction=pred, step_time=t, samples_per_second=32 / t, peak_allocated=(len(calls),)
         )
 
-    monkeypatch.setattr(validate, "measure", fake)
+    monkeypatch.setattr(measure, "measure_once", fake)
     seen: list[int] = []
-    out = validate.measure_rounds(
+    out = measure.measure_rounds(
         [a, b],
         Workload(model="lenet5", dataset="mnist"),
         device="cpu",
@@ -289,13 +289,13 @@ def test_validation_measures_round_robin_and_keeps_the_median(
     assert out[0].samples_per_second == pytest.approx(32 / 1.5)
     assert out[0].peak_allocated == (5,) and out[1].peak_allocated == (6,)
     assert out[0].spread == pytest.approx(1.0 / 1.5)
-    assert validate.decide(out) is out[0]
+    assert measure.decide(out) is out[0]
     # B is 12% slower, but each spread over a whole 2x slowdown: measurement can't tell
-    assert validate.too_close(out) == pytest.approx(max(out[0].spread, out[1].spread))
+    assert measure.too_close(out) == pytest.approx(max(out[0].spread, out[1].spread))
     steady = [replace(m, rounds=(m.step_time, m.step_time)) for m in out]
-    assert validate.too_close(steady) is None  # no spread: the gap stands
+    assert measure.too_close(steady) is None  # no spread: the gap stands
     with pytest.raises(ValueError):
-        validate.measure_rounds(
+        measure.measure_rounds(
             [a],
             Workload(model="lenet5", dataset="mnist"),
             device="cpu",

@@ -9,9 +9,9 @@ from pipecast.data.loss import loss_for
 from pipecast.data.synthetic import synthetic_batch
 from pipecast.models import Workload
 from pipecast.partition import from_boundaries
-from pipecast.runtime.api import JobResult, run_job
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.job import TrainJob
+from pipecast.runtime.run import JobResult, run_job
 from pipecast.schedule import make_plan
 from pipecast.schedule.generators import stages_per_rank
 

@@ -16,11 +16,11 @@ from torch import nn
 from pipecast.errors import ConfigError
 from pipecast.models import Workload
 from pipecast.runtime import checkpoint
-from pipecast.runtime.api import run_job
 from pipecast.runtime.checkpoint import Checkpointing
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.job import TrainJob
 from pipecast.runtime.launch import RankFailed
+from pipecast.runtime.run import run_job
 from pipecast.runtime.worker import StepProgress
 
 LENET = Workload(model="lenet5", dataset="mnist")  # 12 blocks, no batch norm, no dropout

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from pipecast import cpubind
 from pipecast.errors import ConfigError
+from pipecast.hardware import cpubind
 
 
 def test_parse_cpulist() -> None:

@@ -94,7 +94,7 @@ def test_inplace_relu_at_a_stage_boundary() -> None:
 
 def _segmented_model() -> nn.Sequential:
     """Blocks of 8 weight tensors, so a stage runs as several graphs under a split backward
-    (pipecast.segments), one of them after an in-place ReLU the cut must move past."""
+    (pipecast.profile.segments), one of them after an in-place ReLU the cut must move past."""
     torch.manual_seed(0)
 
     def deep() -> nn.Sequential:

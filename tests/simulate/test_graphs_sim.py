@@ -6,11 +6,11 @@ from dataclasses import replace
 
 import pytest
 
-from pipecast.allocator import LARGE_SEGMENT, SMALL_SEGMENT, slot_reserved
 from pipecast.errors import ConfigError
+from pipecast.hardware.allocator import LARGE_SEGMENT, SMALL_SEGMENT, slot_reserved
 from pipecast.schedule.generators import make_plan
 from pipecast.simulate.costs import Costs, StageTimes
-from pipecast.simulate.engine import simulate
+from pipecast.simulate.simulator import simulate
 
 HOST_BOUND = StageTimes(
     forward=1.0,

@@ -10,7 +10,7 @@ import pytest
 from pipecast.errors import ConfigError
 from pipecast.schedule.generators import make_plan
 from pipecast.simulate.costs import Costs, StageTimes
-from pipecast.simulate.engine import simulate
+from pipecast.simulate.simulator import simulate
 
 FAST = StageTimes(forward=1.0, backward_input=1.0, backward_weight=0.0, backward=1.0)
 # the receiving stage's host takes 3 s to issue a forward: it reaches its second forward

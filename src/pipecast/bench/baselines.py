@@ -10,11 +10,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from pipecast import devices
 from pipecast.bench.timing import barrier, gather_peaks, timed_steps
 from pipecast.data.loss import loss_for
 from pipecast.data.synthetic import synthetic_batch
 from pipecast.errors import ConfigError
+from pipecast.hardware import devices
 from pipecast.models.workload import Workload
 from pipecast.runtime.launch import Context
 from pipecast.runtime.stage import materialize

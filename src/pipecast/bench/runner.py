@@ -18,14 +18,14 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from pipecast import hostspeed
 from pipecast.bench import baselines
 from pipecast.bench.config import BenchConfig
 from pipecast.bench.store import Store, environment
 from pipecast.bench.timing import action_stats, gather_events, gather_floats, gather_peaks
 from pipecast.errors import PipecastError
+from pipecast.hardware import hostspeed
+from pipecast.partition.boundaries import placement_of
 from pipecast.partition.types import from_boundaries
-from pipecast.recommend.predict import PLACEMENT
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.job import TrainJob
 from pipecast.runtime.launch import Backend, Context, RankFailed, all_gather_floats, spawn
@@ -42,7 +42,7 @@ def pipecast_job(cfg: BenchConfig, *, capture: bool = False) -> TrainJob:
         raise PipecastError(f"{cfg.label()}: pipecast configurations need boundaries")
     part = from_boundaries(
         bounds,
-        placement=PLACEMENT.get(cfg.schedule, "one"),
+        placement=placement_of(cfg.schedule),
         ranks=stages,
         replicas=cfg.replicas,
     )

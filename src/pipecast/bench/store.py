@@ -129,7 +129,7 @@ def environment(device: str = "cpu") -> dict[str, Any]:
 
     import torch
 
-    from pipecast import devices
+    from pipecast.hardware import devices
 
     try:
         commit = subprocess.run(

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from pipecast import devices
+from pipecast.hardware import devices
 from pipecast.runtime.launch import all_gather_floats
 from pipecast.runtime.worker import StepRecord
 from pipecast.simulate.timeline import Event

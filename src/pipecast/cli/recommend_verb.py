@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from rich.table import Table
 
-from pipecast import devices, hostspeed, jsonio
+from pipecast import jsonio
 from pipecast.cli.common import (
     add_workload_args,
     count_arg,
@@ -21,6 +21,7 @@ from pipecast.cli.common import (
 from pipecast.cli.console import console, human_bytes, human_seconds, progress
 from pipecast.data.registry import epoch_samples
 from pipecast.errors import ConfigError
+from pipecast.hardware import devices, hostspeed
 from pipecast.hardware.load import load_cluster
 from pipecast.hardware.presets import gpu_kind
 from pipecast.models.workload import Workload
@@ -28,9 +29,9 @@ from pipecast.profile.reference import UNNAMED, carries, label, reference_profil
 from pipecast.profile.types import Profile
 from pipecast.recommend.calibrate import calibrated_cluster, calibrated_profile, profile_sizes
 from pipecast.recommend.host_drift import HostDrift, host_drift
+from pipecast.recommend.measure import Measured, decide, measure_rounds, too_close
 from pipecast.recommend.predict import Prediction
 from pipecast.recommend.rank import Recommendation, recommend, samples_rate
-from pipecast.recommend.validate import Measured, decide, measure_rounds, too_close
 from pipecast.runtime.config import RunConfig
 
 

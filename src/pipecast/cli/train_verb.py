@@ -19,10 +19,10 @@ from pipecast.recommend.predict import predict
 from pipecast.recommend.strategy import Strategy
 from pipecast.report.trace import write_trace
 from pipecast.runtime import checkpoint
-from pipecast.runtime.api import JobResult, run_job
 from pipecast.runtime.checkpoint import Checkpointing
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.job import TrainJob
+from pipecast.runtime.run import JobResult, run_job
 from pipecast.runtime.worker import StepProgress
 from pipecast.schedule.generators import SCHEDULES
 from pipecast.training import LR_SCHEDULES

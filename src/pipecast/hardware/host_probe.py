@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from pipecast import devices, hostspeed
+from pipecast.hardware import devices, hostspeed
 from pipecast.hardware.cluster import DDP_PARAM_HOST
 from pipecast.runtime.launch import Context, all_gather_floats
 

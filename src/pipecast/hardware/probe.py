@@ -17,8 +17,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from pipecast import devices, hostspeed
-from pipecast.hardware import host_probe
+from pipecast.hardware import devices, host_probe, hostspeed
 from pipecast.hardware.cluster import Cluster, Link
 from pipecast.hardware.fit import fit_link
 from pipecast.runtime.launch import Backend, Context, spawn

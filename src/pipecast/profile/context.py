@@ -12,7 +12,7 @@ from functools import partial
 import torch
 from torch import nn
 
-from pipecast import devices
+from pipecast.hardware import devices
 from pipecast.profile.hold import Hold
 from pipecast.profile.measure import precision
 from pipecast.profile.options import ProfileOptions

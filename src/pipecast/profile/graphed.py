@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
-from pipecast import devices
+from pipecast.hardware import devices
 from pipecast.models.summary import block_name
 from pipecast.profile.context import shares
 from pipecast.profile.hold import Hold

@@ -12,8 +12,8 @@ from functools import partial
 import torch
 from torch import nn
 
-from pipecast import devices
 from pipecast.errors import ShapeError
+from pipecast.hardware import devices
 from pipecast.models.summary import block_name
 from pipecast.profile.hold import HIDE_LEAD
 from pipecast.profile.options import ProfileOptions

@@ -18,12 +18,12 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from pipecast import devices, hostspeed
-from pipecast.allocator import SMALL_REQUEST
 from pipecast.data.loss import loss_for
 from pipecast.data.spec import DatasetSpec
 from pipecast.data.synthetic import synthetic_batch
 from pipecast.errors import ConfigError, DeviceError
+from pipecast.hardware import devices, hostspeed
+from pipecast.hardware.allocator import SMALL_REQUEST
 from pipecast.models.summary import block_name
 from pipecast.profile.context import (
     Context,
@@ -86,6 +86,28 @@ def profile_model(
         return _profile_model(
             model, spec, options, model_name=model_name, workload=workload, progress=progress
         )
+
+
+def quick_profile(
+    model: nn.Sequential,
+    spec: DatasetSpec,
+    micro_batch: int,
+    *,
+    device: str,
+    dtype: str,
+    autocast: bool,
+    name: str = "model",
+) -> Profile:
+    """A few repeats at one size: enough to balance a run's stages, seconds to take."""
+    options = ProfileOptions(
+        micro_batches=(micro_batch,),
+        device=device,
+        dtype=dtype,  # type: ignore[arg-type]
+        autocast=autocast,
+        warmup=1,
+        repeats=3,
+    )
+    return profile_model(model, spec, options, model_name=name)
 
 
 def _profile_model(

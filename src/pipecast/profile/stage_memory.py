@@ -1,12 +1,12 @@
 """What a stage of blocks holds beyond its saved activations, derived from its blocks'
 costs: the eager backward's transient peak, and a CUDA-graph slot's fullest in the
-allocator's small and large requests apart (pipecast.allocator)."""
+allocator's small and large requests apart (pipecast.hardware.allocator)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pipecast.allocator import SMALL_REQUEST
+from pipecast.hardware.allocator import SMALL_REQUEST
 
 if TYPE_CHECKING:
     from pipecast.profile.types import BlockCost, BlockProfile

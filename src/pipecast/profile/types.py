@@ -12,11 +12,11 @@ from functools import cached_property
 from typing import Any, Literal
 
 from pipecast import jsonio
-from pipecast.allocator import SMALL_REQUEST, slot_reserved
 from pipecast.errors import ConfigError, DataError
+from pipecast.hardware.allocator import SMALL_REQUEST, slot_reserved
+from pipecast.profile.segments import segments
 from pipecast.profile.stage_memory import backward_peak, graph_slot
 from pipecast.profile.stats import range_spread
-from pipecast.segments import segments
 
 FORMAT_VERSION = 1
 Dtype = Literal["fp32", "bf16", "fp16"]
@@ -177,7 +177,7 @@ class Profile:
     host_split_call: float = 0.0
     """Host seconds one split-backward B call costs whatever it covers (walking the graph,
     hooking it, entering autograd). Each block's `host_backward_input` was timed in a call of
-    its own; a stage makes one call per segment (pipecast.segments), so its B pays this
+    its own; a stage makes one call per segment (pipecast.profile.segments), so its B pays this
     once per segment."""
     host_reference: float = 0.0
     """hostspeed.reference() while profiling (the median of readings before and after each
@@ -297,7 +297,7 @@ class Profile:
     def _host_split(self, isolated: float, start: int, stop: int) -> float:
         """Host seconds of B over blocks [start, stop) whose lone calls add up to
         `isolated`: the call's own cost once per segment the runtime cuts the stage into
-        (pipecast.segments), not once per block."""
+        (pipecast.profile.segments), not once per block."""
         calls = self._segment_calls.get((start, stop))
         if calls is None:
             counts = [b.param_tensors for b in self.blocks[start:stop]]

@@ -16,9 +16,8 @@ from pathlib import Path
 
 import torch
 
-from pipecast import devices
 from pipecast.errors import DataError
-from pipecast.hardware import host_probe
+from pipecast.hardware import devices, host_probe
 from pipecast.hardware.cluster import CPU_PROBE_RANKS, Cluster
 from pipecast.hardware.probe import ProbeOptions, probe
 from pipecast.models.workload import Workload

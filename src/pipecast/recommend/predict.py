@@ -6,18 +6,16 @@ from dataclasses import dataclass, replace
 
 from pipecast.errors import ConfigError
 from pipecast.hardware.cluster import Cluster
-from pipecast.partition.methods import METHODS, Setting, partition
-from pipecast.partition.types import Partition, Placement, from_boundaries
+from pipecast.partition.boundaries import split
+from pipecast.partition.types import Partition, Stage
 from pipecast.profile.types import Profile
 from pipecast.recommend.strategy import Strategy
 from pipecast.schedule.action import Plan
-from pipecast.schedule.generators import make_plan, stages_per_rank
+from pipecast.schedule.generators import make_plan
 from pipecast.simulate.costs import costs_from_profile, cpu_turns
-from pipecast.simulate.engine import simulate
+from pipecast.simulate.simulator import simulate
 from pipecast.simulate.timeline import Timeline
 from pipecast.training import Optimizer
-
-PLACEMENT: dict[str, Placement] = {"interleaved": "loop", "zb-v": "v"}
 
 ERROR_RANGE: dict[tuple[str, str], tuple[float, float]] = {
     ("device", "one GPU"): (0.00, 0.04),
@@ -115,24 +113,6 @@ def micro_batch_of(batch: int, strategy: Strategy) -> int:
     return batch // per_step
 
 
-def parse_boundaries(text: str, blocks: int) -> list[int] | None:
-    """'0,4,10,21,40' -> [0, 4, 10, 21, 40]; a method name -> None."""
-    if text in METHODS:
-        return None
-    try:
-        bounds = [int(x) for x in text.split(",")]
-    except ValueError:
-        raise ConfigError(
-            f"partition '{text}' is neither a method ({', '.join(METHODS)}) nor boundaries "
-            "like 0,4,10,21,40"
-        ) from None
-    if bounds[0] != 0 or bounds[-1] != blocks or bounds != sorted(set(bounds)):
-        raise ConfigError(
-            f"boundaries {bounds} must rise strictly from 0 to the model's {blocks} blocks"
-        )
-    return bounds
-
-
 def partition_for(
     profile: Profile,
     cluster: Cluster,
@@ -142,44 +122,20 @@ def partition_for(
     memory_margin: float = 0.1,
 ) -> Partition:
     if strategy.kind in ("single", "data"):
-        devices = tuple(range(strategy.replicas))
-        return from_boundaries([0, profile.num_blocks], replicas=strategy.replicas).__class__(
-            stages=(
-                from_boundaries([0, profile.num_blocks])
-                .stages[0]
-                .__class__(0, profile.num_blocks, devices),
-            ),
-            num_blocks=profile.num_blocks,
-            method="whole",
-        )
-    virtual = stages_per_rank(strategy.schedule)
-    stages = strategy.stages * virtual
-    placement = PLACEMENT.get(strategy.schedule, "one")
-    bounds = parse_boundaries(strategy.partition, profile.num_blocks)
-    if bounds is not None:
-        if len(bounds) - 1 != stages:
-            raise ConfigError(
-                f"boundaries {bounds} give {len(bounds) - 1} stages; {strategy.schedule} on "
-                f"{strategy.stages} GPUs needs {stages}"
-            )
-        return from_boundaries(
-            bounds,
-            method="given",
-            placement=placement,
-            ranks=strategy.stages,
-            replicas=strategy.replicas,
-        )
-    setting = Setting(
-        micro_batch=micro_batch,
-        microbatches=strategy.microbatches,
+        whole = Stage(0, profile.num_blocks, tuple(range(strategy.replicas)))
+        return Partition(stages=(whole,), num_blocks=profile.num_blocks, method="whole")
+    return split(
+        profile,
+        cluster,
+        how=strategy.partition,
         schedule=strategy.schedule,
-        optimizer=optimizer,
-        memory_margin=memory_margin,
-        placement=placement,
         ranks=strategy.stages,
         replicas=strategy.replicas,
+        micro_batch=micro_batch,
+        microbatches=strategy.microbatches,
+        optimizer=optimizer,
+        memory_margin=memory_margin,
     )
-    return partition(profile, cluster, stages, setting, strategy.partition)
 
 
 def plan_for(strategy: Strategy) -> Plan:

@@ -127,7 +127,8 @@ def build(
         if "host_drift_median" in s:
             acc.paragraphs.append(
                 "The host's speed was read while profiling and around every measurement "
-                "(pipecast.hostspeed): host-bound configurations ran with the host a median "
+                "(pipecast.hardware.hostspeed): host-bound configurations ran with the host a "
+                "median "
                 f"{s['host_drift_median']:.2f}x as slow as when profiled; scaled to the host "
                 "speed each ran at, their median |error| would be "
                 f"{s['host_bound_median_abs_error_at_run_host_speed']:.1%}."

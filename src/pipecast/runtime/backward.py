@@ -190,7 +190,7 @@ def backward_input(
 
 @dataclass(frozen=True, slots=True)
 class Cut:
-    """Where a stage's forward was cut into separate graphs (pipecast.segments): the output
+    """Where a stage's forward was cut into separate graphs (pipecast.profile.segments): the output
     of one segment and the leaf the next segment started from."""
 
     output: torch.Tensor

@@ -44,7 +44,7 @@ class RunConfig:
     occupies SMs while it waits for its peer, so late posting leaves them to compute."""
     cut_backward: bool = True
     """Under a split backward, run each stage as one autograd graph per segment
-    (pipecast.segments), so that W walks only its own segment; False: one graph per stage,
+    (pipecast.profile.segments), so that W walks only its own segment; False: one graph per stage,
     whose W calls each walk everything below them (what the profile does not price)."""
     cuda_graphs: bool = False
     """Replay each stage's forward and whole backward as CUDA graphs after an eager first

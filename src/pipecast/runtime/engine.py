@@ -4,8 +4,8 @@ The same Plan the simulator consumed drives this loop, action by action: F recei
 (from the data, a local stage, or a channel), runs the stage and sends its output; B or BW
 receives the output gradient, runs the backward (split or whole) and sends the input gradient;
 W computes the weight gradients B deferred. Under a split backward a stage's forward runs as
-one autograd graph per segment of its blocks (pipecast.segments), so that W's calls walk only
-their own segment. After a stage's last backward its gradients are
+one autograd graph per segment of its blocks (pipecast.profile.segments), so that W's calls
+walk only their own segment. After a stage's last backward its gradients are
 all-reduced across data-parallel replicas (bucketed, overlapping the rest of the step); then
 every stage steps its optimizer. PipeDream plans update after every micro-batch, each backward
 using the weights its forward used.
@@ -22,8 +22,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from pipecast import devices
 from pipecast.errors import ConfigError, PipecastError
+from pipecast.hardware import devices
 from pipecast.runtime import allreduce, graphs, microbatch
 from pipecast.runtime.backward import (
     Cut,

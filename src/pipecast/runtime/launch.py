@@ -25,8 +25,8 @@ import torch
 import torch.distributed as dist
 from torch.multiprocessing.spawn import start_processes
 
-from pipecast import devices
 from pipecast.errors import ConfigError, DeviceError, PipecastError
+from pipecast.hardware import devices
 
 Backend = Literal["gloo", "nccl"]
 

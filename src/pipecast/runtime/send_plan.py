@@ -12,7 +12,7 @@ from __future__ import annotations
 from pipecast.runtime.channels import produced
 from pipecast.schedule.action import Action, Kind, Plan
 from pipecast.simulate.costs import Costs
-from pipecast.simulate.engine import simulate
+from pipecast.simulate.simulator import simulate
 
 
 def post_positions(plan: Plan, rank: int) -> dict[Action, int]:

@@ -19,11 +19,11 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from pipecast import devices
+from pipecast.hardware import devices
 from pipecast.profile.measure import needs_input_copy
+from pipecast.profile.segments import segments
 from pipecast.runtime.backward import Cut
 from pipecast.runtime.config import RunConfig
-from pipecast.segments import segments
 
 _INPLACE_ERROR = "leaf Variable that requires grad is being used in an in-place operation"
 
@@ -70,7 +70,7 @@ class StageModule:
         self.optimizer = make_optimizer(self.params, config) if self.params else None
         self.copy_input = bool(len(blocks)) and needs_input_copy(blocks[0])
         self.parts = _parts(self.module)
-        """The stage's segments (pipecast.segments), each run as its own autograd graph
+        """The stage's segments (pipecast.profile.segments), each run as its own autograd graph
         when the backward is split; a single part when there is nothing to cut."""
         self.part_params = [
             [p for p in part.parameters() if p.requires_grad] for part in self.parts
@@ -146,7 +146,7 @@ class StageModule:
 
 
 def _parts(module: nn.Sequential) -> list[nn.Module]:
-    """The blocks of `module` grouped by pipecast.segments; a cut that would start at a
+    """The blocks of `module` grouped by pipecast.profile.segments; a cut that would start at a
     block beginning with an in-place op (which a leaf cannot feed) moves past it."""
     blocks = list(module)
     ranges = segments([sum(1 for p in b.parameters() if p.requires_grad) for b in blocks])

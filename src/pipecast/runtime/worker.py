@@ -13,13 +13,13 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from pipecast import devices
 from pipecast.data.loss import loss_for
 from pipecast.data.source import fits
 from pipecast.data.spec import DatasetSpec
 from pipecast.data.synthetic import synthetic_batch
-from pipecast.devices import DTYPES
 from pipecast.errors import PipecastError
+from pipecast.hardware import devices
+from pipecast.hardware.devices import DTYPES
 from pipecast.runtime import checkpoint
 from pipecast.runtime.engine import PipelineEngine, StepResult
 from pipecast.runtime.job import TrainJob

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from pipecast import devices
+from pipecast.hardware import devices
 
 ITERATIONS = 200_000
 

@@ -14,8 +14,8 @@ from typing import TypeVar
 
 import torch
 
-from pipecast import cpubind
 from pipecast.errors import DeviceError
+from pipecast.hardware import cpubind
 
 T = TypeVar("T")
 

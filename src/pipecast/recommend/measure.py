@@ -1,6 +1,6 @@
 """Run predicted strategies for real, so the recommendation can rest on measurement.
 
-A host's speed moves in spells of seconds to minutes (pipecast.hostspeed): the same
+A host's speed moves in spells of seconds to minutes (pipecast.hardware.hostspeed): the same
 configuration measured minutes apart on one 4 x H100 machine took 37.5 and 57.1 ms. So the
 candidates are measured in rounds, every candidate once per round (A, B, A, B), each compared
 with the others in the same spells, and each keeps the median of its rounds.
@@ -15,9 +15,9 @@ from dataclasses import dataclass, replace
 from pipecast.models.workload import Workload
 from pipecast.profile.stats import range_spread
 from pipecast.recommend.predict import Prediction
-from pipecast.runtime.api import run_job
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.job import TrainJob
+from pipecast.runtime.run import run_job
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,7 +77,7 @@ def job_for(
     )
 
 
-def measure(
+def measure_once(
     pred: Prediction,
     workload: Workload,
     *,
@@ -124,7 +124,7 @@ def measure_rounds(
             if progress is not None:
                 progress(r, pred)
             runs[i].append(
-                measure(
+                measure_once(
                     pred,
                     workload,
                     device=device,

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pipecast.allocator import slot_reserved
 from pipecast.errors import ConfigError
+from pipecast.hardware.allocator import slot_reserved
 from pipecast.schedule.action import Action, Plan
 from pipecast.schedule.slots import slots
 from pipecast.schedule.validate import dependencies
