@@ -149,7 +149,7 @@ def _rank(ctx: Context, configs: list[tuple[str, BenchConfig, bool]], out: str) 
                 result = runner.run_config(ctx, cfg)
             error = None
         except Exception as exc:
-            result, error = {}, f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+            result, error = {}, f"{type(exc).__name__}: {str(exc)[:300]}"
         worker.release_earlier_jobs(ctx.device)
         prof = _TRACE.pop("prof", None)
         summary: dict[str, Any] = {}
@@ -172,45 +172,202 @@ def _rank(ctx: Context, configs: list[tuple[str, BenchConfig, bool]], out: str) 
                 "error": error,
                 "trace": summary,
                 "wall_s": round(time.time() - began, 1),
+                "began": began,
             }
         )
-        if ctx.rank == 0:
-            print(json.dumps({k: rows[-1][k] for k in ("name", "step_ms", "error")}), flush=True)
     return rows
 
 
 def vgg_set() -> list[tuple[str, BenchConfig, bool]]:
+    """VGG-16, batch 128, 2 GPUs: torch.distributed.pipelining and pipecast on one split,
+    pipecast eager and graphed, and pipecast's zero-bubble schedule on other splits."""
     base = BenchConfig(
         suite="traces", system="torch", workload=VGG16, gpus=2, batch=128, schedule="1f1b",
         microbatches=4, boundaries=(0, 10, 40), steps=4, warmup=2,
     )  # fmt: skip
     pc = replace(base, system="pipecast")
+    g = replace(pc, cuda_graphs=True)
     return [
-        ("vgg_single", replace(base, system="single", gpus=2, microbatches=1), False),
-        ("vgg_torch_1f1b_m4", base, True),
-        ("vgg_pc_1f1b_m4", pc, True),
-        ("vgg_pc_1f1b_m4_eager", replace(pc, send_timing="eager"), True),
-        ("vgg_pc_1f1b_m4_graphs", replace(pc, cuda_graphs=True), True),
-        ("vgg_pc_zbh1_m4", replace(pc, schedule="zb-h1"), False),
-        ("vgg_torch_1f1b_m8", replace(base, microbatches=8), False),
+        ("vgg_single", replace(base, system="single", microbatches=1), False),
         ("vgg_ddp", replace(base, system="ddp", microbatches=1), False),
+        ("vgg_torch_1f1b_m4", base, True),
+        ("vgg_torch_gpipe_m4", replace(base, schedule="gpipe"), False),
+        ("vgg_torch_1f1b_m8", replace(base, microbatches=8), False),
+        ("vgg_pc_1f1b_m4", pc, False),
+        ("vgg_pc_1f1b_m4_g", g, True),
+        ("vgg_pc_zbh1_m4_g", replace(g, schedule="zb-h1"), True),
+        ("vgg_pc_zbh1_m4_g_s8", replace(g, schedule="zb-h1", boundaries=(0, 8, 40)), False),
+        ("vgg_pc_zbh1_m4_g_s9", replace(g, schedule="zb-h1", boundaries=(0, 9, 40)), False),
+        (
+            "vgg_pc_zbh1_m8_g_s9",
+            replace(g, schedule="zb-h1", microbatches=8, boundaries=(0, 9, 40)),
+            False,
+        ),
+        ("vgg_pc_1f1b_m4_g_s9", replace(g, boundaries=(0, 9, 40)), False),
     ]
 
 
 def gpt_set() -> list[tuple[str, BenchConfig, bool]]:
+    """The GPT stack, batch 32, 2 GPUs: torch.distributed.pipelining's schedules and
+    pipecast's graphed ones at 8 to 32 micro-batches."""
     base = BenchConfig(
         suite="traces", system="torch", workload=GPT, gpus=2, batch=32, schedule="1f1b",
         microbatches=8, boundaries=(0, 12, 24), steps=3, warmup=2,
     )  # fmt: skip
-    pc = replace(base, system="pipecast")
+    four = (0, 6, 12, 18, 24)
+    g = replace(base, system="pipecast", cuda_graphs=True)
     return [
         ("gpt_single", replace(base, system="single", microbatches=1), False),
-        ("gpt_torch_1f1b_m8", base, True),
-        ("gpt_pc_1f1b_m8", pc, True),
-        ("gpt_pc_zbh1_m8", replace(pc, schedule="zb-h1"), True),
-        ("gpt_pc_zbh1_m16", replace(pc, schedule="zb-h1", microbatches=16), True),
-        ("gpt_pc_1f1b_m16", replace(pc, microbatches=16), False),
-        ("gpt_pc_1f1b_m16_graphs", replace(pc, microbatches=16, cuda_graphs=True), False),
+        ("gpt_ddp", replace(base, system="ddp", microbatches=1), False),
+        ("gpt_torch_1f1b_m8", base, False),
+        ("gpt_torch_gpipe_m8", replace(base, schedule="gpipe"), False),
+        ("gpt_torch_interleaved_m8", replace(base, schedule="interleaved", boundaries=four), False),
+        ("gpt_torch_zbv_m8", replace(base, schedule="zb-v", boundaries=four), False),
+        ("gpt_pc_1f1b_m8_g", g, False),
+        ("gpt_pc_zbh1_m8_g", replace(g, schedule="zb-h1"), True),
+        ("gpt_pc_zbh1_m16_g", replace(g, schedule="zb-h1", microbatches=16), True),
+        ("gpt_pc_zbh1_m32_g", replace(g, schedule="zb-h1", microbatches=32), False),
+        ("gpt_pc_1f1b_m16_g", replace(g, microbatches=16), False),
+        ("gpt_pc_interleaved_m8_g", replace(g, schedule="interleaved", boundaries=four), False),
+        ("gpt_pc_zbv_m8_g", replace(g, schedule="zb-v", boundaries=four), False),
+        ("gpt_pc_zbh1_m8", replace(g, schedule="zb-h1", cuda_graphs=False), False),
+    ]
+
+
+def _gpt(**kw: object) -> BenchConfig:
+    base = BenchConfig(
+        suite="traces", system="torch", workload=GPT, gpus=2, batch=32, schedule="1f1b",
+        microbatches=8, boundaries=(0, 12, 24), steps=3, warmup=2,
+    )  # fmt: skip
+    return replace(base, **kw)  # type: ignore[arg-type]
+
+
+def _vgg(**kw: object) -> BenchConfig:
+    base = BenchConfig(
+        suite="traces", system="torch", workload=VGG16, gpus=2, batch=128, schedule="1f1b",
+        microbatches=4, boundaries=(0, 10, 40), steps=4, warmup=2,
+    )  # fmt: skip
+    return replace(base, **kw)  # type: ignore[arg-type]
+
+
+FOUR = (0, 6, 12, 18, 24)
+
+
+def gpt_base_set() -> list[tuple[str, BenchConfig, bool]]:
+    """The GPT stack's baselines: one GPU, DDP and torch.distributed.pipelining."""
+    return [
+        ("gpt_single", _gpt(system="single", microbatches=1), False),
+        ("gpt_ddp", _gpt(system="ddp", microbatches=1), False),
+        ("gpt_torch_1f1b_m8", _gpt(), False),
+        ("gpt_torch_gpipe_m8", _gpt(schedule="gpipe"), False),
+        ("gpt_torch_interleaved_m8", _gpt(schedule="interleaved", boundaries=FOUR), False),
+        ("gpt_torch_zbv_m8", _gpt(schedule="zb-v", boundaries=FOUR), False),
+    ]
+
+
+def gpt_policy_set() -> list[tuple[str, BenchConfig, bool]]:
+    """The GPT stack on pipecast's runtime, graphed, and eager for comparison."""
+    g = _gpt(system="pipecast", cuda_graphs=True, schedule="zb-h1")
+    return [
+        ("gpt_pc_zbh1_m8_eager", replace(g, cuda_graphs=False), False),
+        ("gpt_pc_zbh1_m8_g", g, True),
+        ("gpt_pc_zbh1_m8_g_es", replace(g, send_timing="eager"), False),
+        ("gpt_pc_1f1b_m8_g", replace(g, schedule="1f1b"), False),
+        ("gpt_pc_zbh1_m16_g", replace(g, microbatches=16), False),
+        ("gpt_pc_zbh1_m32_g", replace(g, microbatches=32), False),
+        ("gpt_pc_zbv_m8_g", replace(g, schedule="zb-v", boundaries=FOUR), False),
+        ("gpt_pc_interleaved_m8_g", replace(g, schedule="interleaved", boundaries=FOUR), False),
+    ]
+
+
+def gpt_probe_set() -> list[tuple[str, BenchConfig, bool]]:
+    """Why graphed kernels ran slower: one GPU eager and graphed at the same micro-batches,
+    and the V schedule traced."""
+    one = _gpt(system="pipecast", gpus=1, boundaries=(0, 24), schedule="1f1b")
+    g = _gpt(system="pipecast", cuda_graphs=True, schedule="zb-h1")
+    return [
+        ("gpt1_torch_m1", _gpt(system="single", microbatches=1, gpus=1), False),
+        ("gpt1_torch_m8", _gpt(system="single", microbatches=8, gpus=1), False),
+        ("gpt1_pc_m8", one, False),
+        ("gpt1_pc_m8_g", replace(one, cuda_graphs=True), True),
+        ("gpt1_pc_m1_g", replace(one, cuda_graphs=True, microbatches=1), False),
+        ("gpt_pc_zbv_m8_g", replace(g, schedule="zb-v", boundaries=FOUR), True),
+        ("gpt_pc_zbh1_m8_g", g, False),
+    ]
+
+
+def gpt_runtime_set() -> list[tuple[str, BenchConfig, bool]]:
+    """The GPT stack on pipecast's graphed runtime: every schedule at 8, 16 and 32
+    micro-batches (sends posted at once), ZB-H1 at 8 also with planned sends and eager."""
+    g = _gpt(system="pipecast", cuda_graphs=True, send_timing="eager")
+    out = [
+        ("gpt_pc_zbh1_m8_eager", replace(g, schedule="zb-h1", cuda_graphs=False), False),
+        ("gpt_pc_zbh1_m8_g_planned", replace(g, schedule="zb-h1", send_timing="planned"), False),
+        (
+            "gpt_pc_interleaved_m8_g_planned",
+            replace(g, schedule="interleaved", boundaries=FOUR, send_timing="planned"),
+            False,
+        ),
+    ]
+    for schedule, bounds in (
+        ("zb-h1", (0, 12, 24)),
+        ("1f1b", (0, 12, 24)),
+        ("gpipe", (0, 12, 24)),
+        ("interleaved", FOUR),
+        ("zb-v", FOUR),
+    ):
+        for m in (8, 16, 32):
+            name = f"gpt_pc_{schedule.replace('-', '')}_m{m}_g"
+            cfg = replace(g, schedule=schedule, microbatches=m, boundaries=bounds)
+            out.append((name, cfg, schedule == "zb-h1" and m == 8))
+    return out
+
+
+def vgg_runtime_set() -> list[tuple[str, BenchConfig, bool]]:
+    """VGG-16 on pipecast's graphed runtime: torch's split and schedule, and ZB-H1 on
+    splits around it."""
+    g = _vgg(system="pipecast", cuda_graphs=True, send_timing="eager")
+    return [
+        ("vgg_pc_1f1b_m4_eager", replace(g, cuda_graphs=False, send_timing="planned"), False),
+        ("vgg_pc_1f1b_m4_g", g, True),
+        ("vgg_pc_1f1b_m4_g_planned", replace(g, send_timing="planned"), False),
+        ("vgg_pc_zbh1_m4_g", replace(g, schedule="zb-h1"), False),
+        ("vgg_pc_zbh1_m4_g_s9", replace(g, schedule="zb-h1", boundaries=(0, 9, 40)), False),
+        ("vgg_pc_zbh1_m4_g_s8", replace(g, schedule="zb-h1", boundaries=(0, 8, 40)), False),
+        (
+            "vgg_pc_zbh1_m8_g_s9",
+            replace(g, schedule="zb-h1", microbatches=8, boundaries=(0, 9, 40)),
+            False,
+        ),
+    ]
+
+
+def vgg_base_set() -> list[tuple[str, BenchConfig, bool]]:
+    """VGG-16's baselines: one GPU, DDP and torch.distributed.pipelining."""
+    return [
+        ("vgg_single", _vgg(system="single", microbatches=1), False),
+        ("vgg_ddp", _vgg(system="ddp", microbatches=1), False),
+        ("vgg_torch_1f1b_m4", _vgg(), False),
+        ("vgg_torch_1f1b_m8", _vgg(microbatches=8), False),
+        ("vgg_torch_gpipe_m4", _vgg(schedule="gpipe"), False),
+    ]
+
+
+def vgg_policy_set() -> list[tuple[str, BenchConfig, bool]]:
+    """VGG-16 on pipecast's runtime, graphed, and eager for comparison."""
+    g = _vgg(system="pipecast", cuda_graphs=True)
+    return [
+        ("vgg_pc_1f1b_m4_eager", replace(g, cuda_graphs=False), False),
+        ("vgg_pc_1f1b_m4_g", g, True),
+        ("vgg_pc_1f1b_m4_g_es", replace(g, send_timing="eager"), False),
+        ("vgg_pc_zbh1_m4_g", replace(g, schedule="zb-h1"), True),
+        ("vgg_pc_zbh1_m4_g_s9", replace(g, schedule="zb-h1", boundaries=(0, 9, 40)), False),
+        ("vgg_pc_zbh1_m4_g_s8", replace(g, schedule="zb-h1", boundaries=(0, 8, 40)), False),
+        (
+            "vgg_pc_zbh1_m8_g_s9",
+            replace(g, schedule="zb-h1", microbatches=8, boundaries=(0, 9, 40)),
+            False,
+        ),
     ]
 
 
@@ -223,7 +380,18 @@ def smoke_set() -> list[tuple[str, BenchConfig, bool]]:
     return [("smoke_torch", base, True), ("smoke_pc", replace(base, system="pipecast"), True)]
 
 
-SETS = {"vgg": vgg_set, "gpt": gpt_set, "smoke": smoke_set}
+SETS = {
+    "vgg": vgg_set,
+    "gpt": gpt_set,
+    "gpt-base": gpt_base_set,
+    "gpt-policy": gpt_policy_set,
+    "gpt-probe": gpt_probe_set,
+    "gpt-runtime": gpt_runtime_set,
+    "vgg-runtime": vgg_runtime_set,
+    "vgg-base": vgg_base_set,
+    "vgg-policy": vgg_policy_set,
+    "smoke": smoke_set,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -239,16 +407,21 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     Path(args.out).mkdir(parents=True, exist_ok=True)
     configs = [c for s in args.set or sorted(SETS) for c in SETS[s]()]
-    gpus, device = configs[0][1].gpus, configs[0][1].device
-    backend = "nccl" if device == "cuda" else "gloo"
-    results = spawn(_rank, gpus, (configs, args.out), backend=backend, timeout_s=600)
-    rows = [row for rank in results for row in rank]
+    rows = []
+    for gpus in dict.fromkeys(c[1].gpus for c in configs):  # one world per GPU count
+        group = [c for c in configs if c[1].gpus == gpus]
+        backend = "nccl" if group[0][1].device == "cuda" else "gloo"
+        results = spawn(_rank, gpus, (group, args.out), backend=backend, timeout_s=600)
+        rows += [row for rank in results for row in rank]
     out = Path(args.out)
     (out / "traces.json").write_text(json.dumps(rows, indent=1))
     with tarfile.open(out / "traces.tar", "w") as tar:  # a device hands back few files
-        for path in sorted(out.glob("*.json.gz")):
+        for path in sorted(out.glob("*.json*")):
             tar.add(path, arcname=path.name)
             path.unlink()
+    for row in rows:
+        if row["rank"] == 0:
+            print(f"{row['name']:32s} {row['step_ms']:9.2f} ms  {row['error'] or ''}")
     return 0
 
 

@@ -56,6 +56,7 @@ def pipeline_job(
     steps: int = 1,
     model: nn.Sequential | None = None,
     capture: bool = True,
+    device: str = "cpu",
 ) -> TrainJob:
     plan = make_plan(schedule, ranks, microbatches)
     assert len(boundaries) - 1 == ranks * stages_per_rank(schedule)
@@ -77,6 +78,7 @@ def pipeline_job(
         steps=steps,
         warmup_steps=0,
         capture=capture,
+        device=device,  # type: ignore[arg-type]
     )
 
 

@@ -1,5 +1,7 @@
-"""CUDA-graph slots and what can be graphed (the capture itself needs a GPU:
-benchmarks/cuda_graphs.py checks it against eager runs)."""
+"""CUDA-graphed steps: what can be graphed, and the engine's side of the graphs against a
+single process on CPU ranks, where each "graph" re-runs its body on the same static buffers
+(`PIPECAST_GRAPHS_STAND_IN`; the capture itself needs a GPU: benchmarks/suites.py checks it
+against eager runs there)."""
 
 from __future__ import annotations
 
@@ -16,74 +18,32 @@ from pipecast.runtime import graphs
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.job import TrainJob
 from pipecast.schedule.generators import make_plan
-from pipecast.schedule.slots import slots
 
 LENET = Workload(model="lenet5", dataset="mnist")  # 12 blocks, no batch norm, no dropout
 
 
-def _held_apart(plan_name: str, ranks: int, m: int) -> dict[int, dict[int, int]]:
-    """Every rank's slots per stage, after checking that no two micro-batches held at once
-    on one stage share a slot and that every forward got one."""
-    plan = make_plan(plan_name, ranks, m)
-    counts = {}
-    for rank, actions in enumerate(plan.actions):
-        slot_of, count = slots(actions)
-        live: dict[tuple[int, int], int] = {}
-        for a in actions:
-            if a.kind == "F":
-                slot = slot_of[(a.stage, a.mb)]
-                assert 0 <= slot < count[a.stage]
-                assert (a.stage, slot) not in live, f"{plan_name} rank {rank}: {a} reuses a slot"
-                live[(a.stage, slot)] = a.mb
-            else:
-                del live[(a.stage, slot_of[(a.stage, a.mb)])]
-        assert not live
-        assert {k for k in slot_of} == {(a.stage, a.mb) for a in actions if a.kind == "F"}
-        counts[rank] = count
-    return counts
-
-
-def test_gpipe_holds_every_micro_batch() -> None:
-    counts = _held_apart("gpipe", 2, 4)
-    assert counts == {0: {0: 4}, 1: {1: 4}}
-
-
-def test_one_f_one_b_holds_as_many_as_stages_remain() -> None:
-    counts = _held_apart("1f1b", 4, 8)
-    assert [counts[r][r] for r in range(4)] == [4, 3, 2, 1]
-
-
-def test_interleaved_counts_each_virtual_stage() -> None:
-    counts = _held_apart("interleaved", 2, 4)
-    assert set(counts[0]) == {0, 2} and set(counts[1]) == {1, 3}
-    assert all(n >= 1 for c in counts.values() for n in c.values())
-
-
-def test_split_backwards_have_no_slots() -> None:
-    plan = make_plan("zb-h1", 2, 4)
-    with pytest.raises(ConfigError, match="whole backwards"):
-        slots(plan.actions[1])
-
-
 @pytest.mark.parametrize(
-    ("schedule", "config", "device", "reason"),
-    [
-        ("1f1b", RunConfig(cuda_graphs=True), "cpu", "need --device cuda"),
-        ("zb-h1", RunConfig(cuda_graphs=True), "cuda", "splits the backward"),
-        ("pipedream", RunConfig(cuda_graphs=True), "cuda", "stashed weights"),
-        ("1f1b", RunConfig(cuda_graphs=True, recompute="all"), "cuda", "recomputation"),
-        ("1f1b", RunConfig(cuda_graphs=True, autocast=True), "cuda", "autocast"),
-    ],
+    ("schedule", "device", "reason"),
+    [("1f1b", "cpu", "need --device cuda"), ("pipedream", "cuda", "stashed weights")],
 )
-def test_what_cannot_be_graphed_is_refused(
-    schedule: str, config: RunConfig, device: str, reason: str
-) -> None:
+def test_what_cannot_be_graphed_is_refused(schedule: str, device: str, reason: str) -> None:
     plan = make_plan(schedule, 2, 4)
     with pytest.raises(ConfigError, match=reason):
-        graphs.check(plan, config, device)
-    graphs.check(plan, RunConfig(), device)  # without graphs: nothing to refuse
-    if schedule == "1f1b" and device == "cuda" and config.recompute == "none":
-        assert graphs.unsupported(plan, RunConfig(cuda_graphs=True), "cuda") is None
+        graphs.check(plan, RunConfig(cuda_graphs=True), device)
+    graphs.check(plan, RunConfig(cuda_graphs=False), device)  # asked off: nothing to refuse
+    graphs.check(plan, RunConfig(), device)  # by default: graphed only where it can be
+    assert graphs.enabled(plan, RunConfig(), device) is False
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"])
+def test_every_synchronous_schedule_is_graphed_on_gpus_by_default(schedule: str) -> None:
+    plan = make_plan(schedule, 2, 4)
+    for recompute in ("none", "all"):
+        for autocast in (False, True):
+            config = RunConfig(recompute=recompute, autocast=autocast)  # type: ignore[arg-type]
+            assert graphs.enabled(plan, config, "cuda")
+            assert not graphs.enabled(plan, RunConfig(cuda_graphs=False), "cuda")
+            assert not graphs.enabled(plan, config, "cpu")
 
 
 def test_a_job_asking_for_graphs_on_cpu_fails_before_starting() -> None:
@@ -116,13 +76,16 @@ def test_bench_keys_of_eager_rows_are_unchanged() -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("schedule", "ranks", "m", "bounds", "replicas", "batch"),
+    ("schedule", "ranks", "m", "bounds", "replicas", "batch", "recompute"),
     [
-        ("gpipe", 2, 4, [0, 6, 12], 1, 12),
-        ("1f1b", 3, 6, [0, 4, 8, 12], 1, 12),
-        ("interleaved", 2, 4, [0, 3, 6, 9, 12], 1, 12),
-        ("1f1b", 2, 3, [0, 6, 12], 2, 12),
-        ("1f1b", 2, 4, [0, 6, 12], 1, 10),  # micro-batches of 3, 3, 2, 2: the 2s run eagerly
+        ("gpipe", 2, 4, [0, 6, 12], 1, 12, "all-but-last"),
+        ("1f1b", 3, 6, [0, 4, 8, 12], 1, 12, "none"),
+        ("interleaved", 2, 4, [0, 3, 6, 9, 12], 1, 12, "all"),
+        ("1f1b", 2, 3, [0, 6, 12], 2, 12, "none"),
+        ("1f1b", 2, 4, [0, 6, 12], 1, 10, "none"),  # micro-batches of 3, 3, 2, 2
+        ("zb-h1", 2, 4, [0, 5, 12], 1, 12, "none"),
+        ("zb-h1", 2, 4, [0, 5, 12], 1, 12, "all"),
+        ("zb-v", 2, 4, [0, 3, 6, 9, 12], 1, 12, "all"),
     ],
 )
 def test_graphed_steps_match_single_process(
@@ -133,12 +96,12 @@ def test_graphed_steps_match_single_process(
     bounds: list[int],
     replicas: int,
     batch: int,
+    recompute: str,
 ) -> None:
-    """The engine's graphed path on CPU ranks, with each slot's fixed buffers played by
-    SlotStandIn: the first step eager, then two through the slots."""
+    """The first step eager, the next two replayed between the static buffers."""
     monkeypatch.setenv(graphs.STAND_IN_ENV, "1")
     steps = 3
-    config = RunConfig(lr=0.1, timeout_s=60, cuda_graphs=True)
+    config = RunConfig(lr=0.1, timeout_s=60, cuda_graphs=True, recompute=recompute)  # type: ignore[arg-type]
     job = pipeline_job(
         LENET,
         schedule,
@@ -159,6 +122,29 @@ def test_graphed_steps_match_single_process(
             want_grads,
         )
     assert_close(merged(result, "params"), want_params)
+    losses = [s.loss for r in result.reports for s in r.steps if s.loss is not None]
+    assert len(losses) == steps * replicas
+
+
+@pytest.mark.slow
+def test_graphed_inference_gives_one_process_outputs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(graphs.STAND_IN_ENV, "1")
+    from pipecast.runtime.run import run_job
+
+    config = RunConfig(timeout_s=60, cuda_graphs=True)
+    job = pipeline_job(LENET, "forward-only", 2, 3, [0, 6, 12], batch=12, steps=2, config=config)
+    result = run_job(job)
+    assert result is not None
+    got = [r.outputs for r in result.reports if r.outputs]
+    assert len(got) == 1
+    torch.manual_seed(0)
+    model = LENET.build()
+    from pipecast.data.synthetic import synthetic_batch
+
+    x, _ = synthetic_batch(LENET.spec, 12, seed=1)  # the second (replayed) step's batch
+    with torch.no_grad():
+        want = model(x)
+    assert torch.allclose(torch.cat(got[0]), want, rtol=1e-5, atol=1e-6)
 
 
 def test_bench_predicts_a_graphed_configuration_as_graphed() -> None:

@@ -84,14 +84,13 @@ def add_run_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
             help="scale the gradients to this global L2 norm over all stages when above it",
         )
     p.add_argument("--recompute", choices=("none", "all", "all-but-last"), default="none")
-    if not inference:
-        p.add_argument(
-            "--cuda-graphs",
-            action="store_true",
-            help="replay each stage's forward and backward as CUDA graphs after the first "
-            "step, which captures them (keep --warmup-steps at 1 or more); GPU; gpipe, 1f1b, "
-            "interleaved: for small micro-batches",
-        )
+    p.add_argument(
+        "--cuda-graphs",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="replay every action as a CUDA graph after the first step, which captures them "
+        "(default: on GPUs, for every schedule but pipedream; --no-cuda-graphs: eager)",
+    )
     p.add_argument("--timeout", type=float, default=300.0, help="seconds any wait may take")
     p.add_argument("--out-dir", default="pipecast-out", help="where traces go")
     if not inference:
@@ -148,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
         loss_scale=getattr(args, "loss_scale", None),
         recompute=args.recompute,
         timeout_s=args.timeout,
-        cuda_graphs=getattr(args, "cuda_graphs", False),
+        cuda_graphs=args.cuda_graphs,
     )
     cp = _checkpointing(args)
     with console.status(

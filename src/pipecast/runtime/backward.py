@@ -229,9 +229,7 @@ def backward_weight(work: WeightWork, *, direct: bool | None = None) -> None:
     if direct is None:
         direct = _DIRECT_WEIGHTS
     for node, grad_outputs, params in work.captured:
-        found = weight_grads.direct(node, grad_outputs, params) if direct else None
-        if found is not None:
-            accumulate_into(params, found)
+        if direct and weight_grads.accumulate(node, grad_outputs, params):
             continue
         slots = [i for i, g in enumerate(grad_outputs) if g is not None]
         if not slots:

@@ -14,6 +14,7 @@ steps with the same input shape send data only.
 from __future__ import annotations
 
 import datetime
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -107,15 +108,20 @@ class Channels:
         for ch in (*self.outgoing.values(), *self.incoming.values()):
             ch.index = {k: i for i, k in enumerate(ch.order)}
         self.shapes: dict[tuple[int, int], tuple[torch.dtype, tuple[int, ...]]] = {}
+        self.targets: dict[MessageKey, torch.Tensor] = {}
         self.with_headers = True
         self.sends: list[tuple[torch.Tensor, dist.Work]] = []
         self.host_seconds = 0.0
         """Host seconds spent in send and recv this step (posting transfers, not waiting for
         them on GPU), which the engine's per-action host times include."""
 
-    def begin_step(self, known_shapes: bool) -> None:
-        """Start a step; `known_shapes` when this input shape has been seen before."""
+    def begin_step(
+        self, known_shapes: bool, targets: dict[MessageKey, torch.Tensor] | None = None
+    ) -> None:
+        """Start a step; `known_shapes` when this input shape has been seen before;
+        `targets`: the buffers messages land in (CUDA graphs' static inputs), by key."""
         self.with_headers = not known_shapes
+        self.targets = targets or {}
         self.host_seconds = 0.0
         for ch in self.incoming.values():
             ch.posted = 0
@@ -148,6 +154,17 @@ class Channels:
         self.sends.clear()
 
     # ---- receive -----------------------------------------------------------------------
+
+    def prefetch(self) -> None:
+        """Post every receive of the step now, in channel order. A receive posted before the
+        compute that precedes its use lets the transfer run beside that compute (NCCL orders
+        a posted operation after the work its caller's stream holds), but its kernel then
+        waits on the GPU for its sender, holding SMs the compute could use."""
+        began = time.perf_counter()
+        for src, ch in sorted(self.incoming.items()):
+            while ch.posted < len(ch.order):
+                self._post(src, ch)
+        self.host_seconds += time.perf_counter() - began
 
     def recv(self, src_rank: int, key: MessageKey) -> torch.Tensor:
         """The tensor `key` from `src_rank`, posting receives ahead in channel order."""
@@ -192,7 +209,9 @@ class Channels:
         if slot not in self.shapes:
             raise PipecastError(f"no shape known for message {ch.posted} from rank {src_rank}")
         dtype, shape = self.shapes[slot]
-        buf = torch.empty(shape, dtype=dtype, device=self.device)
+        buf = self.targets.get(key)
+        if buf is None:
+            buf = torch.empty(shape, dtype=dtype, device=self.device)
         ch.pending[key] = (buf, _work(dist.irecv(buf, ch.peer, group=ch.group)))
         ch.posted += 1
 
@@ -200,18 +219,35 @@ class Channels:
 _GROUPS: dict[tuple[int, tuple[int, ...], str], dist.ProcessGroup] = {}
 
 
-def cached_group(ranks: list[int], purpose: str) -> dist.ProcessGroup:
+def cached_group(ranks: list[int], purpose: str, backend: str | None = None) -> dist.ProcessGroup:
     """A process group per (ordered ranks, purpose), created once per world: jobs run one
     after another in the same world (benchmarks) reuse communicators instead of piling them up.
     Every rank asks for the same groups in the same order, so the collective new_group calls
-    stay matched."""
+    stay matched. `backend`: another than the world's (gloo, for agreeing on the host)."""
     world = id(dist.group.WORLD)
     key = (world, tuple(ranks), purpose)
     if key not in _GROUPS:
-        group = dist.new_group(sorted(ranks))
+        options = _p2p_options() if purpose == "p2p" and backend is None else None
+        group = dist.new_group(sorted(ranks), backend=backend, pg_options=options)
         assert group is not None
         _GROUPS[key] = group
     return _GROUPS[key]
+
+
+P2P_CTAS_ENV = "PIPECAST_P2P_MAX_CTAS"
+"""Experiment: the most CTAs (SMs) a transfer's NCCL kernel may take (unset: NCCL's own)."""
+
+
+def _p2p_options() -> object | None:
+    """NCCL options for the stage-to-stage groups: a kernel waiting for its peer holds its
+    SMs, which the stage's compute then lacks."""
+    ctas = os.environ.get(P2P_CTAS_ENV)
+    if not ctas or dist.get_backend() != "nccl":
+        return None
+    options = dist.ProcessGroupNCCL.Options()
+    options.config.max_ctas = int(ctas)
+    options.config.min_ctas = 1
+    return options
 
 
 def _work(work: dist.Work | None) -> dist.Work:

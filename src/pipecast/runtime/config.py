@@ -46,10 +46,11 @@ class RunConfig:
     """Under a split backward, run each stage as one autograd graph per segment
     (pipecast.profile.segments), so that W walks only its own segment; False: one graph per stage,
     whose W calls each walk everything below them (what the profile does not price)."""
-    cuda_graphs: bool = False
-    """Replay each stage's forward and whole backward as CUDA graphs after an eager first
-    step (pipecast.runtime.graphs): one launch per action where the host would issue every
-    kernel. GPU only; not with split backwards, recomputation, PipeDream or autocast."""
+    cuda_graphs: bool | None = None
+    """Replay every action as a CUDA graph after an eager first step
+    (pipecast.runtime.graphs): one launch per action where the host would issue every
+    kernel. None (the default): wherever it can, on GPUs for every schedule but PipeDream's;
+    True: insist (an error where it can't); False: eager."""
     seed: int = 0
     bucket_bytes: int = 25 * 2**20
     """Gradient all-reduce bucket size for replicated stages."""

@@ -13,8 +13,11 @@ using the weights its forward used.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -33,10 +36,11 @@ from pipecast.runtime.backward import (
     backward_input_segments,
     backward_weights,
 )
-from pipecast.runtime.channels import Channels, cached_group
+from pipecast.runtime.channels import Channels, MessageKey, cached_group
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.events import ActionClock, StepMarks
 from pipecast.runtime.gradients import LossScaler, clip_global_norm
+from pipecast.runtime.graphs import Shapes, StepGraphs
 from pipecast.runtime.send_plan import post_positions
 from pipecast.runtime.stage import StageModule
 from pipecast.runtime.watchdog import Watchdog
@@ -46,6 +50,9 @@ from pipecast.simulate.timeline import Event
 
 LossFn = Callable[[torch.Tensor, Any], torch.Tensor]
 
+PREFETCH_ENV = "PIPECAST_PREFETCH_RECEIVES"
+"""Experiment: 1 posts a graphed step's receives at its start (Channels.prefetch)."""
+
 
 @dataclass
 class _Micro:
@@ -54,8 +61,6 @@ class _Micro:
     weights: dict[str, torch.Tensor] | None = None
     cuts: list[Cut] = field(default_factory=list)
     works: list[WeightWork] = field(default_factory=list)
-    slot: int | None = None
-    """The CUDA-graph slot its forward replayed (None: eager)."""
 
 
 @dataclass
@@ -63,10 +68,12 @@ class StepResult:
     loss: float | None
     """Mean loss over this replica's batch (on the rank holding the last stage)."""
     seconds: float
+    """Host seconds the step took to issue; on a GPU its device may still be running it
+    (the caller synchronises where it times steps)."""
     marks: StepMarks | None = None
     """The step's timed actions, resolved into `events` when first read."""
     peak_allocated: int = 0
-    """Peak bytes allocated; with CUDA graphs replayed, their pools counted whole."""
+    """Peak bytes allocated; with CUDA graphs replayed, their pool counted whole."""
     peak_reserved: int = 0
     outputs: list[torch.Tensor] = field(default_factory=list)
     """Forward-only plans: the last stage's outputs, one per micro-batch."""
@@ -97,6 +104,16 @@ class StepResult:
         """The step's actions with their start and end (device times on GPU) from the
         step's start; reading them the first time waits for the device."""
         return self.marks.resolve() if self.marks is not None else []
+
+
+@dataclass
+class _Run:
+    """What a step's action loop leaves for the rest of the step."""
+
+    loss_sum: torch.Tensor | None = None
+    outputs: list[torch.Tensor] = field(default_factory=list)
+    pending_reduce: list[allreduce.Bucket] = field(default_factory=list)
+    host: dict[str, float] = field(default_factory=dict)
 
 
 class PipelineEngine:
@@ -156,7 +173,23 @@ class PipelineEngine:
         self._deferred: dict[int, list[tuple[int, tuple[int, str, int], torch.Tensor]]] = {}
         self._last_backward = {s: self._last_backward_index(s) for s in stages}
         graphs.check(plan, config, device.type)
-        self._graphs = graphs.RankGraphs(plan.actions[pipeline_rank], config.cuda_graphs, device)
+        self.stream = (
+            torch.cuda.Stream(device)  # type: ignore[no-untyped-call]
+            if device.type == "cuda"
+            else None
+        )
+        """The stream every step runs on, eager and graphed (pipecast.runtime.graphs)."""
+        self._agree_group = (
+            cached_group(list(range(dist.get_world_size())), "agree", backend="gloo")
+            if dist.is_initialized() and dist.get_world_size() > 1
+            else None
+        )
+        self._shapes: Shapes | None = (
+            Shapes() if graphs.enabled(plan, config, device.type) else None
+        )
+        """What the eager step saw, until the graphs are captured for it."""
+        self._graphs: StepGraphs | None = None
+        self._graph_key: tuple[Any, ...] | None = None
         self._shape_key: tuple[Any, ...] = ()
 
     def close(self) -> None:
@@ -186,26 +219,118 @@ class PipelineEngine:
         devices.reset_peak(self.device)
         self.watchdog.at(None, "agreeing on the step's input shape")
         local_batch = self._agree(inputs)
-        self.channels.begin_step(known_shapes=self._known)
-        in_mbs = microbatch.split(microbatch.to_device(inputs, self.device), m) if first else None
-        tg_mbs = (
-            microbatch.split(microbatch.to_device(targets, self.device), m)
-            if last and targets is not None
-            else None
+        graphed = self._graphs is not None and self._shape_key == self._graph_key
+        landing = self._graphs.receives() if graphed and self._graphs is not None else None
+        self.channels.begin_step(known_shapes=self._known, targets=landing)
+        with self._on_stream(graphed):
+            in_mbs = (
+                microbatch.split(microbatch.to_device(inputs, self.device), m) if first else None
+            )
+            tg_mbs = (
+                microbatch.split(microbatch.to_device(targets, self.device), m)
+                if last and targets is not None
+                else None
+            )
+            total = local_batch * self.replicas
+            self.clock.start_step()
+            self._deferred.clear()
+            loop_began = time.perf_counter()
+            host_before = loop_began - began
+            if graphed:
+                run = self._replay_actions(in_mbs, tg_mbs)
+            else:
+                run = self._eager_actions(in_mbs, tg_mbs, total)
+            self._flush_deferred()
+            host_loop = time.perf_counter() - loop_began
+            run.host["transfer"] = self.channels.host_seconds
+            norm, skipped, scale = self._finish_step(run.pending_reduce)
+            marks = self.clock.take()
+            loss_sum = run.loss_sum
+            loss_value = float(loss_sum.item()) * self.replicas if loss_sum is not None else None
+        if self._shapes is not None and not graphed and self._graphs is None:
+            self.watchdog.at(None, "capturing CUDA graphs")
+            self._capture(total)
+        self.watchdog.idle()
+        return StepResult(
+            loss=loss_value,
+            seconds=time.perf_counter() - began,
+            marks=marks,
+            peak_allocated=devices.peak_allocated(self.device)
+            + (self._graphs.pool_bytes if graphed and self._graphs is not None else 0),
+            peak_reserved=devices.peak_reserved(self.device),
+            outputs=run.outputs,
+            host=run.host,
+            host_loop=host_loop,
+            host_before=host_before,
+            host_after=time.perf_counter() - loop_began - host_loop,
+            grad_norm=float(norm) if norm is not None else None,
+            skipped=skipped,
+            loss_scale=scale,
         )
-        total = local_batch * self.replicas
-        self.clock.start_step()
+
+    @contextlib.contextmanager
+    def _on_stream(self, graphed: bool) -> Iterator[None]:
+        """Run a graphed step on the graphs' stream, after what the caller's stream holds
+        (the batch, the zeroed gradients) and before whatever it issues next. Eager steps
+        stay on the caller's stream: autograd's calls from other threads (W's, on the
+        engine's device thread) sync with the streams their leaves were made on."""
+        if self.stream is None or not graphed:
+            yield
+            return
+        caller = torch.cuda.current_stream(self.device)
+        self.stream.wait_stream(caller)
+        with torch.cuda.stream(self.stream):
+            yield
+        caller.wait_stream(self.stream)
+
+    def _finish_step(self, pending_reduce: list[allreduce.Bucket]) -> tuple[Any, bool, float]:
+        """After the action loop: wait for sends and all-reduces, unscale, clip, step the
+        optimizers. (gradient norm or None, whether the step was skipped, the loss scale)"""
+        plan = self.plan
+        self.watchdog.at(None, "waiting for sends to complete")
+        self.channels.finish_sends()
+        self.watchdog.at(None, "all-reducing gradients across replicas")
+        allreduce.finish(pending_reduce)
+        norm, skipped, scale = None, False, self.scaler.scale
+        if not plan.forward_only and not plan.async_updates:
+            if self.scaler.scale:
+                self.watchdog.at(None, "unscaling the gradients")
+                skipped = self.scaler.unscale(self._params, self.device)
+            if self.config.clip_grad_norm > 0 and not skipped:
+                self.watchdog.at(None, "clipping the gradients to their global norm")
+                limit = self.config.clip_grad_norm
+                norm = clip_global_norm(self._params, limit, self.replicas, self.device)
+            self.watchdog.at(None, "optimizer step")
+            for st in self.stages.values():
+                if st.optimizer is not None and not skipped:
+                    st.optimizer.step()
+        return norm, skipped, scale
+
+    def _tick(
+        self, host: dict[str, float], kind: str, tick: tuple[float, float]
+    ) -> tuple[float, float]:
+        """Charge the host seconds since `tick` (wall, this thread's CPU) to `kind`."""
+        now, cpu_now = time.perf_counter(), time.thread_time()
+        host[kind] = host.get(kind, 0.0) + now - tick[0]
+        cpu = "cpu_" + kind
+        host[cpu] = host.get(cpu, 0.0) + cpu_now - tick[1]
+        return now, cpu_now
+
+    def _reduce_if_done(self, position: int, a: Action, pending: list[allreduce.Bucket]) -> None:
+        """After a stage's last backward: start all-reducing its gradients over replicas."""
+        if self._last_backward.get(a.stage) == position and self.dp_group is not None:
+            grads = [p.grad for p in self.stages[a.stage].params if p.grad is not None]
+            pending += allreduce.launch(grads, self.dp_group, self.config.bucket_bytes)
+
+    def _eager_actions(
+        self, in_mbs: list[Any] | None, tg_mbs: list[Any] | None, total: int
+    ) -> _Run:
+        """The step's actions, each run op by op as the plan orders them."""
+        plan = self.plan
+        run = _Run()
         state: dict[tuple[int, int], _Micro] = {}
         local: dict[tuple[str, int, int], torch.Tensor] = {}
-        loss_sum: torch.Tensor | None = None
-        outputs: list[torch.Tensor] = []
-        pending_reduce: list[allreduce.Bucket] = []
-        self._deferred.clear()
-        graphed = self._graphs.active(self._shape_key)
-        host: dict[str, float] = {}
-        loop_began = tick = time.perf_counter()
-        cpu_tick = time.thread_time()
-        host_before = loop_began - began
+        tick = (time.perf_counter(), time.thread_time())
         for position, a in enumerate(plan.actions[self.rank]):
             self._position = position
             for dst, key, tensor in self._deferred.pop(position, []):
@@ -214,21 +339,19 @@ class PipelineEngine:
             if a.kind == "F":
                 x = self._input(a, in_mbs, local)
                 mark = self.clock.begin()
-                slot = self._graphs.slot(a.stage, a.mb, x) if graphed else None
-                if slot is not None:
-                    out, micro = self._forward_graphed(a, st, x, slot)
-                else:
-                    out, micro = self._forward(a, st, x)
-                    if self._graphs.pending:
-                        self._graphs.record(a.stage, x, micro.leaf is not None)
+                out, micro = self._forward(a, st, x)
+                target = tg_mbs[a.mb] if st.last and tg_mbs is not None else None
+                if self._shapes is not None:
+                    self._shapes.forward(a, x, out, target)
                 if st.last and not plan.forward_only:
-                    assert tg_mbs is not None and self.loss_fn is not None
-                    scale = microbatch.size(tg_mbs[a.mb]) / total
-                    loss = self.loss_fn(out, tg_mbs[a.mb]) * scale
-                    loss_sum = loss.detach() if loss_sum is None else loss_sum + loss.detach()
+                    assert target is not None and self.loss_fn is not None
+                    scale = microbatch.size(target) / total
+                    loss = self.loss_fn(out, target) * scale
+                    loss_sum = run.loss_sum
+                    run.loss_sum = loss.detach() if loss_sum is None else loss_sum + loss.detach()
                     micro.out = loss * self.scaler.scale if self.scaler.scale else loss
                 elif st.last:
-                    outputs.append(out.detach())
+                    run.outputs.append(out.detach())
                 self.clock.end(mark, self.global_rank, str(a), "F", a.stage, a.mb)
                 if not plan.forward_only:
                     state[(a.stage, a.mb)] = micro
@@ -252,87 +375,125 @@ class PipelineEngine:
                     self.clock.end(mark, self.global_rank, str(a), a.kind, a.stage, a.mb)
                     if a.stage > 0 and grad_in is not None:
                         self._deliver(a, grad_in, local, "grad", a.stage - 1)
-            if self._last_backward.get(a.stage) == position and self.dp_group is not None:
-                grads = [p.grad for p in st.params if p.grad is not None]
-                pending_reduce += allreduce.launch(grads, self.dp_group, self.config.bucket_bytes)
-            now, cpu_now = time.perf_counter(), time.thread_time()
-            host[a.kind] = host.get(a.kind, 0.0) + now - tick
-            cpu = "cpu_" + a.kind
-            host[cpu] = host.get(cpu, 0.0) + cpu_now - cpu_tick
-            tick, cpu_tick = now, cpu_now
-        self._flush_deferred()
-        host_loop = time.perf_counter() - loop_began
-        host["transfer"] = self.channels.host_seconds
-        self.watchdog.at(None, "waiting for sends to complete")
-        self.channels.finish_sends()
-        self.watchdog.at(None, "all-reducing gradients across replicas")
-        allreduce.finish(pending_reduce)
-        norm, skipped, scale = None, False, self.scaler.scale
-        if not plan.forward_only and not plan.async_updates:
-            if self.scaler.scale:
-                self.watchdog.at(None, "unscaling the gradients")
-                skipped = self.scaler.unscale(self._params, self.device)
-            if self.config.clip_grad_norm > 0 and not skipped:
-                self.watchdog.at(None, "clipping the gradients to their global norm")
-                limit = self.config.clip_grad_norm
-                norm = clip_global_norm(self._params, limit, self.replicas, self.device)
-            self.watchdog.at(None, "optimizer step")
-            for st in self.stages.values():
-                if st.optimizer is not None and not skipped:
-                    st.optimizer.step()
-        self.watchdog.at(None, "waiting for the device to finish the step")
-        marks = self.clock.take()
-        loss_value = float(loss_sum.item()) * self.replicas if loss_sum is not None else None
-        devices.synchronize(self.device)
-        if self._graphs.pending:
-            self.watchdog.at(None, "capturing CUDA graphs")
-            self._graphs.capture(self.stages, self._shape_key)
-        self.watchdog.idle()
-        return StepResult(
-            loss=loss_value,
-            seconds=time.perf_counter() - began,
-            marks=marks,
-            peak_allocated=devices.peak_allocated(self.device)
-            + (self._graphs.pool_bytes if graphed else 0),
-            peak_reserved=devices.peak_reserved(self.device),
-            outputs=outputs,
-            host=host,
-            host_loop=host_loop,
-            host_before=host_before,
-            host_after=time.perf_counter() - loop_began - host_loop,
-            grad_norm=float(norm) if norm is not None else None,
-            skipped=skipped,
-            loss_scale=scale,
+            self._reduce_if_done(position, a, run.pending_reduce)
+            tick = self._tick(run.host, a.kind, tick)
+        return run
+
+    def _replay_actions(self, in_mbs: list[Any] | None, tg_mbs: list[Any] | None) -> _Run:
+        """The step's actions replayed as the captured graphs, between static buffers that
+        the transfers read and write (receives land in them)."""
+        g = self._graphs
+        assert g is not None
+        plan, run = self.plan, _Run()
+        last = plan.num_stages - 1
+        tick = (time.perf_counter(), time.thread_time())
+        if os.environ.get(PREFETCH_ENV) == "1":
+            self.channels.prefetch()
+        if self.scaler.scale:
+            g.scale.fill_(self.scaler.scale)
+        if in_mbs is not None:
+            for mb, x in enumerate(in_mbs):
+                g.buffer(("in", 0, mb)).copy_(x, non_blocking=True)
+        if tg_mbs is not None and not plan.forward_only:
+            for mb, y in enumerate(tg_mbs):
+                g.buffer(("target", last, mb)).copy_(y, non_blocking=True)
+        actions = plan.actions[self.rank]
+        for position, a in enumerate(actions):
+            self._position = position
+            for dst, key, tensor in self._deferred.pop(position, []):
+                self.channels.send(dst, key, tensor)
+            s, mb = a.stage, a.mb
+            incoming = self._incoming(a)
+            if incoming is not None:
+                self._flush_deferred()  # never wait while holding back what a peer needs
+                src, key = incoming
+                what = "activation" if key[1] == "act" else "gradient"
+                self.watchdog.at(a, f"waiting for the {what} of micro-batch {mb} from rank {src}")
+                self.channels.recv(src, key)
+            self.watchdog.at(a, "replaying its CUDA graph")
+            mark = self.clock.begin()
+            g.replay(a)
+            self.clock.end(mark, self.global_rank, str(a), a.kind, s, mb)
+            if a.kind == "F" and s < last and s + 1 not in self.stages:
+                dst = plan.stage_to_rank[s + 1]
+                self._send(a, dst, (s, "act", mb), g.buffer(("out", s, mb)))
+            elif a.kind in ("B", "BW") and s > 0 and s - 1 not in self.stages:
+                dst = plan.stage_to_rank[s - 1]
+                self._send(a, dst, (s, "grad", mb), g.buffer(("gin", s, mb)))
+            self._reduce_if_done(position, a, run.pending_reduce)
+            tick = self._tick(run.host, a.kind, tick)
+        if last in self.stages:
+            if plan.forward_only:
+                run.outputs = [
+                    g.buffer(("out", last, mb)).clone() for mb in range(plan.num_microbatches)
+                ]
+            else:
+                losses = [g.buffer(("loss", last, mb)) for mb in range(plan.num_microbatches)]
+                run.loss_sum = torch.stack(losses).sum()
+        return run
+
+    def _incoming(self, a: Action) -> tuple[int, MessageKey] | None:
+        """(source rank, message) that action `a` receives from another rank, if any."""
+        last = self.plan.num_stages - 1
+        if a.kind == "F" and a.stage > 0 and a.stage - 1 not in self.stages:
+            return self.plan.stage_to_rank[a.stage - 1], (a.stage - 1, "act", a.mb)
+        if a.kind in ("B", "BW") and a.stage < last and a.stage + 1 not in self.stages:
+            return self.plan.stage_to_rank[a.stage + 1], (a.stage + 1, "grad", a.mb)
+        return None
+
+    def _capture(self, total: int) -> None:
+        """Capture every action of this rank for the shapes the eager step just saw, or,
+        where a capture fails, stay eager and say why once."""
+        assert self._shapes is not None
+        if self._shapes.unsupported:
+            print(f"pipecast: runs eagerly: {self._shapes.unsupported}", file=sys.stderr)
+            self._shapes = None
+            return
+        g = StepGraphs(
+            self.plan,
+            self.rank,
+            self.stages,
+            self.device,
+            self.config,
+            self.loss_fn,
+            scaled=bool(self.scaler.scale),
         )
+        try:
+            g.capture(self._shapes, total, self.stream)
+        except (RuntimeError, ConfigError) as exc:
+            first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+            raise PipecastError(
+                f"capturing rank {self.global_rank}'s actions as CUDA graphs failed "
+                f"({type(exc).__name__}: {first}); run without CUDA graphs (--no-cuda-graphs)"
+            ) from exc
+        self._graphs, self._graph_key, self._shapes = g, self._shape_key, None
 
     def zero_grad(self) -> None:
-        for s, st in self.stages.items():
+        for st in self.stages.values():
             if st.optimizer is not None:  # a graph accumulates into .grad's own memory
-                st.optimizer.zero_grad(set_to_none=not self._graphs.holds(s))
+                st.optimizer.zero_grad(set_to_none=self._graphs is None)
 
     # ---- pieces ------------------------------------------------------------------------
 
     def _agree(self, inputs: Any) -> int:
-        """All ranks learn the batch's shapes from global rank 0 (which holds stage 0)."""
+        """All ranks learn the batch's shapes from global rank 0 (which holds stage 0), on
+        the host (a gloo group): agreeing through the device would hold up the step's first
+        kernels behind a device-to-host copy."""
         code = torch.full((34,), -1, dtype=torch.int64)
         if inputs is not None:
             flat = [d for shape in microbatch.shapes(inputs) for d in (len(shape), *shape)]
             if len(flat) > 34:
                 raise ConfigError("inputs have too many tensors or dimensions to pipeline")
             code[: len(flat)] = torch.tensor(flat)
-        if dist.is_initialized() and dist.get_world_size() > 1:
-            code = code.to(self.device)
+        if self._agree_group is not None:
             try:
-                dist.broadcast(code, src=0)
+                dist.broadcast(code, src=0, group=self._agree_group)
             except RuntimeError as exc:
                 raise PipecastError(
                     f"lost contact with rank 0 while agreeing on the step's "
                     f"input shape: {str(exc).splitlines()[0][:200]}"
                 ) from None
-            code = code.cpu()
-        key = tuple(
-            tuple(code.tolist()),
-        )
+        key = tuple(code.tolist())
         self._shape_key = key
         self._known = key in self._seen_shapes
         self._seen_shapes.add(key)
@@ -382,16 +543,6 @@ class PipelineEngine:
             out = st.forward(leaf if leaf is not None else x, recompute=recompute, weights=weights)
         return out, _Micro(leaf=leaf, out=out, weights=weights, cuts=cuts)
 
-    def _forward_graphed(
-        self, a: Action, st: StageModule, x: torch.Tensor, slot: int
-    ) -> tuple[torch.Tensor, _Micro]:
-        self.watchdog.at(a, "computing the forward (CUDA graph)")
-        out = self._graphs.forward(a.stage, slot, x)
-        if st.last:  # the loss runs eagerly from the graph's output
-            leaf = out.detach().requires_grad_(True)
-            return leaf, _Micro(leaf=leaf, out=leaf, slot=slot)
-        return out, _Micro(leaf=None, out=out, slot=slot)
-
     def _flush_deferred(self) -> None:
         """Post every deferred send. Called before any blocking receive: a rank never waits
         while holding back a tensor someone may need, so the waits are exactly those of
@@ -411,7 +562,11 @@ class PipelineEngine:
         if consumer in self.stages:
             local[(kind, a.stage, a.mb)] = tensor
             return
-        dst, key = self.plan.stage_to_rank[consumer], (a.stage, kind, a.mb)
+        self._send(a, self.plan.stage_to_rank[consumer], (a.stage, kind, a.mb), tensor)
+
+    def _send(self, a: Action, dst: int, key: MessageKey, tensor: torch.Tensor) -> None:
+        """Post `a`'s send now, or where the plan says its receiver is about to need it
+        (RunConfig.send_timing)."""
         post = self._post_at.get(a, self._position + 1)
         if post <= self._position + 1 or self.channels.with_headers:
             self.channels.send(dst, key, tensor)
@@ -435,11 +590,6 @@ class PipelineEngine:
         self, a: Action, st: StageModule, micro: _Micro, grad: torch.Tensor | None
     ) -> torch.Tensor | None:
         assert micro.out is not None
-        if micro.slot is not None:
-            if st.last:  # the loss's gradient at the graph's output, then the graph
-                grad = backward_full(micro.out, None, micro.leaf, [])
-            micro.out = micro.leaf = None
-            return self._graphs.backward(a.stage, micro.slot, grad)
         params = list(micro.weights.values()) if micro.weights is not None else st.params
         if a.kind == "BW":
             grad_in = backward_full(micro.out, grad, micro.leaf, params)

@@ -1,50 +1,54 @@
-"""CUDA graphs for a stage's forward and whole backward: one launch per action.
+"""CUDA graphs for a whole step: every action of a rank captured as a graph of its own.
 
-Where the host binds (small micro-batches, eager PyTorch), a step lasts as long as the host
-takes to issue its kernels one by one. A CUDA graph replays a captured stage pass with one
-launch, so the device runs it at its own pace.
+Where the host binds (small micro-batches, a split backward's many autograd calls), a step
+lasts as long as the host takes to issue its kernels one by one. Replayed as CUDA graphs,
+an action costs the host one launch, and the device runs at its own pace.
 
-A graph reads and writes fixed addresses, so each micro-batch a stage holds at once needs a
-graph pair of its own (`pipecast.schedule.slots` counts them: GPipe holds M, 1F1B at most as
-many as stages remain). Each slot captures into a memory pool of its own, so slots replay in any
-order. Parameter gradients are added inside the graph to each parameter's `.grad`, which
-therefore must keep its address: graphed stages zero gradients in place, never to None. A
-slot's pool holds its activations and, while its backward runs, a copy of the stage's
-parameter gradients.
+[Note: capture in the plan's order]
+A rank runs the same actions in the same order every step. Captured in that order into one
+memory pool, each graph's temporaries take what earlier graphs freed just as the eager
+step's allocations would, so a graphed step needs about the memory of an eager one; replayed
+in that same order, no graph writes memory that another still needs. What crosses actions
+(a forward's saved activations, the gradients B keeps for W) stays allocated from the
+capture of its producer to that of its last consumer, as it does in an eager step. Any
+schedule, split backwards, recomputation and autocast capture alike.
 
-Why not `torch.cuda.make_graphed_callables`: it graphs a module once, by replacing that
-module's forward, so one stage could hold one micro-batch at a time; and it differentiates
-the parameters themselves, which failed to capture here after an eager step (see
-`_capture_one`). The captures below use torch's own CUDAGraph, pools and autograd engine.
+[Note: static boundaries]
+What an action reads from outside its graph or hands to another lives in buffers allocated
+before the capture, one per stage and micro-batch (`Buffers`): the data and targets, copied
+in; activations and gradients from other ranks, received straight into them (all of a
+step's receives posted at its start, `Channels.prefetch`); the stage's output and input
+gradient, copied in at the end of its graph and sent from there; the loss. Every
+micro-batch has buffers of its own, so uneven micro-batches are graphed too. Parameter
+gradients accumulate inside the graphs into `.grad`, which therefore keeps its memory:
+graphed stages zero gradients in place, never to None.
 
-The engine runs its first step eagerly, then captures every slot from that step's shapes
-(`StageGraphs.capture`); a later step with other shapes runs eagerly. Not graphed: split
-backwards (B and W are separate autograd calls), recomputation, PipeDream's stashed weights,
-autocast, CPU. On CPU ranks `SlotStandIn` plays the graphs for tests (the engine's side of
-them against a single process); the capture itself is checked on GPUs by
-benchmarks/cuda_graphs.py.
+The engine runs its first step eagerly (it learns the shapes and initialises the math
+libraries), captures after it, and replays every later step with the same shapes; a step
+of other shapes runs eagerly. Everything runs on the engine's own stream, eager steps and
+captures alike, so autograd's accumulation nodes never change streams. On CPU ranks
+`PIPECAST_GRAPHS_STAND_IN=1` has each "graph" re-run its Python body on the same buffers
+(tests: the engine's side of the graphs against a single process).
 """
 
 from __future__ import annotations
 
-import functools
-import gc
 import os
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
 
 from pipecast.errors import ConfigError, PipecastError
-from pipecast.runtime.autograd_calls import engine_call
+from pipecast.runtime.backward import WeightWork, backward_full, backward_input, backward_weights
+from pipecast.runtime.channels import MessageKey
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.stage import StageModule
 from pipecast.schedule.action import Action, Plan
-from pipecast.schedule.slots import slots
 
 STAND_IN_ENV = "PIPECAST_GRAPHS_STAND_IN"
-"""Set to 1 (tests), CPU ranks take `cuda_graphs` with `SlotStandIn` in place of graphs."""
+"""Set to 1 (tests), CPU ranks take `cuda_graphs` with re-run bodies in place of graphs."""
 
 
 def stand_in() -> bool:
@@ -52,23 +56,22 @@ def stand_in() -> bool:
 
 
 def unsupported(plan: Plan, config: RunConfig, device: str) -> str | None:
-    """Why this run can't use CUDA graphs (None: it can)."""
+    """Why this run can't replay CUDA graphs (None: it can)."""
     if device != "cuda" and not stand_in():
         return "CUDA graphs need --device cuda"
-    if plan.split_backward:
-        return (
-            f"schedule {plan.name} splits the backward; graphs need a whole one "
-            "(gpipe, 1f1b, interleaved)"
-        )
     if plan.async_updates:
-        return "PipeDream's stashed weights can't be graphed"
-    if plan.forward_only:
-        return "forward-only plans are not graphed"
-    if config.recompute != "none":
-        return "recomputation can't be graphed: a graph keeps its activations anyway"
-    if config.autocast:
-        return "autocast can't be graphed here: use --dtype without autocast"
+        return "PipeDream's stashed weights change every micro-batch and can't be graphed"
     return None
+
+
+def enabled(plan: Plan, config: RunConfig, device: str) -> bool:
+    """Whether this run replays its steps as graphs: asked for, or by default (None)
+    wherever it can on a GPU."""
+    if config.cuda_graphs is False:
+        return False
+    if config.cuda_graphs is None and device != "cuda":
+        return False
+    return unsupported(plan, config, device) is None
 
 
 def check(plan: Plan, config: RunConfig, device: str) -> None:
@@ -77,319 +80,240 @@ def check(plan: Plan, config: RunConfig, device: str) -> None:
         raise ConfigError(f"cuda_graphs: {reason}")
 
 
-Run = Callable[[torch.Tensor, dict[str, torch.Tensor]], torch.Tensor]
-"""A stage's forward with the given tensors in place of its parameters (by name)."""
+Key = tuple[str, int, int]
+"""A static buffer: ('in' | 'out' | 'gout' | 'gin', stage, micro-batch) or
+('target' | 'loss', last stage, micro-batch). 'gout' is the gradient of the stage's output,
+'gin' of its input."""
 
-
-class Graphs(Protocol):
-    """A stage's per-slot forward and backward (StageGraphs, or SlotStandIn on CPU)."""
-
-    pool_bytes: int
-    pool_reserved: int
-
-    def capture(self, sample: torch.Tensor, count: int, input_grad: bool) -> None: ...
-
-    def fits(self, x: torch.Tensor) -> bool: ...
-
-    def forward(self, slot: int, x: torch.Tensor) -> torch.Tensor: ...
-
-    def backward(self, slot: int, grad_out: torch.Tensor | None) -> torch.Tensor | None: ...
-
-
-def stage_graphs(
-    run: Run,
-    params: Mapping[str, torch.Tensor],
-    buffers: Sequence[torch.Tensor],
-    device: torch.device,
-) -> Graphs:
-    """CUDA graphs for a stage on a GPU; the stand-in on CPU ranks (tests)."""
-    if device.type == "cuda":
-        return StageGraphs(run, params, buffers, device)
-    return SlotStandIn(run, params)
-
-
-class RankGraphs:
-    """One rank's graphs: which slot each (stage, micro-batch) replays, the stage inputs the
-    eager first step kept, the captured stages and the step shapes they were captured for
-    (another step's shapes run eagerly)."""
-
-    def __init__(self, actions: Sequence[Action], enabled: bool, device: torch.device) -> None:
-        self.enabled, self.device = enabled, device
-        self._slot_of, self._count = slots(actions) if enabled else ({}, {})
-        self._stages: dict[int, Graphs] = {}
-        self._samples: dict[int, tuple[torch.Tensor, bool]] = {}
-        self._key: tuple[Any, ...] | None = None
-
-    @property
-    def pending(self) -> bool:
-        """Enabled and not yet captured: this step runs eagerly and captures after."""
-        return self.enabled and self._key is None
-
-    def active(self, key: tuple[Any, ...]) -> bool:
-        """Whether a step of shapes `key` replays the graphs."""
-        return self._key is not None and key == self._key
-
-    def holds(self, stage: int) -> bool:
-        """Whether `stage` is graphed (its gradients must keep their memory)."""
-        return stage in self._stages
-
-    @property
-    def pool_bytes(self) -> int:
-        return sum(g.pool_bytes for g in self._stages.values())
-
-    def record(self, stage: int, x: Any, input_grad: bool) -> None:
-        """Keep the stage's first input of the eager step: the graphs are captured for it."""
-        if stage in self._samples:
-            return
-        if not isinstance(x, torch.Tensor):
-            raise ConfigError("cuda_graphs: a stage's input must be one tensor")
-        self._samples[stage] = (x.detach(), input_grad)
-
-    def capture(self, stages: Mapping[int, StageModule], key: tuple[Any, ...]) -> None:
-        """Capture every stage's slots for the inputs `record` kept."""
-        for s, st in stages.items():
-            sample, input_grad = self._samples[s]
-            named = {n: p for n, p in st.module.named_parameters() if p.requires_grad}
-            g = stage_graphs(
-                functools.partial(_forward_with, st), named, list(st.module.buffers()), self.device
-            )
-            try:
-                g.capture(sample, self._count[s], input_grad)
-            except RuntimeError as exc:  # CUDA's capture errors among them
-                first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
-                raise PipecastError(
-                    f"capturing stage {s} as CUDA graphs failed ({type(exc).__name__}: "
-                    f"{first}); run without cuda_graphs (--cuda-graphs)"
-                ) from exc
-            self._stages[s] = g
-        self._samples.clear()
-        self._key = key
-
-    def slot(self, stage: int, mb: int, x: Any) -> int | None:
-        """The slot that replays this forward (None: it runs eagerly, its shape differing
-        from the captured one's)."""
-        if isinstance(x, torch.Tensor) and self._stages[stage].fits(x):
-            return self._slot_of[(stage, mb)]
-        return None
-
-    def forward(self, stage: int, slot: int, x: torch.Tensor) -> torch.Tensor:
-        return self._stages[stage].forward(slot, x)
-
-    def backward(self, stage: int, slot: int, grad: torch.Tensor | None) -> torch.Tensor | None:
-        return self._stages[stage].backward(slot, grad)
-
-
-def _forward_with(
-    st: StageModule, x: torch.Tensor, weights: dict[str, torch.Tensor]
-) -> torch.Tensor:
-    return st.forward(x, weights=weights)
+Shape = tuple[tuple[int, ...], torch.dtype]
 
 
 @dataclass
-class _Slot:
-    forward: torch.cuda.CUDAGraph
-    backward: torch.cuda.CUDAGraph
-    inp: torch.Tensor
-    out: torch.Tensor
-    grad_out: torch.Tensor
-    grad_in: torch.Tensor | None
-    aliases: list[torch.Tensor]
-    """The leaves the graph differentiates (the parameters' memory, kept referenced)."""
+class Shapes:
+    """What the eager step saw, per (stage, micro-batch): each forward's input and output,
+    and the last stage's targets."""
+
+    inputs: dict[tuple[int, int], Shape] = field(default_factory=dict)
+    outputs: dict[tuple[int, int], Shape] = field(default_factory=dict)
+    targets: dict[int, Shape] = field(default_factory=dict)
+    unsupported: str = ""
+    """Why these shapes can't be graphed (empty: they can)."""
+
+    def forward(self, a: Action, x: Any, out: torch.Tensor, target: Any) -> None:
+        if not isinstance(x, torch.Tensor) or (target is not None and not _tensor(target)):
+            self.unsupported = "a stage's input or the targets are not single tensors"
+            return
+        self.inputs[(a.stage, a.mb)] = (tuple(x.shape), x.dtype)
+        self.outputs[(a.stage, a.mb)] = (tuple(out.shape), out.dtype)
+        if target is not None:
+            self.targets[a.mb] = (tuple(target.shape), target.dtype)
+
+
+def _tensor(value: Any) -> bool:
+    return isinstance(value, torch.Tensor)
+
+
+class Program(Protocol):
+    def replay(self) -> None: ...
 
 
 class _Captured:
-    """What a stage's graphs and their stand-in share: the input shape they were captured
-    for, and parameter gradients that exist before capture and keep their memory."""
+    """One action's body captured as a CUDA graph into the rank's shared pool."""
 
-    _shape: tuple[tuple[int, ...], torch.dtype] | None = None
+    def __init__(self, body: Callable[[], None], pool: Any, stream: torch.cuda.Stream) -> None:
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.stream(stream):
+            self.graph.capture_begin(pool=pool, capture_error_mode="thread_local")
+            try:
+                body()
+            finally:
+                self.graph.capture_end()
 
-    def _prepare(self, params: Sequence[torch.Tensor], sample: torch.Tensor) -> None:
-        for p in params:  # accumulated in place by the graphs: the address must stay
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-        self._shape = (tuple(sample.shape), sample.dtype)
-
-    def fits(self, x: torch.Tensor) -> bool:
-        """Whether `x` has the captured input's shape and dtype (a micro-batch of another
-        size, where the batch does not divide evenly, runs eagerly)."""
-        return self._shape == (tuple(x.shape), x.dtype)
+    def replay(self) -> None:
+        self.graph.replay()
 
 
-def _aliases(named: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Fresh leaves sharing the parameters' memory (see StageGraphs._capture_one)."""
-    return {name: p.detach().requires_grad_(True) for name, p in named.items()}
+class _Rerun:
+    """The stand-in: the body itself, run again at every replay."""
+
+    def __init__(self, body: Callable[[], None]) -> None:
+        self.body = body
+
+    def replay(self) -> None:
+        self.body()
 
 
-class StageGraphs(_Captured):
-    """The captured forward and backward of one stage, one pair per slot."""
+class StepGraphs:
+    """One rank's captured step: a program per action, and the buffers they share with the
+    engine (see the module's notes)."""
 
     def __init__(
         self,
-        run: Run,
-        params: Mapping[str, torch.Tensor],
-        buffers: Sequence[torch.Tensor],
+        plan: Plan,
+        rank: int,
+        stages: Mapping[int, StageModule],
         device: torch.device,
+        config: RunConfig,
+        loss_fn: Callable[[torch.Tensor, Any], torch.Tensor] | None,
+        scaled: bool,
     ) -> None:
-        """`run(x, weights)`: the stage's forward with `weights` in place of its parameters
-        (`params`, by name; those that need gradients)."""
-        self.run, self.named, self.device = run, dict(params), device
-        self.params, self.buffers = list(self.named.values()), list(buffers)
-        self._slots: list[_Slot] = []
-        self.pool_reserved = 0
-        """Device memory the slots' pools reserved when captured."""
+        self.plan, self.rank, self.stages, self.device = plan, rank, stages, device
+        self.config, self.loss_fn, self.scaled = config, loss_fn, scaled
+        self.actions = plan.actions[rank]
+        self.buffers: dict[Key, torch.Tensor] = {}
+        self.programs: dict[Action, Program] = {}
+        self.scale = torch.ones((), device=device)
+        """The loss scale the graphs multiply by (set before each step; 1 without scaling)."""
         self.pool_bytes = 0
-        """The part of it not allocated: the caching allocator counts a pool's freed blocks
-        as reserved, not allocated, though the graphs write there on every replay; the
-        slots' fixed inputs, outputs and gradients stay allocated and are counted there."""
+        """Device bytes the shared pool reserved beyond what stays allocated in it: the
+        caching allocator counts a pool's freed blocks as reserved, not allocated, though the
+        graphs write there on every replay."""
+        self._state: dict[tuple[int, int], Any] = {}
 
-    def capture(self, sample: torch.Tensor, count: int, input_grad: bool) -> None:
-        """Capture `count` slots for inputs shaped like `sample` (`input_grad`: the stage
-        sends its input gradient back). Warms up once on the capture stream first; the
-        module's buffers (BatchNorm's running statistics) are put back afterwards."""
-        self._prepare(self.params, sample)
-        saved = [b.detach().clone() for b in self.buffers]
-        grads = [_grad(p).detach().clone() for p in self.params]
-        try:
-            self._capture_all(sample, count, input_grad)
-        finally:  # the warm-up's pass moved BatchNorm's statistics
-            with torch.no_grad():
-                for b, v in zip(self.buffers, saved, strict=True):
-                    b.copy_(v)
-                for p, g in zip(self.params, grads, strict=True):
-                    _grad(p).copy_(g)
+    # ---- buffers -----------------------------------------------------------------------
 
-    def _capture_all(self, sample: torch.Tensor, count: int, input_grad: bool) -> None:
-        stream = torch.cuda.Stream(self.device)  # type: ignore[no-untyped-call]
-        stream.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(stream):
-            x = torch.zeros_like(sample).requires_grad_(input_grad)
-            out = self.run(x, self.named)
-            wanted = [x, *self.params] if input_grad else list(self.params)
-            torch.autograd.grad(out, wanted, torch.zeros_like(out), allow_unused=True)
-            del out
-        torch.cuda.current_stream(self.device).wait_stream(stream)
-        torch.cuda.synchronize(self.device)
-        gc.collect()  # nothing of another's may be freed mid-count and read as the pools'
-        torch.cuda.empty_cache()
-        before = torch.cuda.memory_reserved(self.device)
-        held = torch.cuda.memory_allocated(self.device)
-        for _ in range(count):
-            self._slots.append(self._capture_one(sample, input_grad, stream))
-        torch.cuda.synchronize(self.device)
-        self.pool_reserved = torch.cuda.memory_reserved(self.device) - before
-        kept = torch.cuda.memory_allocated(self.device) - held
-        self.pool_bytes = max(self.pool_reserved - kept, 0)
+    def buffer(self, key: Key) -> torch.Tensor:
+        return self.buffers[key]
 
-    def _capture_one(
-        self, sample: torch.Tensor, input_grad: bool, stream: torch.cuda.Stream
-    ) -> _Slot:
-        pool = torch.cuda.graph_pool_handle()
-        fwd, bwd = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
-        inp = torch.zeros_like(sample).requires_grad_(input_grad)
-        # The graph differentiates fresh leaves that share the parameters' memory (so it
-        # reads every optimizer update): autograd ends a backward by syncing with the stream
-        # each leaf's gradient node was made on, and the parameters' own were made on the
-        # default stream in the eager step, which no capture may touch (2 x H100: "operation
-        # would make the legacy stream depend on a capturing blocking stream").
-        aliases = _aliases(self.named)
-        with torch.cuda.graph(fwd, pool=pool, stream=stream, capture_error_mode="thread_local"):
-            out = self.run(inp, aliases)
-        grad_out = torch.zeros_like(out)
-        leaves = list(aliases.values())
-        wanted = [inp, *leaves] if input_grad else leaves
-        with torch.cuda.graph(bwd, pool=pool, stream=stream, capture_error_mode="thread_local"):
-            # the gradients come back from autograd and are added to .grad inside the graph
-            found = engine_call((out,), (grad_out,), wanted, accumulate=False, keep=False)
-            grads = found[1:] if input_grad else found
-            pairs = [
-                (_grad(p), g) for p, g in zip(self.params, grads, strict=True) if g is not None
-            ]
-            if pairs:
-                torch._foreach_add_([a for a, _ in pairs], [b for _, b in pairs])
-        grad_in = found[0] if input_grad else None
-        return _Slot(fwd, bwd, inp.detach(), out.detach(), grad_out, grad_in, leaves)
+    def receives(self) -> dict[MessageKey, torch.Tensor]:
+        """The buffer each incoming message lands in, by message key."""
+        out: dict[MessageKey, torch.Tensor] = {}
+        for kind, stage, mb in self.buffers:
+            if kind == "in" and stage > 0 and not self._local(stage - 1):
+                out[(stage - 1, "act", mb)] = self.buffers[(kind, stage, mb)]
+            elif kind == "gout" and not self._local(stage + 1):
+                out[(stage + 1, "grad", mb)] = self.buffers[(kind, stage, mb)]
+        return out
 
-    def forward(self, slot: int, x: torch.Tensor) -> torch.Tensor:
-        """Replay `slot`'s forward on `x`; the output is the slot's own buffer, valid until
-        the slot's next forward."""
-        s = self._slots[slot]
-        s.inp.copy_(x)
-        s.forward.replay()
-        return s.out
+    def _local(self, stage: int) -> bool:
+        return stage in self.stages
 
-    def backward(self, slot: int, grad_out: torch.Tensor | None) -> torch.Tensor | None:
-        """Replay `slot`'s backward from `grad_out`: parameter gradients accumulate into
-        .grad; returns a copy of the input gradient (the slot's next forward may reuse the
-        memory while a send still reads it), or None for a first stage."""
-        s = self._slots[slot]
-        if grad_out is None:
-            raise ConfigError("a graphed backward needs its output's gradient")
-        s.grad_out.copy_(grad_out)
-        s.backward.replay()
-        return s.grad_in.clone() if s.grad_in is not None else None
+    def _allocate(self, shapes: Shapes) -> None:
+        last = self.plan.num_stages - 1
 
+        def new(shape: Shape) -> torch.Tensor:
+            return torch.zeros(shape[0], dtype=shape[1], device=self.device)
 
-@dataclass
-class _StandInSlot:
-    inp: torch.Tensor
-    out: torch.Tensor | None = None
-    grad_in: torch.Tensor | None = None
-    live: tuple[torch.Tensor, list[torch.Tensor], torch.Tensor] | None = None
+        for a in self.actions:
+            s, mb = a.stage, a.mb
+            if a.kind == "F":
+                if s == 0 or not self._local(s - 1):
+                    self.buffers[("in", s, mb)] = new(shapes.inputs[(s, mb)])
+                if s < last or self.plan.forward_only:
+                    self.buffers[("out", s, mb)] = new(shapes.outputs[(s, mb)])
+                if s == last and not self.plan.forward_only:
+                    self.buffers[("target", s, mb)] = new(shapes.targets[mb])
+                    self.buffers[("loss", s, mb)] = torch.zeros((), device=self.device)
+            elif a.kind in ("B", "BW"):
+                if s < last and not self._local(s + 1):
+                    self.buffers[("gout", s, mb)] = new(shapes.outputs[(s, mb)])
+                if s > 0:
+                    self.buffers[("gin", s, mb)] = new(shapes.inputs[(s, mb)])
 
+    def _input(self, s: int, mb: int) -> torch.Tensor:
+        if ("in", s, mb) in self.buffers:
+            return self.buffers[("in", s, mb)]
+        return self.buffers[("out", s - 1, mb)]  # the local producer's output
 
-class SlotStandIn(_Captured):
-    """What the engine sees of StageGraphs, without CUDA, for tests on CPU ranks
-    (`PIPECAST_GRAPHS_STAND_IN=1`): each slot keeps fixed buffers for its input, output and
-    input gradient, as a captured graph does, and runs the stage eagerly into them, from
-    fresh leaves that share the parameters' memory, adding the gradients to .grad. An engine
-    that read a slot's output after the slot's next forward, or zeroed gradients to None,
-    gets other numbers than an eager run."""
-
-    def __init__(self, run: Run, params: Mapping[str, torch.Tensor]) -> None:
-        self.run, self.named = run, dict(params)
-        self.pool_bytes = self.pool_reserved = 0
-        self._slots: list[_StandInSlot] = []
-        self._input_grad = False
-
-    def capture(self, sample: torch.Tensor, count: int, input_grad: bool) -> None:
-        self._prepare(list(self.named.values()), sample)
-        self._input_grad = input_grad
-        self._slots = [_StandInSlot(torch.zeros_like(sample)) for _ in range(count)]
-
-    def forward(self, slot: int, x: torch.Tensor) -> torch.Tensor:
-        s = self._slots[slot]
-        s.inp.copy_(x)
-        leaf = s.inp.detach().requires_grad_(self._input_grad)
-        aliases = _aliases(self.named)
-        out = self.run(leaf, aliases)
-        s.live = (leaf, list(aliases.values()), out)
-        if s.out is None:
-            s.out = torch.empty_like(out)
-        s.out.copy_(out.detach())
-        return s.out
-
-    def backward(self, slot: int, grad_out: torch.Tensor | None) -> torch.Tensor | None:
-        s = self._slots[slot]
-        if grad_out is None or s.live is None:
-            raise ConfigError("a graphed backward needs its forward and its output's gradient")
-        leaf, leaves, out = s.live
-        wanted = [leaf, *leaves] if self._input_grad else leaves
-        found = torch.autograd.grad(out, wanted, grad_out, allow_unused=True)
-        grads = found[1:] if self._input_grad else found
-        with torch.no_grad():
-            for p, g in zip(self.named.values(), grads, strict=True):
-                if g is not None:
-                    _grad(p).add_(g)
-        s.live = None
-        if not self._input_grad:
+    def _grad_output(self, s: int, mb: int) -> torch.Tensor | None:
+        if s == self.plan.num_stages - 1:
             return None
-        if s.grad_in is None:
-            s.grad_in = torch.empty_like(found[0])
-        s.grad_in.copy_(found[0])
-        return s.grad_in.clone()
+        if ("gout", s, mb) in self.buffers:
+            return self.buffers[("gout", s, mb)]
+        return self.buffers[("gin", s + 1, mb)]  # the local consumer's input gradient
 
+    # ---- bodies ------------------------------------------------------------------------
 
-def _grad(p: torch.Tensor) -> torch.Tensor:
-    if p.grad is None:
-        raise ConfigError("a graphed stage's parameter lost its .grad")
-    return p.grad
+    def _body(self, a: Action, total: int) -> Callable[[], None] | None:
+        """What action `a` does between its static buffers (None: nothing to do)."""
+        st = self.stages[a.stage]
+        s, mb, plan = a.stage, a.mb, self.plan
+        last = s == plan.num_stages - 1
+        if a.kind == "F":
+            recompute = self.config.recompute == "all" or (
+                self.config.recompute == "all-but-last" and mb < plan.num_microbatches - 1
+            )
+
+            def forward() -> None:
+                x = self._input(s, mb)
+                if plan.forward_only:
+                    with torch.no_grad():
+                        self.buffers[("out", s, mb)].copy_(st.forward(x))
+                    return
+                leaf = x.detach().requires_grad_(True) if s > 0 and x.is_floating_point() else x
+                out = st.forward(leaf, recompute=recompute)
+                if last:
+                    assert self.loss_fn is not None
+                    target = self.buffers[("target", s, mb)]
+                    loss = self.loss_fn(out, target) * (target.shape[0] / total)
+                    self.buffers[("loss", s, mb)].copy_(loss.detach())
+                    root = loss * self.scale.to(loss.dtype) if self.scaled else loss
+                else:
+                    self.buffers[("out", s, mb)].copy_(out.detach())
+                    root = out
+                self._state[(s, mb)] = (leaf if leaf is not x else None, root)
+
+            return forward
+        if a.kind == "W":
+            if s == 0 or not st.params:  # the first stage's B is its whole backward
+                return None
+
+            def weights() -> None:
+                works: list[WeightWork] = self._state.pop((s, mb))
+                backward_weights(works, self.device, nest=False)
+
+            return weights
+
+        def backward() -> None:
+            leaf, root = self._state.pop((s, mb))
+            grad = self._grad_output(s, mb)
+            if a.kind == "BW":
+                grad_in = backward_full(root, grad, leaf, st.params)
+            else:
+                grad_in, work = backward_input(root, grad, leaf, st.params)
+                if s > 0 and st.params:  # what W computes (the weights body, above)
+                    self._state[(s, mb)] = [work]
+            if s > 0:
+                if grad_in is None:
+                    raise PipecastError(f"stage {s}'s output does not depend on its input")
+                self.buffers[("gin", s, mb)].copy_(grad_in)
+
+        return backward
+
+    # ---- capture -----------------------------------------------------------------------
+
+    def capture(self, shapes: Shapes, total: int, stream: torch.cuda.Stream | None) -> None:
+        """Allocate the buffers for `shapes` and capture every action in the plan's order
+        (`total`: the samples of the step over all replicas, which each micro-batch's loss
+        is divided by). Each stage's gradients get memory of their own first."""
+        for st in self.stages.values():
+            for p in st.params:
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+        self._allocate(shapes)
+        if stream is None:  # the stand-in: bodies run at every replay
+            for a in self.actions:
+                body = self._body(a, total)
+                if body is not None:
+                    self.programs[a] = _Rerun(body)
+            return
+        torch.cuda.synchronize(self.device)
+        torch.cuda.empty_cache()
+        reserved = torch.cuda.memory_reserved(self.device)
+        allocated = torch.cuda.memory_allocated(self.device)
+        pool = torch.cuda.graph_pool_handle()
+        try:
+            for a in self.actions:
+                body = self._body(a, total)
+                if body is not None:
+                    self.programs[a] = _Captured(body, pool, stream)
+        finally:
+            self._state.clear()
+        torch.cuda.synchronize(self.device)
+        kept = torch.cuda.memory_allocated(self.device) - allocated
+        self.pool_bytes = max(torch.cuda.memory_reserved(self.device) - reserved - kept, 0)
+
+    def replay(self, a: Action) -> None:
+        program = self.programs.get(a)
+        if program is not None:
+            program.replay()

@@ -83,7 +83,10 @@ class StageModule:
     @contextlib.contextmanager
     def _precision(self) -> Iterator[None]:
         if self.config.autocast and self.config.dtype != "fp32":
-            with torch.autocast(self.device.type, dtype=devices.DTYPES[self.config.dtype]):
+            # a graph may not keep autocast's cached weight casts past its capture
+            dtype = devices.DTYPES[self.config.dtype]
+            cache = self.config.cuda_graphs is False
+            with torch.autocast(self.device.type, dtype=dtype, cache_enabled=cache):
                 yield
         else:
             yield

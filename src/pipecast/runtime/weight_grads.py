@@ -31,6 +31,8 @@ from collections.abc import Callable, Sequence
 import torch
 from torch.autograd.graph import Node
 
+from pipecast.runtime.autograd_calls import accumulate_into
+
 _ACCUMULATE = "AccumulateGrad"
 _TRANSPOSE = "TBackward0"
 _aten = torch.ops.aten
@@ -165,6 +167,71 @@ def _hooked(p: torch.Tensor) -> bool:
     return bool(getattr(p, "_backward_hooks", None)) or bool(
         getattr(p, "_post_accumulate_grad_hooks", None)
     )
+
+
+def _into_matmul(node: Node, grad: torch.Tensor, params: Sequence[torch.Tensor]) -> bool:
+    """Addmm/Mm whose weights already have gradients of their own dtype and layout: add
+    each weight's gradient into its .grad inside the matrix product (beta = 1), which
+    saves reading and writing the gradient once more per micro-batch; False (nothing
+    touched) where any parameter can't be."""
+    name = type(node).__name__
+    bias_slot = 0 if name == "AddmmBackward0" else None
+    if bias_slot is not None and (
+        getattr(node, "_saved_alpha", None) != 1 or getattr(node, "_saved_beta", None) != 1
+    ):
+        return False
+    edges = node.next_functions
+    mat2_slot = 2 if bias_slot is not None else 1
+    if grad.dim() != 2:
+        return False
+    plan: list[tuple[torch.Tensor, str]] = []
+    for p in params:
+        g = p.grad
+        if g is None or g.dtype != grad.dtype or not g.is_contiguous() or g.shape != p.shape:
+            return False
+        if bias_slot is not None and _leaf(edges[bias_slot]) is p and p.dim() == 1:
+            plan.append((p, "bias"))
+        elif _through_transpose(edges[mat2_slot]) is p:
+            plan.append((p, "transposed"))
+        elif _leaf(edges[mat2_slot]) is p:
+            plan.append((p, "plain"))
+        else:
+            return False
+    # a saved tensor is read once (recomputation's checkpoints allow no second unpack):
+    # only now, with every parameter known to take the fused path
+    mat1 = getattr(node, "_saved_mat1" if bias_slot is not None else "_saved_self", None)
+    if mat1 is None:
+        return False
+    with torch.no_grad():
+        for p, how in plan:
+            g = p.grad
+            assert g is not None
+            if how == "bias":
+                g.add_(grad.sum(0))
+            elif how == "transposed":  # y = x @ W.t(): dW = grad.t() @ x
+                g.addmm_(grad.t(), mat1)
+            else:  # y = x @ W: dW = x.t() @ grad
+                g.addmm_(mat1.t(), grad)
+    return True
+
+
+def accumulate(
+    node: Node, grad_outputs: tuple[torch.Tensor | None, ...], params: Sequence[torch.Tensor]
+) -> bool:
+    """Add `params`' gradients from `node` into their .grad, as the engine would have
+    (Linear's weights within their matrix product), or False (nothing touched) where the
+    engine must do it."""
+    if len(grad_outputs) != 1 or grad_outputs[0] is None or any(_hooked(p) for p in params):
+        return False
+    if type(node).__name__ in ("AddmmBackward0", "MmBackward0") and _into_matmul(
+        node, grad_outputs[0], params
+    ):
+        return True
+    found = direct(node, grad_outputs, params)
+    if found is None:
+        return False
+    accumulate_into(params, found)
+    return True
 
 
 def direct(

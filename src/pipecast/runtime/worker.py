@@ -74,6 +74,9 @@ class RankReport:
     """Action timings of the last step (relative to its start)."""
     params: dict[str, torch.Tensor] = field(default_factory=dict)
     grads: dict[str, torch.Tensor] = field(default_factory=dict)
+    outputs: list[torch.Tensor] = field(default_factory=list)
+    """Forward-only plans: the last stage's outputs of the last step, one per micro-batch
+    (with TrainJob.capture)."""
     versions: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
     device: str = "cpu"
     checkpoints: list[tuple[int, float]] = field(default_factory=list)
@@ -226,6 +229,7 @@ def run_rank(ctx: Context, job: TrainJob) -> RankReport:
                 report.checkpoints.append((step + 1, time.perf_counter() - writing))
                 engine.watchdog.idle()
             if job.capture and step == total - 1:
+                report.outputs = [o.detach().cpu().clone() for o in result.outputs]
                 for st in stages.values():  # slices of nn.Sequential keep global names
                     for name, p in st.module.named_parameters():
                         report.params[name] = p.detach().cpu().clone()
