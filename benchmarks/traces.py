@@ -342,6 +342,23 @@ def vgg_runtime_set() -> list[tuple[str, BenchConfig, bool]]:
     ]
 
 
+def last_set() -> list[tuple[str, BenchConfig, bool]]:
+    """The runtime's open questions: the same split and schedule as torch's, twice each, and
+    the zero-bubble schedules at 8 and 32 micro-batches."""
+    vg = _vgg(system="pipecast", cuda_graphs=True, send_timing="eager")
+    gg = _gpt(system="pipecast", cuda_graphs=True, send_timing="eager", schedule="zb-h1")
+    return [
+        ("vgg_torch_1f1b_m4", _vgg(), False),
+        ("vgg_pc_1f1b_m4_g", vg, False),
+        ("vgg_torch_1f1b_m4_again", _vgg(), False),
+        ("vgg_pc_1f1b_m4_g_again", vg, False),
+        ("vgg_pc_zbh1_m4_g", replace(vg, schedule="zb-h1"), False),
+        ("gpt_torch_1f1b_m8", _gpt(), False),
+        ("gpt_pc_zbh1_m8_g", gg, False),
+        ("gpt_pc_zbh1_m32_g", replace(gg, microbatches=32), False),
+    ]
+
+
 def vgg_base_set() -> list[tuple[str, BenchConfig, bool]]:
     """VGG-16's baselines: one GPU, DDP and torch.distributed.pipelining."""
     return [
@@ -387,6 +404,7 @@ SETS = {
     "gpt-policy": gpt_policy_set,
     "gpt-probe": gpt_probe_set,
     "gpt-runtime": gpt_runtime_set,
+    "last": last_set,
     "vgg-runtime": vgg_runtime_set,
     "vgg-base": vgg_base_set,
     "vgg-policy": vgg_policy_set,

@@ -184,6 +184,8 @@ class PipelineEngine:
             if dist.is_initialized() and dist.get_world_size() > 1
             else None
         )
+        self._agreeing: dist.Work | None = None
+        """Rank 0's broadcast of the step's shapes, until it completes."""
         self._shapes: Shapes | None = (
             Shapes() if graphs.enabled(plan, config, device.type) else None
         )
@@ -288,6 +290,9 @@ class PipelineEngine:
         optimizers. (gradient norm or None, whether the step was skipped, the loss scale)"""
         plan = self.plan
         self.watchdog.at(None, "waiting for sends to complete")
+        if self._agreeing is not None:
+            self._agreeing.wait()
+            self._agreeing = None
         self.channels.finish_sends()
         self.watchdog.at(None, "all-reducing gradients across replicas")
         allreduce.finish(pending_reduce)
@@ -486,8 +491,15 @@ class PipelineEngine:
                 raise ConfigError("inputs have too many tensors or dimensions to pipeline")
             code[: len(flat)] = torch.tensor(flat)
         if self._agree_group is not None:
+            # rank 0 knows the shapes: it sends them and gets on with the step (the send is
+            # awaited at the step's end); the others wait for them
             try:
-                dist.broadcast(code, src=0, group=self._agree_group)
+                work = dist.broadcast(code, src=0, group=self._agree_group, async_op=True)
+                assert work is not None
+                if self.global_rank == 0:
+                    self._agreeing = work
+                else:
+                    work.wait()
             except RuntimeError as exc:
                 raise PipecastError(
                     f"lost contact with rank 0 while agreeing on the step's "
