@@ -252,7 +252,7 @@ def test_an_uncut_comparison_run_keeps_stored_keys_and_goes_unpredicted() -> Non
 
 def _events_on_rank(ctx: object) -> list[list[object]]:
     from pipecast.bench.timing import gather_events
-    from pipecast.simulate.timeline import Event
+    from pipecast.simulation.timeline import Event
 
     rank = ctx.rank  # type: ignore[attr-defined]
     return gather_events([Event(rank, f"0F{rank}", "F", 0.001 * rank, 0.002 + rank, 0, rank)])
@@ -260,7 +260,7 @@ def _events_on_rank(ctx: object) -> list[list[object]]:
 
 def test_every_ranks_actions_gather_into_one_timeline() -> None:
     from pipecast.runtime.launch import spawn
-    from pipecast.simulate.timeline import Event
+    from pipecast.simulation.timeline import Event
 
     on_each = spawn(_events_on_rank, 2, timeout_s=60)
     assert on_each[0] == on_each[1]
@@ -304,7 +304,7 @@ def test_actions_are_compared_rank_by_rank_and_kind_by_kind() -> None:
     kind, transfers and the optimizer left out, an action only one timeline has left out,
     and the rank's host seconds per action from the measured row's counters."""
     from pipecast.report.actions import action_gaps
-    from pipecast.simulate.timeline import Event
+    from pipecast.simulation.timeline import Event
 
     sim = [
         Event(0, "0F0", "F", 0.0, 1e-3),

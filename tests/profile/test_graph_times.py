@@ -23,8 +23,8 @@ from pipecast.profile.graphed import graph_times
 from pipecast.profile.profiler import ProfileOptions, profile_model
 from pipecast.runtime import graphs
 from pipecast.schedule.generators import make_plan
-from pipecast.simulate.costs import costs_from_profile
-from pipecast.simulate.simulator import simulate
+from pipecast.simulation.costs import costs_from_profile
+from pipecast.simulation.simulator import simulate
 
 FAST = ProfileOptions(micro_batches=(2, 4), warmup=1, repeats=3)
 

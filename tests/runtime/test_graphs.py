@@ -1,6 +1,6 @@
 """CUDA-graphed steps: what can be graphed, and the engine's side of the graphs against a
 single process on CPU ranks, where each "graph" re-runs its body on the same static buffers
-(`PIPECAST_GRAPHS_STAND_IN`; the capture itself needs a GPU: benchmarks/suites.py checks it
+(`PIPECAST_GRAPHS_STAND_IN`; the capture itself needs a GPU: tests/runtime/test_gpu.py checks it
 against eager runs there)."""
 
 from __future__ import annotations

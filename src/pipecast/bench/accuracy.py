@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from pipecast.bench.store import Row
 from pipecast.profile.stats import range_spread
-from pipecast.simulate.timeline import HOST_BOUND
+from pipecast.simulation.timeline import HOST_BOUND
 
 ROUNDS_AGREE = 0.10
 """Rounds of one configuration that lie within this fraction of their median measured it

@@ -8,8 +8,8 @@ from pipecast.bench.config import BenchConfig
 from pipecast.errors import PipecastError
 from pipecast.hardware.cluster import Cluster
 from pipecast.profile.types import Profile
-from pipecast.recommend.predict import predict
-from pipecast.recommend.strategy import Strategy
+from pipecast.recommender.predict import predict
+from pipecast.recommender.strategy import Strategy
 
 
 def strategy_of(cfg: BenchConfig) -> Strategy | None:

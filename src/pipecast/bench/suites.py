@@ -3,8 +3,11 @@
 * quick: LeNet-5 on CPU ranks in minutes: pipecast's schedules against one device, DDP and
   torch.distributed.pipelining, a micro-batch sweep, and a real-data (digits) accuracy run.
 * seeds: the background studies' experiments (the GPipe study's splits x micro-batches);
-  benchmarks/ builds the GPU matrices from these pieces.
-* anchors: ANCHORS.md's GPT and VGG-16 workloads on 4 GPUs.
+  the accuracy suite takes these pieces.
+* anchors: the anchor workloads, GPT and VGG-16, on 4 GPUs, against every baseline.
+* runtime: pipecast's graphed runtime against torch.distributed.pipelining on N GPUs.
+* accuracy (pipecast.bench.accuracy_suite): the recommender's predictions against
+  measurement; it needs profiles and a probe first (benchmarks/run.py takes them).
 """
 
 from __future__ import annotations
@@ -95,7 +98,8 @@ def anchors(
     gpt_batch: int = 32,
     vgg_batch: int = 128,
 ) -> list[BenchConfig]:
-    """ANCHORS.md: GPT (batch 32) and VGG-16 (batch 128) on 4 GPUs, pipecast and baselines.
+    """The anchor workloads, GPT (batch 32) and VGG-16 (batch 128), on 4 GPUs: pipecast and
+    its baselines (docs/benchmarks.md).
     (Other sizes and workloads serve dry runs of the same matrix.)"""
     g = BenchConfig(suite="anchors", system="single", workload=gpt, gpus=1, batch=gpt_batch)
     gt = replace(g, system="torch", gpus=gpus, boundaries=gpt_split)
@@ -149,7 +153,57 @@ def anchors(
     return out
 
 
-SUITES = {"quick": quick, "anchors": anchors}
+def runtime(gpus: int = 2, *, gpt: Workload = GPT, vgg: Workload = VGG16) -> list[BenchConfig]:
+    """pipecast's runtime against torch.distributed.pipelining, DDP and one GPU on the GPT
+    stack (batch 32) and VGG-16 (batch 128), in one launch: torch's schedules on an even
+    split (GPT) and on the split balanced by measured time (VGG-16, 0,10,40 for 2 GPUs);
+    pipecast's every schedule, graphed, at 8, 16 and 32 micro-batches (GPT) and on torch's
+    own split and schedule (VGG-16)."""
+    layers = len(gpt.build("meta"))
+
+    def even(stages: int) -> tuple[int, ...]:
+        return tuple(round(layers * i / stages) for i in range(stages + 1))
+
+    g = BenchConfig(
+        suite="runtime", system="torch", workload=gpt, gpus=gpus, batch=32, schedule="1f1b",
+        microbatches=8, boundaries=even(gpus), steps=3, warmup=2,
+    )  # fmt: skip
+    two = even(2 * gpus)
+    out = [
+        replace(g, system="single", microbatches=1),
+        replace(g, system="ddp", microbatches=1),
+        g,
+        replace(g, schedule="gpipe"),
+        replace(g, schedule="interleaved", boundaries=two),
+        replace(g, schedule="zb-v", boundaries=two),
+    ]
+    gp = replace(g, system="pipecast", cuda_graphs=True, send_timing="eager")
+    for schedule in ("zb-h1", "1f1b", "gpipe", "interleaved", "zb-v"):
+        bounds = two if schedule in ("interleaved", "zb-v") else g.boundaries
+        out += [
+            replace(gp, schedule=schedule, microbatches=m, boundaries=bounds) for m in (8, 16, 32)
+        ]
+    split = (0, 10, 40) if gpus == 2 else (0, 4, 10, 21, 40)
+    v = BenchConfig(
+        suite="runtime", system="torch", workload=vgg, gpus=gpus, batch=128, schedule="1f1b",
+        microbatches=4, boundaries=split, steps=4, warmup=2,
+    )  # fmt: skip
+    vp = replace(v, system="pipecast", cuda_graphs=True, send_timing="eager")
+    out += [
+        replace(v, system="single", microbatches=1),
+        replace(v, system="ddp", microbatches=1),
+        v,
+        replace(v, microbatches=8),
+        replace(v, schedule="gpipe"),
+        vp,
+        replace(vp, cuda_graphs=False),
+        replace(vp, schedule="zb-h1"),
+        replace(vp, schedule="zb-h1", microbatches=8),
+    ]
+    return out
+
+
+SUITES = {"quick": quick, "anchors": anchors, "runtime": runtime}
 
 
 def suite(name: str) -> list[BenchConfig]:

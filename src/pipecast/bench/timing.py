@@ -14,7 +14,7 @@ import torch.distributed as dist
 from pipecast.hardware import devices
 from pipecast.runtime.launch import all_gather_floats
 from pipecast.runtime.worker import StepRecord
-from pipecast.simulate.timeline import Event
+from pipecast.simulation.timeline import Event
 
 
 def barrier(device: torch.device) -> None:

@@ -27,11 +27,11 @@ from pipecast.hardware.presets import gpu_kind
 from pipecast.models.workload import Workload
 from pipecast.profile.reference import UNNAMED, carries, label, reference_profile, shipped
 from pipecast.profile.types import Profile
-from pipecast.recommend.calibrate import calibrated_cluster, calibrated_profile, profile_sizes
-from pipecast.recommend.host_drift import HostDrift, host_drift
-from pipecast.recommend.measure import Measured, decide, measure_rounds, too_close
-from pipecast.recommend.predict import Prediction
-from pipecast.recommend.rank import Recommendation, recommend, samples_rate
+from pipecast.recommender.calibrate import calibrated_cluster, calibrated_profile, profile_sizes
+from pipecast.recommender.host_drift import HostDrift, host_drift
+from pipecast.recommender.measure import Measured, decide, measure_rounds, too_close
+from pipecast.recommender.predict import Prediction
+from pipecast.recommender.rank import Recommendation, recommend, samples_rate
 from pipecast.runtime.config import RunConfig
 
 

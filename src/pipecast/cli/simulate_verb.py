@@ -9,13 +9,13 @@ from rich.table import Table
 
 from pipecast.cli.console import console, human_bytes, human_seconds
 from pipecast.cli.planning import add_profile_args, default_batch, load_inputs
-from pipecast.recommend.predict import Prediction, predict
-from pipecast.recommend.rank import samples_rate
-from pipecast.recommend.strategy import Kind, Strategy
+from pipecast.recommender.predict import Prediction, predict
+from pipecast.recommender.rank import samples_rate
+from pipecast.recommender.strategy import Kind, Strategy
 from pipecast.report.gantt import gantt
 from pipecast.report.trace import write_trace
 from pipecast.schedule.generators import SCHEDULES
-from pipecast.simulate import closed_form
+from pipecast.simulation import closed_form
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -14,9 +14,9 @@ from pipecast.cli.common import add_workload_args, workload_from_args
 from pipecast.cli.console import console, human_bytes, human_seconds, progress
 from pipecast.errors import ConfigError
 from pipecast.hardware.load import default_cluster
-from pipecast.recommend.chosen import Chosen, chosen
-from pipecast.recommend.predict import predict
-from pipecast.recommend.strategy import Strategy
+from pipecast.recommender.chosen import Chosen, chosen
+from pipecast.recommender.predict import predict
+from pipecast.recommender.strategy import Strategy
 from pipecast.report.trace import write_trace
 from pipecast.runtime import checkpoint
 from pipecast.runtime.checkpoint import Checkpointing

@@ -18,13 +18,9 @@ action and per step), whatever the ranks asked for."""
 
 DDP_PARAM_HOST = 35e-6
 """Host seconds DistributedDataParallel adds per trainable parameter tensor (its autograd
-hook, its copies into and out of a bucket), fixed rather than read. Up to h100x4-run18 the
-probe read it from a model of 64 bias-free Linears: 12-50 us over 23 runs, and 0 on
-h100x4-run18 (a difference of two noisy host times). A rule decided in advance, after
-h200x4-run14: a fixed 35 us (what that run's ResNet-50 and ResNet-152 DDP x4 rows asked
-for) replaces the reading if it puts more host-bound DDP rows within 20% with a worst no
-higher. Over the 31 stored runs with DDP rows it put 98 of 119 within 20% against the
-reading's 91, worst 50.7% both (benchmarks/ddp_param_whatif.py)."""
+hook, its copies into and out of a bucket), fixed rather than read: the probe's reading is
+the difference of two noisy host times, and the fixed figure predicted DDP's host-bound
+steps better (docs/decisions.md, "DDP's host cost per tensor")."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,10 +106,9 @@ class Cluster:
         issue readings, the contention factor (1 when unmeasured). Between measured
         counts, the nearest below.
 
-        On one machine, the probe's own ratio is the one the 4-GPU suites decided for
-        (benchmarks/README.md, h100x4-run16): the profile's reading is a spell of its own,
-        minutes from the probe's, and a host that changed speed between the two moved every
-        host cost by the change."""
+        On one machine, the probe's own ratio (docs/decisions.md, "The busy rank's host
+        factor"): the profile's reading is a spell of its own, minutes from the probe's, and
+        a host that changed speed between the two moved every host cost by the change."""
         if self.host_issue:
             known = [n for n in self.host_issue if n <= busy] or [min(self.host_issue)]
             reading = self.host_issue[max(known)]

@@ -104,8 +104,7 @@ def host_readings(ctx: Context) -> tuple[dict[str, float], dict[str, float]]:
     caches and memory bandwidth, and SMT siblings a core; the profile was taken alone, in
     another process. Each round reads every rank alone in turn, then the first n together
     for every n. Returns (n -> contention, the loop's together/alone ratio, as the bench's
-    readings compare: over two 2 x H200 runs its 2-rank readings were 1.19x and 1.28x its
-    1-rank ones), and (n -> hostspeed.issue() seconds, 1: alone), medians over rounds."""
+    readings compare), and (n -> hostspeed.issue() seconds, 1: alone), medians over rounds."""
     alone: list[tuple[float, float]] = []
     together: dict[int, list[tuple[float, float]]] = {n: [] for n in range(2, ctx.world + 1)}
     for _ in range(ROUNDS):

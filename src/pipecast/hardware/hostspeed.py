@@ -1,8 +1,8 @@
 """How fast this process's host runs right now: seconds of a fixed pure-Python loop.
 
 Where the host binds, a step takes as long as the host needs to issue it, and on shared or
-virtual machines the host's speed moves: the same loop timed seconds apart on one 2 x H200
-machine took 7.5 ms and 16.4 ms (benchmarks/results/h200x2-host). The profiler records it
+virtual machines the host's speed moves: the same loop timed seconds apart on one machine
+can take twice as long (docs/decisions.md, "The host's spells"). The profiler records it
 beside its host times and the bench beside every measured step, so a host-bound miss can be
 told apart from a host that ran slower than when it was profiled.
 

@@ -1,13 +1,10 @@
 """Clusters a user can name without probing, and one built from a few flags.
 
 H100 and H200 SXM with NVLink 4: within a node, each figure the probe reads is the median over
-the stored probes of the lent 4-GPU machines (22 H100 and 12 H200 probes under
-benchmarks/results, `measured_preset`); the all-reduce over 8 GPUs, which no probe read, and
-inter-node links (400 Gbit/s InfiniBand per GPU) are nominal. Predicting every stored run
-from its own profiles with the medians of the other runs' probes put 1,510 of 1,797 rows
-within 20%, against 1,480 with each run's own probe and 1,288 with the nominal figures these
-presets held before (150 GB/s links, no host costs); its worst row was 83.3% off, against
-70.7% and 62.6% (benchmarks/preset_whatif.py, results/preset-whatif.txt).
+the probes of the lent 4-GPU machines (`measured_preset`); the all-reduce over 8 GPUs, which
+no probe read, and inter-node links (400 Gbit/s InfiniBand per GPU) are nominal. Those
+medians predicted the stored runs about as well as each run's own probe, and better than
+nominal figures (docs/decisions.md, "Presets from the probes' medians").
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A GPT-style decoder (nanoGPT's shape) and a stack of torch's TransformerEncoderLayer.
 
 GPT blocks: embedding, `layers` transformer blocks, final norm + head. The encoder stack is
-the anchor workload of ANCHORS.md: it takes embeddings and predicts a same-shape target.
+the GPT anchor workload (docs/benchmarks.md): it takes embeddings and predicts a same-shape target.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def encoder_stack(
     spec: DatasetSpec, *, layers: int = 24, heads: int = 16, ffn: int = 0
 ) -> nn.Sequential:
     """`layers` x nn.TransformerEncoderLayer(pre-norm, GELU, no dropout) on `spec`'s
-    embeddings (B, T, D); `ffn` defaults to 4 x D. ANCHORS.md's GPT workload is D=2048,
+    embeddings (B, T, D); `ffn` defaults to 4 x D. The GPT anchor workload is D=2048,
     heads=16, 24 layers."""
     width = spec.sample_shape[-1]
     _check_heads(width, heads)

@@ -57,7 +57,7 @@ ZOO: dict[str, ModelEntry] = {
             "embeddings",
             "embeddings",
             ("layers", "heads", "ffn"),
-            "stack of nn.TransformerEncoderLayer (ANCHORS.md's GPT workload)",
+            "stack of nn.TransformerEncoderLayer (the GPT anchor workload)",
         ),
     ]
 }

@@ -65,7 +65,7 @@ class Partition:
 
     @property
     def boundaries(self) -> list[int]:
-        """[0, end of stage 0, ..., num_blocks], the form ANCHORS.md writes splits in."""
+        """[0, end of stage 0, ..., num_blocks], the form splits are written in."""
         return [0, *(s.stop for s in self.stages)]
 
     @property

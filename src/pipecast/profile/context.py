@@ -250,8 +250,8 @@ def in_place(plain: dict[int, Context], held: dict[int, Context]) -> dict[int, C
     """Per micro-batch size, the context a profile keeps: the plain passes' host times, and
     device times from the passes behind a hold where those hid the issuing at every size
     (device times interpolate between sizes, so they come from one kind of pass). A model
-    with a size whose passes could not be hidden (its host waited on its device: GPT,
-    ResNet-50 and ResNet-152 on h100x4-run10) keeps the plain passes' device times."""
+    with a size whose passes could not be hidden (its host waited on its device, as GPT's,
+    ResNet-50's and ResNet-152's can) keeps the plain passes' device times."""
     if held.keys() != plain.keys() or not all(c.issue_hidden for c in held.values()):
         return dict(plain)
     return {mb: plain[mb].device_from(held[mb]) for mb in plain}

@@ -25,7 +25,7 @@ class Hold:
     first pass's issue time. A pass whose host waits on its device (CUDA's launch queue
     full behind the hold, or a sync inside the pass) takes the host the hold plus its own
     issuing, so no hold outlasts it: when the longest hold falls short, hiding is given up
-    rather than grown without end (h100x4-run9: GPT's hold grew for over five minutes)."""
+    rather than grown without end (a GPT hold once grew for over five minutes)."""
 
     lead: float = 0.0
     """Seconds the device is held before the next pass."""

@@ -27,8 +27,8 @@ class ProfileOptions:
     """Windows of plain whole-model passes (`in_situ`) per size, spread over the profile:
     one before the per-block runs, one at the size's turn, the rest after them; each
     reading is the median over windows (context.across_windows). One window, a second or
-    two, sees one of the host's spells, and on 4 x H100 and H200 those moved a GPT
-    forward's host time by 20-40% (benchmarks/host_track.py). GPUs only: on a CPU, whose
+    two, sees one of the host's spells, which on shared GPU hosts move host times by tens
+    of per cent (docs/decisions.md, "Windows of host readings"). GPUs only: on a CPU, whose
     host costs are not modelled, one window."""
     hide_issue: bool = True
     """Time the in-context passes' devices with the host's issuing hidden (CUDA only): more
@@ -36,9 +36,7 @@ class ProfileOptions:
     so that their events time the device alone; host times still come from plain passes.
     Without it a host-bound block's device time reads as the time its host took to issue
     it, while in a pipeline a rank whose host runs ahead of its data runs that block at the
-    device's speed. On h100x4-run10 the device times taken this way moved that run's worst
-    prediction (VGG-16/CIFAR-10 GPipe over 4 GPUs at M=1) from +59% to +33%, and the
-    median from 5.8% to 4.6% (benchmarks/hidden_issue.py)."""
+    device's speed (docs/decisions.md, "Device times with the issuing hidden")."""
     graph_times: bool = True
     """Also time every block's forward and whole backward replayed as CUDA graphs (CUDA
     only, without autocast), for predictions of graphed runs (RunConfig.cuda_graphs):

@@ -1,15 +1,12 @@
 """Host costs pooled over several profiles of one model.
 
 On shared and virtual machines the host's speed moves in spells of minutes, and one
-profile's host costs are read within one of them. Over the stored 4-GPU runs, a run's
-measured steps lay closer to the other runs' measurements of the same configurations than
-to its own prediction (benchmarks/repeatability.py), and its predictions came closer when
-each host cost was the mean over that model's profiles from this and every earlier run of
-the same GPU kind (benchmarks/history_pool.py: 476 of 522 H100 rows within 20% against 453
-from each run's own profile; 157 of 174 H200 rows against 148). `pool_host` takes that
-mean, each profile weighted by the readings it pools already, so pooling a pooled profile
-with a new one counts every reading once; the device's costs, the memory and everything
-else stay `base`'s.
+profile's host costs are read within one of them. Measured steps repeat from run to run
+better than one profile's host costs do, and predictions come closer with each host cost
+the mean over the model's profiles from earlier runs on the same GPU kind (docs/decisions.md,
+"Pooled host costs"). `pool_host` takes that mean, each profile weighted by the readings it
+pools already, so pooling a pooled profile with a new one counts every reading once; the
+device's costs, the memory and everything else stay `base`'s.
 """
 
 from __future__ import annotations

@@ -2,16 +2,11 @@
 
 A profile prices steps on the device it was measured on: a CPU's block times say nothing of
 an H100's. `pipecast recommend --cluster h100-nvlink` on a machine without that GPU predicts
-from these instead. H100: the profiles of benchmarks/results/h100x4-run18 (4 x H100), with
-every host cost, the split-call cost, the host issue and the loop reading the mean over the
-profiles of h100x4-run13 to -run21 (benchmarks/pooled_check.py: one profile's host readings
-catch the host in one of its spells; adopted by a rule fixed before h100x4-run22, which
-settled it); H200: those of h200x4-run14 (4 x H200), their host costs likewise the mean, first
-over h200x4-run13 and -run14 (by the same rule, settled on h200x4-run15) and since
-h200x4-run17 over h200x4-run13 to -run17 (benchmarks/wider_pool.py: pools of the runs before
-each predicted the two runs after the first pool better; a rule fixed for the next H200 run
-can send them back). bf16, torch 2.11; their
-predictions over the stored runs are in the README's "Without the GPUs".
+from these instead: for each GPU kind, one run's profiles of the zoo's workloads in bf16 (torch
+2.11), with every host cost, the split-call cost, the host issue and the loop reading the
+mean over that model's profiles from several runs on that kind (pipecast.profile.pool): one
+profile's host readings catch the host in one of its spells (docs/decisions.md, "Pooled
+host costs"). How well they predict without the GPUs: docs/accuracy.md.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from pipecast.simulate.timeline import Event
+from pipecast.simulation.timeline import Event
 
 KINDS = ("F", "B", "W", "BW")
 

@@ -19,7 +19,7 @@ from pipecast.profile.types import Profile
 from pipecast.report import observations, plots
 from pipecast.report.actions import GAP_HEADER, action_gaps, gap_rows
 from pipecast.report.gantt import gantt_pair
-from pipecast.simulate.timeline import Event
+from pipecast.simulation.timeline import Event
 
 
 @dataclass

@@ -32,9 +32,9 @@ def engine_call(
     """One autograd call, straight into the C++ engine, keeping the graph: with `accumulate`
     the gradients go into the inputs' .grad (as torch.autograd.backward does), else they are
     returned (as torch.autograd.grad does, unreachable inputs as None); `keep=False` frees
-    the graph's buffers as it goes, as a plain backward does. On an H100 host a call on a
-    one-Linear graph took 90-117 us through the public functions and 72-101 us straight in
-    (benchmarks/results/h100x2-split-backward). Seeds must match their roots' shapes;
+    the graph's buffers as it goes, as a plain backward does. Straight in, a call skips the
+    public functions' checks and conversions, a fifth of its host cost on a small graph
+    (docs/decisions.md, "W by the op"). Seeds must match their roots' shapes;
     nothing here checks them. Where this torch's engine takes no such call, the public
     functions make it."""
     if _DIRECT_ENGINE:

@@ -253,12 +253,10 @@ def backward_weights(
 ) -> None:
     """W of one action: `backward_weight` of each of its works (one per segment). On a GPU
     all of them run from the autograd engine's worker thread (`on_engine_thread`): W makes
-    one autograd call per node that feeds weights, seven per transformer layer, and on an
-    H100 host such a call cost 47-70 us made there against 72-101 us handed over to it; W of
-    6 GPT layers took 4.9-5.7 ms per micro-batch against 6.6-8.7 ms before, through the
-    public functions (benchmarks/results/h100x2-split-backward). `nest` forces the choice
-    (default: on a GPU, where there is any work: the hand-over itself cost the first stage,
-    whose W is empty, 0.5-0.7 ms per action there)."""
+    one autograd call per node that feeds weights, seven per transformer layer, and a call
+    made there skips the hand-over to that thread that each call from outside pays
+    (docs/decisions.md, "W by the op"). `nest` forces the choice (default: on a GPU, where
+    there is any work: the hand-over of the whole batch costs what an empty W saves)."""
     if nest is None:
         nest = device.type == "cuda" and _NEST_WEIGHTS and any(w.pending for w in works)
 

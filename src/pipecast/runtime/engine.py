@@ -46,7 +46,7 @@ from pipecast.runtime.stage import StageModule
 from pipecast.runtime.watchdog import Watchdog
 from pipecast.schedule.action import Action, Plan
 from pipecast.schedule.validate import validate
-from pipecast.simulate.timeline import Event
+from pipecast.simulation.timeline import Event
 
 LossFn = Callable[[torch.Tensor, Any], torch.Tensor]
 

@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from pipecast.simulate.timeline import Event
+from pipecast.simulation.timeline import Event
 
 
 class ActionClock:

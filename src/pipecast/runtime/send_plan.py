@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pipecast.runtime.channels import produced
 from pipecast.schedule.action import Action, Kind, Plan
-from pipecast.simulate.costs import Costs
-from pipecast.simulate.simulator import simulate
+from pipecast.simulation.costs import Costs
+from pipecast.simulation.simulator import simulate
 
 
 def post_positions(plan: Plan, rank: int) -> dict[Action, int]:

@@ -3,10 +3,8 @@ hang off.
 
 W re-enters each captured node with the gradient B saw flowing into it, asking only for its
 own parameters (runtime/backward.py). Each such autograd call costs the host more than the
-one or two ops it runs: on a 2-core CPU (torch 2.13), W of six small transformer layers (42
-nodes) took 2.52-2.54 ms through the engine and 1.09-1.15 ms done here
-(benchmarks/weight_grads_cpu.py; on a GPU, split_backward.py's roads). For these
-kinds the gradient is the one ATen op the engine would run for that input alone, on the
+one or two ops it runs, about twice as much in all (docs/decisions.md, "W by the op"). For
+these kinds the gradient is the one ATen op the engine would run for that input alone, on the
 tensors the node saved, then the reduction the engine applies to a broadcast input:
 
 * AddmmBackward0 / MmBackward0 (nn.Linear, matmul): the weight's gradient as

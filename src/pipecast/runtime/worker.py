@@ -25,7 +25,7 @@ from pipecast.runtime.engine import PipelineEngine, StepResult
 from pipecast.runtime.job import TrainJob
 from pipecast.runtime.launch import Context, write_progress
 from pipecast.runtime.stage import StageModule, materialize
-from pipecast.simulate.timeline import Event
+from pipecast.simulation.timeline import Event
 from pipecast.training import learning_rate
 
 

@@ -1,0 +1,308 @@
+"""A short report per benchmark run: environment, commit, table, verdict.
+
+    python -m benchmarks.report --store DIR/bench.sqlite --suite runtime     # print it
+    python -m benchmarks.report --store DIR/bench.sqlite --suite runtime --commit abc1234 \\
+        --save                 # benchmarks/reports/<date>_<hardware>_<commit>.md + index.csv
+    python -m benchmarks.report --traces DIR/traces.json --suite runtime --commit abc1234 --save
+
+A runtime report checks the runtime's bars: pipecast's best pipeline against
+torch.distributed.pipelining's best and against N x one GPU, each schedule at 16 and 32
+micro-batches against 8, and pipecast on torch's own split, schedule and micro-batches. An
+accuracy report gives the recommender's errors (pipecast.bench.accuracy.summary).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipecast.bench.accuracy import comparisons, summary
+from pipecast.bench.store import Store
+
+HERE = Path(__file__).resolve().parent
+REPORTS = HERE / "reports"
+INDEX = HERE / "results" / "index.csv"
+INDEX_FIELDS = ["date", "hardware", "commit", "suite", "report", "headline"]
+
+
+@dataclass(frozen=True)
+class Measured:
+    label: str
+    step: float
+    """Seconds per step (the median of the run's timed steps)."""
+    samples: float
+    """Samples per second."""
+    predicted: float | None = None
+
+
+_LABEL = re.compile(
+    r"^(?P<workload>\S+) b(?P<batch>\d+) (?P<who>pipecast|torch) (?P<schedule>\S+) "
+    r"(?P<rep>\d+x)?(?P<stages>\d+)st M=(?P<m>\d+)(?P<notes>.*)$"
+)
+
+
+@dataclass(frozen=True)
+class Parsed:
+    workload: str
+    who: str
+    """'pipecast', 'torch', 'single' or 'ddp'."""
+    schedule: str = ""
+    microbatches: int = 1
+    notes: str = ""
+
+
+def parse(label: str) -> Parsed:
+    """What a BenchConfig.label() says: the workload, the system, schedule and M."""
+    if m := _LABEL.match(label):
+        return Parsed(m["workload"], m["who"], m["schedule"], int(m["m"]), m["notes"].strip())
+    workload = label.split(" ")[0]
+    return Parsed(workload, "ddp" if " DDP x" in label else "single")
+
+
+def runtime_verdict(rows: Sequence[Measured], gpus: int) -> list[str]:
+    """The runtime's bars, one workload at a time, from the rows of one call."""
+    lines: list[str] = []
+    by_workload: dict[str, list[tuple[Parsed, Measured]]] = {}
+    for r in rows:
+        p = parse(r.label)
+        by_workload.setdefault(p.workload, []).append((p, r))
+    for workload, items in by_workload.items():
+        single = [r for p, r in items if p.who == "single" and p.microbatches == 1]
+        torch_pp = [(p, r) for p, r in items if p.who == "torch"]
+        ours = [(p, r) for p, r in items if p.who == "pipecast" and "graphs" in p.notes]
+        if not torch_pp or not ours:
+            continue
+        tp, tr = max(torch_pp, key=lambda x: x[1].samples)
+        pp, pr = max(ours, key=lambda x: x[1].samples)
+        lines.append(f"**{workload}**")
+        lines.append(
+            f"- pipecast's best, {pp.schedule} M={pp.microbatches}: {pr.samples:,.1f} samples/s;"
+            f" torch.distributed.pipelining's best, {tp.schedule} M={tp.microbatches}: "
+            f"{tr.samples:,.1f}: **{pr.samples / tr.samples:.3f}x**"
+        )
+        if single:
+            ideal = gpus * single[0].samples
+            lines.append(
+                f"- against {gpus} x one GPU ({ideal:,.1f} samples/s): "
+                f"**{pr.samples / ideal:.3f}** of the ideal"
+            )
+        same = [
+            (r, tr2)
+            for p, r in ours
+            for tp2, tr2 in torch_pp
+            if (p.schedule, p.microbatches) == (tp2.schedule, tp2.microbatches)
+            and "split" not in p.notes
+        ]
+        for r, t in same:
+            lines.append(
+                f"- same split, schedule and M ({parse(r.label).schedule} "
+                f"M={parse(r.label).microbatches}): pipecast {r.step * 1e3:.2f} ms, torch "
+                f"{t.step * 1e3:.2f} ms: {t.step / r.step:.3f}x"
+            )
+        schedules = dict.fromkeys(p.schedule for p, _ in ours)
+        for s in schedules:
+            at = {p.microbatches: r for p, r in ours if p.schedule == s}
+            if 8 in at and len(at) > 1:
+                ratios = ", ".join(
+                    f"M={m} {at[8].step / at[m].step:.3f}" for m in sorted(at) if m != 8
+                )
+                lines.append(f"- {s}, against its M=8: {ratios}")
+    return lines
+
+
+def accuracy_verdict(store: Path) -> list[str]:
+    s = summary(comparisons(Store(store).rows()))
+    return [
+        f"- {s['configurations']} configurations: median |error| {s['median_abs_error']:.1%}, "
+        f"worst {s['worst_abs_error']:.1%}, {s['within_20_percent']} within 20%",
+        f"- memory: median {s['median_abs_memory_error']:.1%}, worst "
+        f"{s['worst_abs_memory_error']:.1%}",
+        f"- picks: {s['right']} of {s['decisions']} the measured fastest",
+    ]
+
+
+def _store_rows(store: Path) -> tuple[list[Measured], dict[str, object]]:
+    rows, env = [], {}
+    for r in Store(store).rows():
+        env = r.environment or env
+        if r.status != "ok" or not r.measured:
+            continue
+        from pipecast.bench.config import BenchConfig
+
+        cfg = BenchConfig.from_dict(r.config)
+        step = r.measured["step_time"]
+        predicted = r.predicted["step_time"] if r.predicted else None
+        rows.append(Measured(cfg.label(), step, cfg.batch / step, predicted))
+    return rows, env
+
+
+def _trace_rows(path: Path) -> list[Measured]:
+    out = []
+    for r in json.loads(path.read_text()):
+        if r["rank"] == 0 and not r["error"] and r["step_ms"] > 0:
+            step = r["step_ms"] / 1e3
+            out.append(Measured(r["label"], step, r["samples_per_s"]))
+    return out
+
+
+def table(rows: Sequence[Measured]) -> list[str]:
+    lines = ["| configuration | step | samples/s | predicted |", "|---|---|---|---|"]
+    for r in rows:
+        pred = (
+            f"{r.predicted * 1e3:.2f} ms ({r.predicted / r.step - 1:+.1%})" if r.predicted else "-"
+        )
+        lines.append(f"| {r.label} | {r.step * 1e3:.2f} ms | {r.samples:,.1f} | {pred} |")
+    return lines
+
+
+def render(
+    store: Path | None = None,
+    *,
+    suite: str,
+    traces: Path | None = None,
+    commit: str = "",
+    hardware: str = "",
+    date: str = "",
+    notes: Sequence[str] = (),
+) -> str:
+    """The report's Markdown."""
+    env: dict[str, object] = {}
+    if traces is not None:
+        rows = _trace_rows(traces)
+    else:
+        assert store is not None
+        rows, env = _store_rows(store)
+    gpus = max(int(str(env.get("gpus", 0)) or 0), _widest(rows))
+    names = env.get("names") or []
+    head = [
+        f"# {suite}: {hardware or _hardware(env)}, {date or _today()}",
+        "",
+        "## Environment",
+        f"- hardware: {gpus} x {names[0] if names else hardware or 'unknown'}",
+        f"- torch {env.get('torch', 'unknown')}; pipecast commit {commit or _commit()}",
+    ]
+    verdict: list[str] = []
+    if suite == "runtime":
+        verdict = runtime_verdict(rows, gpus)
+    elif suite == "accuracy" and store is not None:
+        verdict = accuracy_verdict(store)
+    body = [*head, "", "## Result", "", *table(rows), ""]
+    if verdict or notes:
+        body += ["## Verdict", "", *verdict, *notes, ""]
+    return "\n".join(body)
+
+
+def _widest(rows: Sequence[Measured]) -> int:
+    widths = [int(m[1]) for r in rows if (m := re.search(r"(\d+)st M=", r.label))]
+    widths += [int(m[1]) for r in rows if (m := re.search(r"DDP x(\d+)", r.label))]
+    return max(widths, default=1)
+
+
+def _hardware(env: dict[str, object]) -> str:
+    names = env.get("names") or ["unknown"]
+    assert isinstance(names, list)
+    return f"{env.get('gpus', len(names))} x {names[0]}"
+
+
+def _today() -> str:
+    return datetime.date.today().isoformat()
+
+
+def _commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        )
+        return out.stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def headline(text: str) -> str:
+    """The verdict's bold figures, by workload: 'vgg16/imagenet 1.093x, 0.740; ...'."""
+    parts, workload, figures = [], "", []
+    for line in text.splitlines():
+        if line.startswith("**") and line.endswith("**"):
+            if workload:
+                parts.append(f"{workload} {', '.join(figures)}")
+            workload, figures = line.strip("*"), []
+        elif workload:
+            figures += re.findall(r"\*\*([^*]+)\*\*", line)
+    if workload:
+        parts.append(f"{workload} {', '.join(figures)}")
+    return "; ".join(parts) or text.splitlines()[0].removeprefix("# ")
+
+
+def save(text: str, *, date: str, hardware: str, commit: str, suite: str, headline: str) -> Path:
+    """Write the report as reports/<date>_<hardware>_<commit>.md and index it."""
+    REPORTS.mkdir(exist_ok=True)
+    path = REPORTS / f"{date}_{hardware}_{commit}.md"
+    path.write_text(text)
+    new = not INDEX.exists()
+    with open(INDEX, "a", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=INDEX_FIELDS)
+        if new:
+            writer.writeheader()
+        writer.writerow(
+            {
+                "date": date,
+                "hardware": hardware,
+                "commit": commit,
+                "suite": suite,
+                "report": f"reports/{path.name}",
+                "headline": headline,
+            }
+        )
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--store", type=Path, help="a run's bench.sqlite")
+    source.add_argument("--traces", type=Path, help="benchmarks/traces.py's traces.json")
+    parser.add_argument(
+        "--suite", required=True, choices=("runtime", "accuracy", "anchors", "quick")
+    )
+    parser.add_argument("--commit", default="", help="the commit the run measured")
+    parser.add_argument("--hardware", default="", help="e.g. h200x2")
+    parser.add_argument("--date", default="", help="YYYY-MM-DD (default: today)")
+    parser.add_argument("--note", action="append", default=[], help="a line for the verdict")
+    parser.add_argument("--save", action="store_true", help="into reports/ and the index")
+    args = parser.parse_args(argv)
+    text = render(
+        args.store,
+        suite=args.suite,
+        traces=args.traces,
+        commit=args.commit,
+        hardware=args.hardware,
+        date=args.date,
+        notes=[f"- {n}" for n in args.note],
+    )
+    if args.save:
+        if not (args.commit and args.hardware):
+            parser.error("--save needs --commit and --hardware (they name the file)")
+        path = save(
+            text,
+            date=args.date or _today(),
+            hardware=args.hardware,
+            commit=args.commit,
+            suite=args.suite,
+            headline=headline(text),
+        )
+        print(path)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

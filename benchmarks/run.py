@@ -1,0 +1,137 @@
+"""Run a benchmark suite into a folder, then write its report.
+
+    python -m benchmarks.run runtime --out /tmp/rt            # 2 GPUs (--gpus N for more)
+    python -m benchmarks.run accuracy --out /tmp/acc --rounds 5 --budget 540
+    python -m benchmarks.run anchors --out /tmp/anchors       # 4 GPUs
+    python -m benchmarks.run quick --out /tmp/quick           # CPU ranks, minutes
+    python -m benchmarks.run accuracy --dry-run --out /tmp/dry   # the accuracy flow on CPU
+
+The folder gets bench.sqlite (every configuration as it completes: a rerun with the same
+--out resumes), environment.json, and for `accuracy` the probe (cluster.json) and the
+profiles (profile_<name>.json) the predictions come from; then report.md (the suite's table
+and verdict, benchmarks/report.py). Copy that report to
+benchmarks/reports/<date>_<hardware>_<commit>.md and add its line to results/index.csv
+with `python -m benchmarks.report --store DIR/bench.sqlite --commit`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks import report
+from pipecast.bench import accuracy_suite
+from pipecast.bench.config import BenchConfig
+from pipecast.bench.predictions import predictions
+from pipecast.bench.runner import run_suite
+from pipecast.bench.suites import anchors as anchor_suite
+from pipecast.bench.suites import quick, runtime
+from pipecast.hardware.cluster import Cluster
+from pipecast.hardware.probe import ProbeOptions, probe
+from pipecast.profile.profiler import ProfileOptions, profile_model
+from pipecast.profile.types import Profile
+
+SUITES = ("runtime", "accuracy", "anchors", "quick")
+
+
+def _profiles(out: Path, dry: bool, resume: bool) -> dict[str, Profile]:
+    """The accuracy suite's profiles, each saved as it is taken (a resumed run keeps them)."""
+    device, dtype = ("cpu", "fp32") if dry else ("cuda", "bf16")
+    found = {}
+    for item in accuracy_suite.workloads(dry):
+        path = out / f"profile_{item.name}.json"
+        if resume and path.exists():
+            found[item.workload.key] = Profile.load(str(path))
+            continue
+        began = time.time()
+        options = ProfileOptions(micro_batches=item.sizes, device=device, dtype=dtype)  # type: ignore[arg-type]
+        prof = profile_model(
+            item.workload.build(),
+            item.workload.spec,
+            options,
+            model_name=item.workload.model,
+            workload=item.workload.to_dict(),
+        )
+        prof.save(str(path))
+        found[item.workload.key] = prof
+        print(f"profiled {item.name} at {item.sizes} in {time.time() - began:.0f} s", flush=True)
+    return found
+
+
+def _cluster(out: Path, gpus: int, dry: bool, resume: bool) -> Cluster:
+    path = out / "cluster.json"
+    if resume and path.exists():
+        return Cluster.load(str(path))
+    options = ProbeOptions(
+        devices=gpus,
+        device="cpu" if dry else "cuda",
+        max_bytes=2**20 if dry else 256 * 2**20,
+        matmul_size=256 if dry else 0,
+    )
+    cluster = probe(options).cluster
+    cluster.save(str(path))
+    return cluster
+
+
+def configurations(
+    suite: str, out: Path, gpus: int, dry: bool, resume: bool
+) -> tuple[list[BenchConfig], dict[str, dict[str, object]]]:
+    """The suite's configurations and, where it predicts, their predictions."""
+    if suite == "quick":
+        return quick(), {}
+    if suite == "anchors":
+        return anchor_suite(gpus=gpus), {}
+    if suite == "runtime":
+        return runtime(gpus), {}
+    cluster = _cluster(out, gpus, dry, resume)
+    profiles = _profiles(out, dry, resume)
+    configs = accuracy_suite.configurations(profiles, cluster, gpus, dry=dry)
+    return configs, predictions(configs, profiles, cluster)  # type: ignore[return-value]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("suite", choices=SUITES)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--gpus", type=int, default=0, help="default: every GPU here (2 dry)")
+    parser.add_argument("--rounds", type=int, default=1, help="measure the suite N times over")
+    parser.add_argument("--budget", type=float, default=0.0, help="seconds; 0: no limit")
+    parser.add_argument("--dry-run", action="store_true", help="CPU ranks, tiny workloads")
+    args = parser.parse_args(argv)
+    if args.rounds < 1 or args.gpus < 0 or args.budget < 0:
+        parser.error("--rounds must be at least 1, --gpus and --budget at least 0")
+    began = time.time()
+    dry = args.dry_run or args.suite == "quick"
+    gpus = args.gpus or (2 if dry else torch.cuda.device_count())
+    if not dry and gpus < 1:
+        parser.error("this suite needs GPUs: none here (use --dry-run)")
+    out: Path = args.out
+    resume = (out / "bench.sqlite").exists()
+    out.mkdir(parents=True, exist_ok=True)
+    names = [torch.cuda.get_device_name(i) for i in range(gpus)] if not dry else ["cpu"]
+    env = {"torch": torch.__version__, "gpus": gpus, "names": names, "suite": args.suite}
+    (out / "environment.json").write_text(json.dumps(env, indent=1) + "\n")
+    configs, predicted = configurations(args.suite, out, gpus, dry, resume)
+    configs = [c for c in configs if c.gpus <= gpus]
+    deadline = began + args.budget if args.budget else None
+    print(f"{len(configs)} configurations on {gpus} x {names[0]}", flush=True)
+    run_suite(
+        configs,
+        str(out / "bench.sqlite"),
+        predicted=predicted,  # type: ignore[arg-type]
+        timeout_s=150,
+        deadline=deadline,
+        rounds=args.rounds,
+    )
+    (out / "report.md").write_text(report.render(out / "bench.sqlite", suite=args.suite))
+    print(f"report: {out / 'report.md'} ({time.time() - began:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""The strategies a user would consider for G GPUs and a global batch."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from pipecast.recommender.strategy import Strategy
+from pipecast.training import Recompute
+
+PIPELINE_SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-v")
+GRAPHED_SCHEDULES = ("gpipe", "1f1b", "interleaved")
+"""Schedules with a whole backward, which the runtime can replay as CUDA graphs."""
+ACCUMULATION = 8
+"""Gradient accumulation counts up to this are always considered for one GPU and for data
+parallelism."""
+MORE_ACCUMULATION = 1024
+"""Beyond ACCUMULATION, doubling counts up to this are offered for a batch whose share of a
+GPU fits in no smaller count: recommend() tries one only where every smaller count of the
+same strategy ran out of memory."""
+
+
+def with_graphs(strategies: Iterator[Strategy]) -> Iterator[Strategy]:
+    """Each strategy, followed by its CUDA-graphed twin where the runtime can graph it
+    (a whole backward, no recomputation)."""
+    for s in strategies:
+        yield s
+        whole = s.kind in ("single", "data") or s.schedule in GRAPHED_SCHEDULES
+        if whole and s.recompute == "none":
+            yield Strategy(**{**s.to_dict(), "cuda_graphs": True})
+
+
+def gpu_counts(gpus: int) -> list[int]:
+    """1, 2, 4, ... up to `gpus`, and `gpus` itself."""
+    counts, g = [], 1
+    while g < gpus:
+        counts.append(g)
+        g *= 2
+    return [*counts, gpus]
+
+
+def _divisors_pow2(n: int, limit: int = 64) -> list[int]:
+    out, m = [], 1
+    while m <= min(n, limit):
+        if n % m == 0:
+            out.append(m)
+        m *= 2
+    return out
+
+
+def strategies(
+    gpus: int,
+    batch: int,
+    *,
+    blocks: int,
+    schedules: Sequence[str] = PIPELINE_SCHEDULES,
+    methods: Sequence[str] = ("balanced",),
+    recompute: bool = True,
+) -> Iterator[Strategy]:
+    """Every single-GPU, data-parallel, pipeline and hybrid strategy on up to `gpus` GPUs.
+
+    Micro-batch counts are powers of two that divide the batch: up to MORE_ACCUMULATION,
+    in rising order, for accumulation (see ACCUMULATION), and S, 2S, 4S, 8S for pipelines
+    of S stages."""
+    for g in gpu_counts(gpus):
+        share = batch // g if batch % g == 0 else 0
+        for m in _divisors_pow2(share, MORE_ACCUMULATION) if share else []:
+            if g == 1:
+                yield Strategy(kind="single", replicas=1, microbatches=m)
+            else:
+                yield Strategy(kind="data", replicas=g, microbatches=m)
+        for stages in (s for s in gpu_counts(g) if s >= 2 and g % s == 0):
+            replicas = g // stages
+            if batch % replicas:
+                continue
+            per_replica = batch // replicas
+            for schedule in schedules:
+                virtual = 2 if schedule in ("interleaved", "zb-v") else 1
+                if stages * virtual > blocks:
+                    continue
+                for factor in (1, 2, 4, 8):
+                    m = stages * factor
+                    if per_replica % m:
+                        continue
+                    for method in methods:
+                        options: tuple[Recompute, ...] = ("none", "all") if recompute else ("none",)
+                        for rc in options:
+                            yield Strategy(
+                                kind="pipeline" if replicas == 1 else "hybrid",
+                                stages=stages,
+                                replicas=replicas,
+                                schedule=schedule,
+                                microbatches=m,
+                                partition=method,
+                                recompute=rc,
+                            )

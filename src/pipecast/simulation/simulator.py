@@ -1,0 +1,464 @@
+"""The event-driven simulator: executes a Plan in time with Costs, giving a Timeline.
+
+Each rank runs its actions in plan order; an action starts when its rank is free and its
+inputs have arrived. A rank has two workers: its host issues each action's work (taking the
+action's host seconds, one action after another, never waiting for the device or for data)
+and its device executes it; the device cannot begin an action before the host begins to
+issue it, nor end it before the host has issued all of it, nor, its device idle when the
+host begins, before the span of its blocks (simulate.issue: where host-bound and
+device-bound blocks alternate, the device waits for the one and the host for the other).
+At large micro-batches the host runs ahead and only device times matter; at small ones the
+host binds, and the bubbles the host spends ahead of its device are not lost.
+
+Because a rank's sends leave in its own program order, replaying each rank as far as it can
+go, then the next, yields exact times, link queueing included, in O(actions).
+Memory is tallied per rank in the host's program order, as the caching allocator counts it:
+a tensor from when the host allocates it to when the host lets go of it. Transfer buffers
+are the exception: NCCL keeps a received or sent gradient until the transfer is done on the
+device, so a host running ahead of its device holds several at once.
+
+Two what-if terms, off by default and unused by the predictor, model compute held behind
+sends (Costs.launch_queue, Costs.hold_sends; docs/decisions.md, "Compute held behind sends").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pipecast.errors import ConfigError
+from pipecast.hardware.allocator import slot_reserved
+from pipecast.schedule.action import Action, Plan
+from pipecast.schedule.slots import slots
+from pipecast.schedule.validate import dependencies
+from pipecast.simulation.costs import Costs, StageTimes
+from pipecast.simulation.timeline import Event, Timeline
+from pipecast.training import OPTIMIZER_STATE
+
+
+@dataclass
+class _Rank:
+    free: float = 0.0
+    host: float = 0.0
+    """When the host has issued everything so far."""
+    host_busy: float = 0.0
+    head: int = 0
+    busy: float = 0.0
+    memory: int = 0
+    peak: int = 0
+    first_start: float = -1.0
+    finishes: list[float] = field(default_factory=list)
+    """Device finish of each action so far, in program order (launch_queue)."""
+    held_by: Action | None = None
+    """hold_sends: the consumer whose receive the device waits for before its next action."""
+    in_flight: list[tuple[int, float]] = field(default_factory=list)
+    """Transfer buffers the host has let go of and NCCL still holds: (bytes, when the
+    transfer completes on the device)."""
+
+
+def _recomputes(action: Action, costs: Costs, plan: Plan) -> bool:
+    return action.kind in ("B", "BW") and (
+        costs.recompute == "all"
+        or (costs.recompute == "all-but-last" and action.mb < plan.num_microbatches - 1)
+    )
+
+
+def _by_kind(
+    action: Action,
+    costs: Costs,
+    plan: Plan,
+    forward: float,
+    backward_input: float,
+    backward_weight: float,
+    backward: float,
+) -> float:
+    """Of a stage's four per-kind quantities, `action`'s: its kind's, with the forward's on
+    top where its backward recomputes the forward."""
+    if action.kind == "F":
+        return forward
+    extra = forward if _recomputes(action, costs, plan) else 0.0
+    base = {"B": backward_input, "W": backward_weight, "BW": backward}[action.kind]
+    return base + extra
+
+
+def _duration(action: Action, st: StageTimes, costs: Costs, plan: Plan) -> float:
+    """Device seconds of `action`."""
+    seconds = _by_kind(
+        action, costs, plan, st.forward, st.backward_input, st.backward_weight, st.backward
+    )
+    if plan.async_updates and action.kind == "BW":
+        seconds += st.optimizer
+    return seconds
+
+
+FORWARD_AFTER_BACKWARD = 0.34
+"""Host premium on the ops of a pipeline forward that directly follows a backward action
+(B, W or BW) on its rank, in plans of two or more stages: such a forward issues slower than
+the profile's forwards, which follow forwards (a one-GPU profile's whole passes already read
+a forward after the previous backward). The premium is what a GPT stage's forward read
+after a backward against after a forward (docs/decisions.md, "A forward after a
+backward")."""
+
+
+def _host(
+    action: Action, st: StageTimes, costs: Costs, plan: Plan, after_backward: bool = False
+) -> float:
+    """Host seconds to issue `action`: its ops, and the runtime's own work per action (a
+    graphed action's ops are one launch). `after_backward`: the rank's previous action was a
+    backward (FORWARD_AFTER_BACKWARD)."""
+    if costs.cuda_graphs:  # beyond the launch, only what runs eagerly (the loss)
+        eager = {"F": st.graph_host_forward, "BW": st.graph_host_backward}.get(action.kind, 0.0)
+        return costs.host_overhead + eager
+    ops = _by_kind(
+        action,
+        costs,
+        plan,
+        st.host_forward,
+        st.host_backward_input,
+        st.host_backward_weight,
+        st.host_backward,
+    )
+    if after_backward and action.kind == "F" and plan.num_stages > 1:
+        ops += FORWARD_AFTER_BACKWARD * st.host_forward
+    return ops + costs.host_overhead
+
+
+def _span(action: Action, st: StageTimes, costs: Costs, plan: Plan) -> float:
+    """Seconds from when the host begins issuing `action` until its device can be done,
+    block by block (StageTimes.*_span; 0: the totals alone)."""
+    if costs.cuda_graphs:
+        return 0.0
+    return _by_kind(
+        action,
+        costs,
+        plan,
+        st.forward_span,
+        st.backward_input_span,
+        st.backward_weight_span,
+        st.backward_span,
+    )
+
+
+def _held(action: Action, st: StageTimes, costs: Costs, plan: Plan) -> int:
+    """Bytes a micro-batch keeps on its stage from F until its last backward action."""
+    if plan.forward_only:
+        return 0
+    recompute = costs.recompute == "all" or (
+        costs.recompute == "all-but-last" and action.mb < plan.num_microbatches - 1
+    )
+    held = st.input_bytes if recompute else st.activation_bytes
+    if plan.async_updates:
+        held += st.param_bytes  # the stashed weight version
+    return held
+
+
+def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
+    """Run `plan` under `costs`. With `exposed`, also simulate free communication to report
+    how much of the step communication adds."""
+    if len(costs.stages) != plan.num_stages:
+        raise ConfigError(
+            f"costs describe {len(costs.stages)} stages, plan {plan.name} has {plan.num_stages}"
+        )
+    ranks = [_Rank() for _ in range(plan.num_ranks)]
+    static = [0] * plan.num_ranks
+    for s, r in enumerate(plan.stage_to_rank):
+        st = costs.stages[s]
+        factor = 1.0 + (
+            0.0 if plan.forward_only else costs.grad_bytes_factor + OPTIMIZER_STATE[costs.optimizer]
+        )
+        static[r] += int(st.param_bytes * factor)
+        static[r] += st.batch_bytes * plan.num_microbatches  # the step's batch, held throughout
+    for r in range(plan.num_ranks):  # the default stream's library workspaces
+        static[r] += max((costs.stages[s].kept_workspace for s in plan.stages_of(r)), default=0)
+    if costs.cuda_graphs:  # every slot's pool is held for the whole step
+        for r, actions in enumerate(plan.actions):
+            _, count = slots(actions)
+            for s, n in count.items():
+                st = costs.stages[s]
+                small, large = st.graph_slot_small, st.graph_slot_large
+                if not small and not large:
+                    large = (
+                        st.activation_bytes
+                        + st.workspace_bytes
+                        + int(st.param_bytes * costs.grad_bytes_factor)
+                    )
+                f = costs.graph_pool_factor
+                static[r] += n * slot_reserved(small * f, large * f)
+                static[r] += st.kept_workspace  # the stage's capture stream keeps its own
+    end: dict[Action, float] = {}
+    available: dict[Action, float] = {}  # when an action's output is usable by its consumer
+    link_free: dict[tuple[int, int], float] = {}
+    events: list[Event] = []
+    last_backward: dict[int, Event] = {}
+    last_device: dict[int, float] = {}  # device seconds of each stage's last backward
+    remaining = sum(len(a) for a in plan.actions)
+    links = _Links(plan, costs, available, link_free, events) if costs.hold_sends else None
+    last_stage = plan.num_stages - 1
+    while remaining:
+        progressed = False
+        for r, state in enumerate(ranks):
+            actions = plan.actions[r]
+            while state.head < len(actions):
+                a = actions[state.head]
+                issue = state.host
+                if costs.launch_queue and state.head >= costs.launch_queue:
+                    issue = max(issue, state.finishes[state.head - costs.launch_queue])
+                if links is not None:
+                    links.posted(a, issue)
+                    if state.held_by is not None:
+                        begun = links.begun.get(state.held_by)
+                        if begun is None:
+                            break
+                        state.free, state.held_by = max(state.free, begun), None
+                deps = dependencies(plan, a)
+                if any(d not in available for d in deps):
+                    break
+                ready = max((available[d] for d in deps), default=0.0)
+                st = costs.stages[a.stage]
+                after = state.head > 0 and actions[state.head - 1].kind in ("B", "W", "BW")
+                state.host = issue + _host(a, st, costs, plan, after)
+                state.host_busy += state.host - issue
+                start = max(state.free, ready, issue)
+                finish = max(
+                    start + _duration(a, st, costs, plan),
+                    state.host,
+                    issue + _span(a, st, costs, plan),
+                )
+                events.append(Event(r, str(a), a.kind, start, finish, a.stage, a.mb))
+                if state.first_start < 0:
+                    state.first_start = start
+                state.busy += finish - start
+                # memory: a micro-batch's activations live from its F to its last backward.
+                # The caching allocator counts a tensor from when the host allocates it to
+                # when the host drops it (the host's program order), except transfer buffers:
+                # NCCL keeps those until the transfer is done on the device, and a host that
+                # runs ahead of its device meanwhile allocates the next actions' tensors.
+                state.in_flight = [(b, t) for b, t in state.in_flight if t > issue]
+                held = 0 if costs.cuda_graphs else _held(a, st, costs, plan)
+                if a.kind == "F":
+                    state.memory += held
+                workspace = 0 if costs.cuda_graphs else st.workspace_bytes
+                transient = workspace + sum(b for b, _ in state.in_flight)
+                if a.kind in ("B", "BW"):
+                    # the gradient received for the stage's output and the one it computes
+                    # for its input, held until its send completes
+                    transient += st.output_bytes + st.input_bytes
+                if a.kind in ("B", "BW") and costs.recompute != "none":
+                    transient += st.activation_bytes
+                state.peak = max(state.peak, state.memory + transient)
+                if a.kind == "B":
+                    state.memory += st.held_bytes
+                if a.kind == "W":
+                    state.memory -= held + st.held_bytes
+                elif a.kind == "BW":
+                    state.memory -= held
+                if a.kind in ("W", "BW"):
+                    last_backward[a.stage] = events[-1]
+                    last_device[a.stage] = _duration(a, st, costs, plan)
+                elif a.kind == "F" and plan.forward_only:
+                    last_backward.setdefault(a.stage, events[-1])
+                state.free = finish
+                if costs.launch_queue:
+                    state.finishes.append(finish)
+                end[a] = finish
+                available[a] = finish
+                if links is not None:
+                    state.held_by = links.send(a, r, finish)
+                else:
+                    _send(
+                        plan, costs, a, r, finish, available, link_free, events, state, last_stage
+                    )
+                if a.kind in ("B", "BW"):
+                    _hold_transfers(plan, a, st, r, ready, available, state)
+                state.head += 1
+                remaining -= 1
+                progressed = True
+        if not progressed:
+            raise ConfigError(f"plan {plan.name} cannot finish: validate it first")
+    compute_end = max((e.end for e in events), default=0.0)
+    first = min((r.first_start for r in ranks if r.first_start >= 0), default=0.0)
+    step = _finish_step(plan, costs, ranks, last_backward, last_device, events)
+    exposed_comm = 0.0
+    if exposed and (costs.forward_transfer or costs.allreduce):
+        exposed_comm = max(
+            step - simulate(plan, costs.without_communication(), exposed=False).step_time, 0.0
+        )
+    return Timeline(
+        plan=plan.name,
+        step_time=step,
+        events=tuple(events),
+        busy=tuple(r.busy for r in ranks),
+        compute_span=compute_end - first,
+        peak_memory=tuple(static[i] + r.peak for i, r in enumerate(ranks)),
+        exposed_comm=exposed_comm,
+        host_busy=tuple(r.host_busy for r in ranks),
+    )
+
+
+def _send(
+    plan: Plan,
+    costs: Costs,
+    a: Action,
+    rank: int,
+    finish: float,
+    available: dict[Action, float],
+    link_free: dict[tuple[int, int], float],
+    events: list[Event],
+    state: _Rank,
+    last_stage: int,
+) -> None:
+    """Move the output of `a` to the rank that consumes it, queueing on the link."""
+    if a.kind == "F" and a.stage < last_stage:
+        dst = plan.stage_to_rank[a.stage + 1]
+    elif a.kind in ("B", "BW") and a.stage > 0:
+        dst = plan.stage_to_rank[a.stage - 1]
+    else:
+        return
+    seconds = _transfer_seconds(costs, a)
+    if dst == rank or seconds <= 0:
+        return
+    begin = max(finish, link_free.get((rank, dst), 0.0))
+    arrive = begin + seconds
+    link_free[(rank, dst)] = arrive
+    available[a] = arrive
+    events.append(Event(rank, f"send {a}", "send", begin, arrive, a.stage, a.mb))
+    if not costs.overlap_comm:
+        state.free = max(state.free, arrive)
+
+
+class _Links:
+    """hold_sends: a send begins once its receiver's host has reached the consuming action
+    (posted the receive); until then its data is not available and, through `held_by`, its
+    sender's device starts nothing more."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        costs: Costs,
+        available: dict[Action, float],
+        link_free: dict[tuple[int, int], float],
+        events: list[Event],
+    ) -> None:
+        self.plan, self.costs = plan, costs
+        self.available, self.link_free, self.events = available, link_free, events
+        self.consumer: dict[Action, Action] = {}
+        for rank_actions in plan.actions:
+            for c in rank_actions:
+                for d in dependencies(plan, c):
+                    if plan.stage_to_rank[d.stage] != plan.stage_to_rank[c.stage]:
+                        self.consumer[d] = c
+        self.post: dict[Action, float] = {}
+        self.waiting: dict[Action, tuple[Action, int, float, float]] = {}
+        self.begun: dict[Action, float] = {}
+        """Consumer -> when the send feeding it began."""
+
+    def posted(self, c: Action, when: float) -> None:
+        """The receiver's host reached `c` at `when`: a send waiting for it begins."""
+        self.post.setdefault(c, when)
+        if c in self.waiting:
+            self._begin(c, *self.waiting.pop(c))
+
+    def send(self, a: Action, rank: int, finish: float) -> Action | None:
+        """`a` finished at `finish` on `rank`; the consumer its sender now waits for (None:
+        nothing crosses ranks)."""
+        c = self.consumer.get(a)
+        if c is None:
+            return None
+        seconds = _transfer_seconds(self.costs, a)
+        if c in self.post:
+            self._begin(c, a, rank, finish, seconds)
+        else:
+            self.available.pop(a, None)  # not there until the send begins
+            self.waiting[c] = (a, rank, finish, seconds)
+        return c
+
+    def _begin(self, c: Action, a: Action, rank: int, finish: float, seconds: float) -> None:
+        dst = self.plan.stage_to_rank[c.stage]
+        begin = max(finish, self.post[c], self.link_free.get((rank, dst), 0.0))
+        arrive = begin + seconds
+        self.link_free[(rank, dst)] = arrive
+        self.available[a] = arrive
+        self.begun[c] = begin
+        self.events.append(Event(rank, f"send {a}", "send", begin, arrive, a.stage, a.mb))
+
+
+def _hold_transfers(
+    plan: Plan,
+    a: Action,
+    st: StageTimes,
+    rank: int,
+    ready: float,
+    available: dict[Action, float],
+    state: _Rank,
+) -> None:
+    """After a backward: the output gradient it received stays until the receive is done on
+    the device (`ready`) and the input gradient it sent until the send is (`available`)."""
+    last = plan.num_stages - 1
+    if a.stage < last and plan.stage_to_rank[a.stage + 1] != rank:
+        state.in_flight.append((st.output_bytes, max(ready, state.host)))
+    if a.stage > 0 and plan.stage_to_rank[a.stage - 1] != rank:
+        state.in_flight.append((st.input_bytes, available.get(a, state.free)))
+
+
+def _transfer_seconds(costs: Costs, a: Action) -> float:
+    """Seconds to move `a`'s output to its consumer: an F's activation forward, a
+    backward's input gradient back."""
+    if a.kind == "F":
+        return _at(costs.forward_transfer, a.stage)
+    return _at(costs.backward_transfer, a.stage - 1)
+
+
+def _at(values: tuple[float, ...], index: int) -> float:
+    return values[index] if index < len(values) else 0.0
+
+
+def _finish_step(
+    plan: Plan,
+    costs: Costs,
+    ranks: list[_Rank],
+    last_backward: dict[int, Event],
+    last_device: dict[int, float],
+    events: list[Event],
+) -> float:
+    """All-reduce each replicated stage's gradients (overlapping its last backward bucket by
+    bucket), then, where the gradients are clipped to a global norm, the all-reduce of their
+    norm once every rank's are ready, then the optimizer step on every rank.
+
+    The all-reduce's kernels share the rank's device with the backward's: they hide only in
+    the time that device would otherwise idle, while a host slower than its device issues
+    the backward. A device-bound backward leaves no such time and the all-reduce is paid in
+    full after it; only the last bucket's share is always paid after it, as its gradients
+    are the last computed. (Overlapped, a device's compute slows by about what the
+    all-reduce takes: DDP's device-bound rows were predicted fast by a median 4.7% over 28
+    GPU runs while the all-reduce ran beside the backward for free.)"""
+    if plan.forward_only:
+        return max((e.end for e in events), default=0.0)
+    comm_free = [0.0] * plan.num_ranks
+    grads_ready = [r.free for r in ranks]
+    for stage in sorted(last_backward, key=lambda s: last_backward[s].end):
+        seconds = _at(costs.allreduce, stage)
+        if seconds <= 0:
+            continue
+        r = plan.stage_to_rank[stage]
+        ev = last_backward[stage]
+        buckets = costs.allreduce_buckets[stage] if stage < len(costs.allreduce_buckets) else 1
+        begin = max(ev.start, comm_free[r])
+        idle = max(ev.end - begin - last_device.get(stage, 0.0), 0.0)
+        finish = max(begin + seconds, ev.end + max(seconds / buckets, seconds - idle))
+        comm_free[r] = finish
+        grads_ready[r] = max(grads_ready[r], finish)
+        events.append(Event(r, f"allreduce s{stage}", "allreduce", begin, finish, stage))
+    if costs.clip_sync > 0 and not plan.async_updates:  # every rank waits for the global norm
+        ready = max(grads_ready)
+        for r in range(plan.num_ranks):
+            events.append(Event(r, "clip norm", "allreduce", ready, ready + costs.clip_sync))
+        grads_ready = [ready + costs.clip_sync] * plan.num_ranks
+    step = 0.0
+    for r in range(plan.num_ranks):
+        optimizer = (
+            0.0 if plan.async_updates else sum(costs.stages[s].optimizer for s in plan.stages_of(r))
+        )
+        begin = grads_ready[r]
+        if optimizer > 0:
+            events.append(Event(r, "optimizer", "optimizer", begin, begin + optimizer))
+        step = max(step, begin + optimizer)
+    return step
