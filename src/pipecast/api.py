@@ -1,27 +1,37 @@
-"""The Python API: train or run inference on a model through a pipeline, in one call.
+"""The Python API: train or run inference on a model through a pipeline, or find the
+fastest way to, in one call.
 
-import pipecast
-result = pipecast.train(my_sequential, dataset="cifar10", gpus=4, schedule="1f1b",
-                        microbatches=8, batch=256, device="cuda")
-print(result.summary["samples_per_second"])
+    import pipecast
+    result = pipecast.train(my_sequential, dataset="cifar10", gpus=4, schedule="1f1b",
+                            microbatches=8, batch=256, device="cuda")
+    print(result.summary["samples_per_second"])
+    best = pipecast.recommend("resnet50", dataset="imagenet", batch=256, gpus=8)
+    print(best.recommendation.reason())
 """
 
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
+from typing import Any
 
+import torch
 from torch import nn
 
 from pipecast.data.registry import get_spec
 from pipecast.data.source import DataSource, as_arrays
 from pipecast.errors import ConfigError
-from pipecast.hardware.load import default_cluster
-from pipecast.models.user import as_sequential
+from pipecast.hardware.load import default_cluster, load_cluster
+from pipecast.models.registry import get_entry
+from pipecast.models.user import as_sequential, is_factory_path
 from pipecast.models.workload import Workload
 from pipecast.partition.boundaries import parse_boundaries, placement_of, split
 from pipecast.partition.types import from_boundaries
-from pipecast.profile.profiler import quick_profile
+from pipecast.profile.options import ProfileOptions
+from pipecast.profile.profiler import profile_model, quick_profile
 from pipecast.profile.types import Profile
+from pipecast.recommender.calibrate import profile_sizes
+from pipecast.recommender.session import Outcome, Request, recommend_for, with_defaults
 from pipecast.runtime.checkpoint import Checkpointing
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.job import TrainJob
@@ -142,3 +152,43 @@ def infer(model: nn.Module | list[nn.Module] | Workload, **kwargs: object) -> Jo
     """Pipelined inference (a forward-only plan) with the same options as train."""
     kwargs = {**kwargs, "schedule": "forward-only"}
     return train(model, **kwargs)
+
+
+def recommend(
+    model: str | Workload | nn.Module | list[nn.Module],
+    *,
+    dataset: str | None = None,
+    **options: Any,
+) -> Outcome:
+    """Rank every strategy for `model` and pick the fastest, as `pipecast recommend` does:
+    `model` a zoo name or package.module:factory (with `dataset`), a Workload, or a module
+    (an nn.Sequential or a list of modules, profiled here: no cache, no --validate);
+    `cluster` a Cluster, a preset's name ('h100-nvlink') or a cluster file.
+    `options` are pipecast.recommender.session.Request's fields (batch, gpus, device,
+    dtype, cluster, validate, ...). Returns the Outcome: .recommendation ranks them."""
+    if isinstance(options.get("cluster"), str):  # a preset's name or a cluster file
+        options["cluster"] = load_cluster(options["cluster"])
+    if isinstance(model, str):
+        entry_dataset = dataset or ("mnist" if is_factory_path(model) else None)
+        workload = Workload(model=model, dataset=entry_dataset or get_entry(model).default_dataset)
+        return recommend_for(Request(workload=workload, **options))
+    if isinstance(model, Workload):
+        return recommend_for(Request(workload=model, **options))
+    # profiled here: planned for here (a preset's GPUs would need their own profile)
+    if options.get("device", "auto") == "auto":
+        options["device"] = "cuda" if torch.cuda.is_available() else "cpu"
+    request = with_defaults(Request(**options))
+    spec = get_spec(dataset or "mnist")
+    assert request.dtype is not None
+    profile = profile_model(
+        as_sequential(model),
+        spec,
+        ProfileOptions(
+            micro_batches=profile_sizes(request.batch, request.gpus),
+            device=request.device if request.device != "auto" else "cpu",
+            dtype=request.dtype,
+            autocast=request.autocast,
+        ),
+        model_name="model",
+    )
+    return recommend_for(replace(request, workload=None, profile=profile))

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
+import contextlib
 from typing import Any
 
-import torch
 from rich.table import Table
 
-from pipecast import jsonio
 from pipecast.cli.common import (
     add_workload_args,
     count_arg,
@@ -19,20 +16,13 @@ from pipecast.cli.common import (
     workload_from_args,
 )
 from pipecast.cli.console import console, human_bytes, human_seconds, progress
-from pipecast.data.registry import epoch_samples
-from pipecast.errors import ConfigError
-from pipecast.hardware import devices, hostspeed
+from pipecast.hardware.cluster import Cluster
 from pipecast.hardware.load import load_cluster
-from pipecast.hardware.presets import gpu_kind
-from pipecast.models.workload import Workload
-from pipecast.profile.reference import UNNAMED, carries, label, reference_profile, shipped
 from pipecast.profile.types import Profile
-from pipecast.recommender.calibrate import calibrated_cluster, calibrated_profile, profile_sizes
-from pipecast.recommender.host_drift import HostDrift, host_drift
-from pipecast.recommender.measure import Measured, decide, measure_rounds, too_close
+from pipecast.recommender.measure import Measured, decide, too_close
 from pipecast.recommender.predict import Prediction
-from pipecast.recommender.rank import Recommendation, recommend, samples_rate
-from pipecast.runtime.config import RunConfig
+from pipecast.recommender.rank import Recommendation, samples_rate
+from pipecast.recommender.session import Events, Request, both_profiles, recommend_for
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -40,8 +30,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "recommend",
         help="rank single-GPU, data-parallel, pipeline and hybrid strategies; pick the fastest",
         description="Predict every strategy's step time and per-GPU memory with the simulator "
-        "(from a cached profile and probe of this machine, measured on first use), drop what "
-        "does not fit, rank the rest and explain the winner. --validate K runs the top K.",
+        "(from a cached profile and probe of this machine, measured on first use, or for GPUs "
+        "this machine lacks from pipecast's own profiles of them), drop what does not fit, rank "
+        "the rest and explain the winner. --validate K runs the top K.",
     )
     add_workload_args(p, required=False)
     p.add_argument(
@@ -55,7 +46,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--device",
         choices=("auto", "cuda", "cpu"),
         default="auto",
-        help="where to profile (auto: cuda if present)",
+        help="where to profile and validate (auto: cuda if present; without GPUs and without "
+        "--cluster, plan for an 8-GPU H100 node from pipecast's own profiles of it; cpu: plan "
+        "for this machine's CPU ranks)",
     )
     p.add_argument(
         "--dtype",
@@ -125,177 +118,115 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    device = args.device
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if args.cuda_graphs and args.validate and device != "cuda":
-        raise ConfigError(
-            "--cuda-graphs with --validate would run CUDA graphs, which need GPUs: "
-            "drop --validate to rank them here"
-        )
-    if args.recalibrate and args.profile:
-        raise ConfigError(
-            "--recalibrate measures a new profile and --profile gives one: drop one of them"
-        )
-    cluster = load_cluster(args.cluster) if args.cluster else None
-    here = devices.name(devices.resolve(device))
-    # where the strategies will run: here, or on the devices a cluster file or preset names
-    target = cluster.device if cluster is not None else here
-    on_gpus = device == "cuda" or target not in (*UNNAMED, "cpu")
-    elsewhere = not carries(here, target)
-    if args.model is None:  # a sensible default: ResNet-50 on GPUs, a small job on a CPU
-        args.model, args.dataset = ("resnet50", "imagenet") if on_gpus else ("resnet18", "cifar10")
-    args.dtype = args.dtype or ("bf16" if on_gpus else "fp32")
-    args.batch = args.batch or (256 if on_gpus else 32)
-    workload = workload_from_args(args)
-    gpus = args.gpus or (
-        torch.cuda.device_count() if device == "cuda" else cluster.world if cluster else 4
-    )
-    if gpus < 1:
-        raise ConfigError(f"--gpus must be at least 1, got {gpus}")
-    if elsewhere and args.validate:
-        raise ConfigError(
-            f"--validate measures strategies here ({here}), but they are predicted for "
-            f"{target}: drop --validate, or run it on that machine"
-        )
-    check_host = False  # a profile measured just now needs no check of the host's speed
-    if args.profile:
-        profile = Profile.load(args.profile)
-        check_host = True
-    elif elsewhere:
-        profile = _reference(workload, args.dtype, args.autocast, target, here)
-        console.print(
-            f"profile: pipecast's reference, measured on {profile.device} at micro-batches "
-            f"{list(profile.micro_batches)} ({profile.dtype}, torch {profile.torch_version}; "
-            f"host costs the mean of {profile.host_pooled} runs' profiles)"
-        )
-    else:
-        sizes = profile_sizes(args.batch, gpus)
-        with progress() as bar:
-            task = bar.add_task("calibrating: profiling", total=None)
-            profile, cached = calibrated_profile(
-                workload,
-                sizes,
-                device=device,
-                dtype=args.dtype,
-                autocast=args.autocast,
-                progress=lambda label: bar.update(
-                    task, advance=1, description=f"profiling {label}"
-                ),
-                refresh=args.recalibrate,
-                ranks=gpus,
-                batch=args.batch,
-            )
-        check_host = cached
-        pooled = (
-            f"; host costs the mean of {profile.host_pooled} profiles of it here"
-            if profile.host_pooled > 1
-            else ""
-        )
-        console.print(
-            f"profile: {'cached' if cached else 'measured'} on {profile.device} at "
-            f"micro-batches {list(profile.micro_batches)}{pooled}"
-        )
-    if cluster is None:
-        with console.status("calibrating: probing links"):
-            cluster, cached = calibrated_cluster(gpus, device, refresh=args.recalibrate)
-        console.print(
-            f"cluster: {'cached' if cached else 'probed'} {cluster.world} x "
-            f"{cluster.device}, {cluster.memory_bytes / 2**30:.1f} GiB each"
-        )
-    if args.cuda_graphs and not profile.graph_times:
-        why = f": {profile.graph_failure}" if profile.graph_failure else ""
-        console.print(
-            "[yellow]graphed strategies are predicted from eager device times: the profile "
-            f"has no graph replay times{why}[/]"
-        )
-    epoch = args.epoch_samples or epoch_samples(workload.dataset)
-    rec = recommend(
-        profile,
-        cluster,
-        args.batch,
-        gpus=gpus,
+    if args.recalibrate and args.profile:  # before reading a file that may not be there
+        raise both_profiles()
+    request = Request(
+        workload=workload_from_args(args) if args.model else None,
+        batch=args.batch,
+        gpus=args.gpus,
+        device=args.device,
+        dtype=args.dtype,
+        autocast=args.autocast,
         optimizer=args.optimizer,
         memory_margin=args.memory_margin,
-        epoch_samples=epoch,
         methods=args.methods,
         cuda_graphs=args.cuda_graphs,
+        epoch_samples=args.epoch_samples,
+        cluster=load_cluster(args.cluster) if args.cluster else None,
+        profile=Profile.load(args.profile) if args.profile else None,
+        recalibrate=args.recalibrate,
+        validate=args.validate,
+        rounds=args.rounds,
     )
-    print_recommendation(rec, args.top)
-    if elsewhere and len(rec.close_calls()) > 1:
-        console.print(
-            f"[yellow]predicted for {target}, not measured here: "
-            "--validate auto on that machine decides the close calls[/]"
-        )
-    drift = None
-    if check_host:
-        drift = host_drift(
-            profile.host_reference,
-            hostspeed.reference(),
-            profiled_on=profile.host_machine,
-            here=hostspeed.machine(),
-            cached=not args.profile,
-        )
-    if drift is not None and (note := drift.note(any(p.host_bound for p in rec.close_calls()))):
-        console.print(f"[yellow]{note}[/]")
-    measured: list[Measured] = []
-    if args.validate:
-        config = RunConfig(dtype=args.dtype, autocast=args.autocast, optimizer=args.optimizer)
-        local = torch.cuda.device_count() if device == "cuda" else 8
-        pool = rec.close_calls() if args.validate == "auto" else rec.ranked
-        limit = len(pool) if args.validate == "auto" else int(args.validate)
-        runnable = [p for p in pool if p.strategy.gpus <= local][:limit]
-        with console.status("validating") as status:
-
-            def announce(r: int, pred: Prediction) -> None:
-                status.update(f"validating {pred.strategy.label()} (round {r + 1}/{args.rounds})")
-
-            measured = measure_rounds(
-                runnable,
-                workload,
-                device=device,
-                config=config,
-                rounds=args.rounds,
-                progress=announce,
-            )
-        print_validation(measured)
-    about = {
-        "workload": workload.to_dict(),
-        "device": "cuda" if on_gpus else "cpu",
-        "dtype": args.dtype,
-        "autocast": args.autocast,
-        "optimizer": args.optimizer,
-        # what the predictions were made from
-        "profile": {
-            "device": profile.device,
-            "micro_batches": list(profile.micro_batches),
-            "torch": profile.torch_version,
-            "host_pooled": profile.host_pooled,
-        },
-    }
-    _write(args.output, rec, measured, drift, about)
-    where = f" on {gpus} x {target}" if elsewhere else ""
+    with _Shown(args.top) as shown:
+        outcome = recommend_for(request, shown.events)
+    if outcome.measured:
+        print_validation(outcome.measured)
+    outcome.save(args.output)
+    where = f" on {outcome.request.gpus} x {outcome.target}" if outcome.elsewhere else ""
     console.print(f"run it{where}: pipecast train --recommendation {args.output} --steps 100")
     return 0
 
 
-def _reference(
-    workload: Workload, dtype: str, autocast: bool, cluster_device: str, here: str
-) -> Profile:
-    """The shipped profile for a cluster of GPUs this machine does not have, or a
-    ConfigError that says what to do instead."""
-    found = None if autocast else reference_profile(workload, dtype, cluster_device)
-    if found is not None:
-        return found
-    kind = gpu_kind(cluster_device) or ""
-    ships = ", ".join(label(p) for p in shipped(kind)) if kind else ""
-    raise ConfigError(
-        f"the cluster's devices are {cluster_device} but this machine would profile on "
-        f"{here}, whose times do not carry to them: profile it on that GPU (pipecast profile "
-        f"--model {workload.model} --dataset {workload.dataset} --dtype {dtype} --micro-batch "
-        "8,16,32,64 --device cuda -o p.json) and pass --profile p.json"
-        + (f"; pipecast ships {kind.upper()} profiles of {ships}" if ships else "")
-    )
+class _Shown:
+    """What the user sees while a recommendation is made: a progress bar while profiling, a
+    spinner while probing or validating, the profile's and the cluster's origins, the
+    ranking and any notes."""
+
+    def __init__(self, top: int) -> None:
+        self.top = top
+        self.stack = contextlib.ExitStack()
+        self.bar: Any = None
+        self.task: Any = None
+        self.status: Any = None
+        self.events = Events(
+            profiling=self._profiling,
+            calibrating=self._calibrating,
+            calibrated=self._calibrated,
+            ranked=lambda rec: print_recommendation(rec, self.top),
+            validating=self._validating,
+            note=lambda text: console.print(f"[yellow]{text}[/]"),
+        )
+
+    def __enter__(self) -> _Shown:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop()
+
+    def _stop(self) -> None:
+        self.stack.close()
+        self.stack = contextlib.ExitStack()
+        self.bar = self.status = None
+
+    def _calibrating(self, what: str) -> None:
+        self._stop()
+        if what == "profiling":
+            self.bar = self.stack.enter_context(progress())
+            self.task = self.bar.add_task("calibrating: profiling", total=None)
+        else:
+            self.status = self.stack.enter_context(console.status(f"calibrating: {what}"))
+
+    def _profiling(self, label: str) -> None:
+        if self.bar is not None:
+            self.bar.update(self.task, advance=1, description=f"profiling {label}")
+
+    def _validating(self, r: int, pred: Prediction) -> None:
+        if self.status is None:
+            self._stop()
+            self.status = self.stack.enter_context(console.status("validating"))
+        self.status.update(f"validating {pred.strategy.label()} (round {r + 1})")
+
+    def _calibrated(self, profile: Profile, psource: str, cluster: Cluster, csource: str) -> None:
+        self._stop()
+        if psource == "shipped":
+            console.print(
+                f"profile: pipecast's reference, measured on {profile.device} at micro-batches "
+                f"{list(profile.micro_batches)} ({profile.dtype}, torch "
+                f"{profile.torch_version}; host costs the mean of {profile.host_pooled} runs' "
+                "profiles)"
+            )
+        else:
+            pooled = (
+                f"; host costs the mean of {profile.host_pooled} profiles of it here"
+                if profile.host_pooled > 1 and psource != "given"
+                else ""
+            )
+            console.print(
+                f"profile: {psource} on {profile.device} at micro-batches "
+                f"{list(profile.micro_batches)}{pooled}"
+            )
+        if csource == "preset":
+            console.print(
+                f"cluster: {cluster.world} x {cluster.device} ({cluster.name}), predicted from "
+                "pipecast's own profiles of that GPU; --device cpu plans for this machine's "
+                "CPU ranks instead"
+            )
+        else:
+            console.print(
+                f"cluster: {csource} {cluster.world} x {cluster.device}, "
+                f"{cluster.memory_bytes / 2**30:.1f} GiB each"
+            )
 
 
 def print_recommendation(rec: Recommendation, top: int) -> None:
@@ -354,59 +285,3 @@ def print_validation(measured: list[Measured]) -> None:
                 f"[yellow]the two fastest differ by less than their run-to-run spread "
                 f"({spread:.0%}): on this machine either will do[/]"
             )
-
-
-def _entry(p: Prediction, rec: Recommendation) -> dict[str, Any]:
-    return {
-        "strategy": p.strategy.to_dict(),
-        "label": p.strategy.label(),
-        "step_time": p.step_time,
-        "samples_per_second": p.samples_per_second,
-        "epoch_time": rec.epoch_time(p),
-        "comm": p.comm_fraction,
-        "peak_memory": p.peak_memory,
-        "bubble": p.timeline.bubble_fraction,
-        "host_share": p.timeline.host_share,
-        "host_bound": p.host_bound,
-        "likely_measured": list(p.measured_range),
-        "partition": p.partition.boundaries,
-    }
-
-
-def _write(
-    path: str,
-    rec: Recommendation,
-    measured: list[Measured],
-    drift: HostDrift | None,
-    about: dict[str, Any],
-) -> None:
-    """The recommendation as JSON: `about` (the workload and precision it was made for), the
-    ranking, and under "run" the strategy `pipecast train --recommendation` runs: the
-    measured fastest where it validated, else the predicted fastest."""
-    run = decide(measured).prediction if measured else rec.best
-    doc = {
-        **about,
-        "batch": rec.batch,
-        "recommended": rec.best.strategy.to_dict(),
-        "reason": rec.reason(),
-        "run": {**_entry(run, rec), "why": "measured fastest" if measured else "predicted fastest"},
-        "epoch_samples": rec.epoch_samples,
-        "ranked": [_entry(p, rec) for p in rec.ranked],
-        "rejected": [{"label": r.strategy.label(), "reason": r.reason} for r in rec.rejected],
-        "validation": [
-            {
-                "label": m.prediction.strategy.label(),
-                "predicted": m.prediction.step_time,
-                "measured": m.step_time,
-                "error": m.error,
-                "rounds": list(m.rounds),
-                "spread": m.spread,
-            }
-            for m in measured
-        ],
-        # hostspeed.reference() seconds as profiled and now (absent: profiled just now)
-        "host_speed": drift.to_dict() if drift is not None else None,
-    }
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    jsonio.write_atomic(path, json.dumps(doc, indent=1))
-    console.print(f"written to {path}")

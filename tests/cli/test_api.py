@@ -1,0 +1,56 @@
+"""The public surface: `import pipecast` and the loop's functions by their short names."""
+
+from __future__ import annotations
+
+import pytest
+from torch import nn
+
+import pipecast
+from pipecast.errors import ConfigError
+from pipecast.hardware.presets import PRESETS
+from pipecast.models.workload import Workload
+from pipecast.profile.reference import reference_profile
+from pipecast.recommender.rank import recommend as rank
+
+
+def test_the_package_exports_the_loop() -> None:
+    from pipecast.schedule.action import Plan
+    from pipecast.schedule.generators import make_plan
+    from pipecast.simulation.simulator import simulate
+
+    assert pipecast.make_plan is make_plan and pipecast.simulate is simulate
+    assert pipecast.Plan is Plan
+    plan = pipecast.make_plan("zb-h1", 2, 4)
+    assert isinstance(plan, pipecast.Plan) and plan.split_backward
+    assert set(pipecast.__all__) >= {"train", "infer", "recommend", "Profile", "Plan"}
+    with pytest.raises(AttributeError):
+        _ = pipecast.no_such_name  # type: ignore[attr-defined]
+
+
+def test_recommend_for_a_named_gpu_node_ranks_from_the_shipped_profile() -> None:
+    """Planning for GPUs this machine lacks predicts from pipecast's own profile of them:
+    the same ranking as the recommender fed that profile and the preset directly."""
+    out = pipecast.recommend(
+        "resnet50", dataset="imagenet", batch=256, gpus=8, cluster="h100-nvlink"
+    )
+    assert out.profile_source == "shipped" and out.elsewhere
+    cluster = PRESETS["h100-nvlink"]
+    profile = reference_profile(
+        Workload(model="resnet50", dataset="imagenet"), "bf16", cluster.device
+    )
+    assert profile is not None
+    want = rank(profile, cluster, 256, gpus=8, epoch_samples=1_281_167)
+    got = out.recommendation
+    assert [p.strategy for p in got.ranked] == [p.strategy for p in want.ranked]
+    assert got.best.step_time == pytest.approx(want.best.step_time)
+    assert out.to_dict()["run"]["label"] == want.best.strategy.label()
+
+
+def test_recommend_takes_a_module_and_profiles_it_here() -> None:
+    model = nn.Sequential(nn.Flatten(), nn.Linear(784, 64), nn.ReLU(), nn.Linear(64, 10))
+    out = pipecast.recommend(model, dataset="mnist", batch=16, gpus=2, device="cpu")
+    assert out.profile_source == "given" and out.workload is None and not out.elsewhere
+    assert out.profile.num_blocks == 4
+    assert out.recommendation.ranked and out.to_dict()["workload"] is None
+    with pytest.raises(ConfigError, match="need it by name"):
+        pipecast.recommend(model, dataset="mnist", batch=16, gpus=2, device="cpu", validate=1)
