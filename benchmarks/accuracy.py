@@ -11,6 +11,8 @@ Three steps, each reading what the one before wrote:
     python -m benchmarks.accuracy bands --write src/pipecast/recommender/error_ranges.json
     # per run: median and worst error, rows within 20%, memory, picks
     python -m benchmarks.accuracy summary [--shipped]
+    # a runtime call's pipecast rows (benchmarks/traces.py), predicted without the GPUs
+    python -m benchmarks.accuracy runtime --traces DIR/traces.json --kind h200
 
 A run folder is what `python -m benchmarks.run accuracy` writes: bench.sqlite, cluster.json
 and profile_*.json.
@@ -293,6 +295,31 @@ def summary_lines(rows: list[tuple[str, Comparison]]) -> list[str]:
     return lines
 
 
+def runtime_rows(traces_json: Path, kind: str) -> list[tuple[str, float, float]]:
+    """(label, measured, predicted) for each pipecast configuration of a runtime call
+    (benchmarks/traces.py's traces.json), predicted from the profiles pipecast ships for
+    `kind` and its NVLink preset, as `recommend --cluster` predicts without the GPUs."""
+    from benchmarks import traces
+
+    named = {
+        name: cfg
+        for make in traces.SETS.values()
+        for name, cfg, _ in make()
+        if cfg.system == "pipecast"
+    }
+    profiles = {Workload.from_dict(p.workload).key: p for p in shipped(kind)}
+    out = []
+    for row in json.loads(traces_json.read_text()):
+        cfg = named.get(row["name"])
+        if cfg is None or row["rank"] != 0 or row["error"]:
+            continue
+        cluster = PRESETS[f"{kind}-nvlink"].subset(cfg.gpus)
+        predicted = predictions([cfg], profiles, cluster).get(cfg.key)
+        if predicted:
+            out.append((cfg.label(), row["step_ms"] / 1e3, predicted["step_time"]))
+    return out
+
+
 def _write_csv(path: Path, fields: list[str], rows: list[dict[str, Any]], append: bool) -> None:
     new = not (append and path.exists())
     with open(path, "w" if new else "a", newline="") as fh:
@@ -316,6 +343,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows", type=Path, default=ROWS)
     p.add_argument("--cpu-rows", type=Path, default=CPU_ROWS)
     p.add_argument("--write", type=Path, help="write them here (JSON) as well as print them")
+    p = sub.add_parser("runtime", help="a runtime call's rows predicted without the GPUs")
+    p.add_argument("--traces", type=Path, required=True)
+    p.add_argument("--kind", default="h200", choices=("h100", "h200"))
     p = sub.add_parser("summary", help="per run: errors, memory, picks")
     p.add_argument("--rows", type=Path, default=ROWS)
     p.add_argument("--shipped", action="store_true", help="from the shipped profiles")
@@ -337,6 +367,20 @@ def main(argv: list[str] | None = None) -> int:
         if args.write:
             args.write.write_text(text)
         sys.stdout.write(text)
+    elif args.cmd == "runtime":
+        found = runtime_rows(args.traces, args.kind)
+        print("| configuration | measured | predicted | error |\n|---|---|---|---|")
+        for label, measured, predicted in found:
+            print(
+                f"| {label} | {measured * 1e3:.2f} ms | {predicted * 1e3:.2f} ms | "
+                f"{predicted / measured - 1:+.1%} |"
+            )
+        errors = [abs(p / m - 1) for _, m, p in found]
+        if errors:
+            print(
+                f"\n{len(errors)} rows: median {statistics.median(errors):.1%}, worst "
+                f"{max(errors):.1%}, {sum(e <= 0.2 for e in errors)} within 20%"
+            )
     else:
         print("\n".join(summary_lines(load_rows(args.rows, shipped_path=args.shipped))))
     return 0

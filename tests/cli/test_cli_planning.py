@@ -120,8 +120,8 @@ def test_profile_pools_host_costs_with_earlier_profiles(
     # an earlier profile whose host readings, and device times, are 1,000x this machine's
     # (a CPU profile's host readings are its loop and issue times; blocks carry none)
     taken = Profile.load(lenet_profile)
-    assert taken.host_issue > 0
-    slow = scaled(taken, 1000.0, issue=taken.host_issue * 1000)
+    assert taken.host.issue > 0
+    slow = scaled(taken, 1000.0, issue=taken.host.issue * 1000)
     slow = replace(
         slow,
         blocks=tuple(
@@ -138,9 +138,9 @@ def test_profile_pools_host_costs_with_earlier_profiles(
     assert main([*argv, "--micro-batch", "4,8", "--pool-host", str(earlier), "-o", str(out)]) == 0
     assert "the mean of 2 profiles" in capsys.readouterr().out
     pooled = Profile.load(str(out))
-    assert pooled.host_pooled == 2
-    assert pooled.host_issue > 100 * taken.host_issue  # the earlier reading pooled in
-    assert pooled.host_reference > 100 * taken.host_reference
+    assert pooled.host.pooled == 2
+    assert pooled.host.issue > 100 * taken.host.issue  # the earlier reading pooled in
+    assert pooled.host.reference > 100 * taken.host.reference
     mb = 8
     forward = sum(b.costs[mb].forward for b in pooled.blocks)
     assert forward < 100 * sum(b.costs[mb].forward for b in taken.blocks)  # its own device

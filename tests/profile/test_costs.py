@@ -7,7 +7,8 @@ from dataclasses import replace
 import pytest
 from tests.partition.test_partition import make_profile
 
-from pipecast.profile.types import BlockCost, Profile, monotone
+from pipecast.profile.interpolate import monotone
+from pipecast.profile.types import BlockCost, Profile
 
 
 def with_costs(profile: Profile, costs: list[dict[int, BlockCost]]) -> Profile:
@@ -89,14 +90,16 @@ def test_a_stage_pays_one_split_backward_call_not_one_per_block() -> None:
         for mb, c in b.costs.items()
     ]
     alone = with_costs(base, costs)
-    p = replace(alone, host_split_call=0.2)
+    p = replace(alone, host=replace(alone.host, split_call=0.2))
     assert alone.stage(0, 4, 8).host_backward_input == pytest.approx(1.0)
     assert p.stage(0, 4, 8).host_backward_input == pytest.approx(0.2 + 4 * 0.05)
     assert p.stage(1, 2, 8).host_backward_input == pytest.approx(0.25)
     assert p.stage(0, 4, 8).host_backward_weight == pytest.approx(2.0)
     assert p.stage(0, 4, 8).host_backward == pytest.approx(1.2)
-    assert replace(p, host_split_call=0.4).stage(0, 4, 8).host_backward_input == 0.4
-    assert Profile.from_json(p.to_json()).host_split_call == 0.2
+    assert (
+        replace(p, host=replace(p.host, split_call=0.4)).stage(0, 4, 8).host_backward_input == 0.4
+    )
+    assert Profile.from_json(p.to_json()).host.split_call == 0.2
 
 
 def test_a_stage_pays_one_split_backward_call_per_segment() -> None:
@@ -107,7 +110,8 @@ def test_a_stage_pays_one_split_backward_call_per_segment() -> None:
     costs = [
         {mb: replace(c, host_backward_input=0.25)} for b in base.blocks for mb, c in b.costs.items()
     ]
-    p = replace(with_costs(base, costs), host_split_call=0.2)
+    p = with_costs(base, costs)
+    p = replace(p, host=replace(p.host, split_call=0.2))
     heavy = replace(p, blocks=tuple(replace(b, param_tensors=8) for b in p.blocks))
     assert heavy.stage(0, 4, 8).host_backward_input == pytest.approx(1.0)
     mixed = replace(
@@ -140,3 +144,24 @@ def test_a_stage_keeps_the_largest_library_workspace_of_its_blocks() -> None:
     again = Profile.from_json(measured.to_json())
     assert [b.kept_workspace for b in again.blocks] == [0, 64, 32]
     assert [b.kept_workspace for b in Profile.from_json(base.to_json()).blocks] == [None] * 3
+
+
+def test_a_version_1_profile_loads_with_its_host_readings_nested() -> None:
+    """Version 1 kept the host's readings beside everything else; version 2 nests them.
+    A file written by version 1 (a shipped profile as it was) loads, and written again in
+    version 2 and read back, it is the same profile."""
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).with_name("data") / "v1_resnet18_h200.json"
+    doc = json.loads(path.read_text())
+    p = Profile.load(str(path))
+    assert doc["version"] == 1 and json.loads(p.to_json())["version"] == 2
+    assert p.host.issue == doc["host_issue"] and p.host.pooled == doc["host_pooled"]
+    assert p.host.windows == doc["host_windows"] and p.host.machine == doc["host_machine"]
+    assert p.host.window_host == {int(k): tuple(v) for k, v in doc["window_host"].items()}
+    assert len(p.blocks) == len(doc["blocks"])
+    block = doc["blocks"][3]
+    cost = p.blocks[3].costs[int(next(iter(block["costs"])))]
+    assert cost.forward == next(iter(block["costs"].values()))["forward"]
+    assert Profile.from_json(p.to_json()) == p

@@ -21,16 +21,16 @@ def test_pooled_host_costs_are_the_mean_and_device_costs_stay_theshipped_profile
     )
     fast = scaled(base, 1.0, issue=0.002)
     out = pool_host(fast, [fast, slow])
-    assert out.host_pooled == 2
+    assert out.host.pooled == 2
     for b0, b in zip(base.blocks, out.blocks, strict=True):
         for mb, c in b.costs.items():
             assert c.host_forward == pytest.approx(1.5 * b0.costs[mb].host_forward)
             assert c.host_backward == pytest.approx(1.5 * b0.costs[mb].host_backward)
             assert c.forward == b0.costs[mb].forward  # the base's device time, not 5x
             assert c.saved_bytes == b0.costs[mb].saved_bytes
-    assert out.host_issue == pytest.approx(0.003)
-    assert out.host_split_call == pytest.approx(1.5 * base.host_split_call)
-    assert out.host_reference == pytest.approx(1.5 * base.host_reference)
+    assert out.host.issue == pytest.approx(0.003)
+    assert out.host.split_call == pytest.approx(1.5 * base.host.split_call)
+    assert out.host.reference == pytest.approx(1.5 * base.host.reference)
 
 
 def test_pooling_a_pooled_profile_counts_each_reading_once() -> None:
@@ -38,7 +38,7 @@ def test_pooling_a_pooled_profile_counts_each_reading_once() -> None:
     a, b, c = scaled(base, 1.0), scaled(base, 2.0), scaled(base, 6.0)
     once = pool_host(a, [a, b, c])
     twice = pool_host(a, [pool_host(a, [a, b]), c])
-    assert once.host_pooled == twice.host_pooled == 3
+    assert once.host.pooled == twice.host.pooled == 3
     k = base.micro_batches[0]
     assert twice.blocks[3].costs[k].host_forward == pytest.approx(
         once.blocks[3].costs[k].host_forward
@@ -51,7 +51,7 @@ def test_pooling_a_pooled_profile_counts_each_reading_once() -> None:
 def test_an_unrecorded_host_issue_does_not_drag_the_mean_to_zero() -> None:
     base = shipped_profile()
     out = pool_host(base, [scaled(base, 1.0, issue=0.003), scaled(base, 1.0, issue=0.0)])
-    assert out.host_issue == pytest.approx(0.003)
+    assert out.host.issue == pytest.approx(0.003)
 
 
 def test_profiles_that_do_not_match_are_refused_with_the_reason() -> None:
@@ -66,9 +66,11 @@ def test_profiles_that_do_not_match_are_refused_with_the_reason() -> None:
     assert "fp32" in poolable(base, fp32)
     assert poolable(base, scaled(base, 3.0)) == ""
     # host costs read on another CPU model describe another host; unrecorded, no judgement
-    xeon, epyc = replace(base, host_cpu="Xeon"), replace(base, host_cpu="EPYC")
+    xeon = replace(base, host=replace(base.host, cpu="Xeon"))
+    epyc = replace(base, host=replace(base.host, cpu="EPYC"))
     assert "read on EPYC, not Xeon" in poolable(xeon, epyc)
-    assert poolable(xeon, replace(epyc, host_cpu="")) == poolable(xeon, xeon) == ""
+    no_cpu = replace(epyc, host=replace(epyc.host, cpu=""))
+    assert poolable(xeon, no_cpu) == poolable(xeon, xeon) == ""
     with pytest.raises(ConfigError, match="profile 2: it was measured on"):
         pool_host(base, [base, on_h200])
     with pytest.raises(ConfigError):

@@ -51,20 +51,22 @@ def test_profile_measures_every_block_and_size() -> None:
     assert p.blocks[0].costs[4].saved_bytes == 4 * 28 * 28 * 4
     assert p.param_bytes == 61_706 * 4
     assert p.loss[4][0] > 0
-    assert p.host_reference > 0  # how fast the host ran while profiling
-    assert Profile.from_json(p.to_json()).host_reference == p.host_reference
-    assert 0 < p.host_issue < p.host_reference  # torch's host work on a tiny model, timed
-    assert Profile.from_json(p.to_json()).host_issue == p.host_issue
+    assert p.host.reference > 0  # how fast the host ran while profiling
+    assert Profile.from_json(p.to_json()).host.reference == p.host.reference
+    assert 0 < p.host.issue < p.host.reference  # torch's host work on a tiny model, timed
+    assert Profile.from_json(p.to_json()).host.issue == p.host.issue
     # where it was taken, as the probe names its machine
-    assert p.host_machine == hostspeed.machine() != ""
-    assert Profile.from_json(p.to_json()).host_machine == p.host_machine
+    assert p.host.machine == hostspeed.machine() != ""
+    assert Profile.from_json(p.to_json()).host.machine == p.host.machine
     # and on which CPU model its host costs were read
-    assert p.host_cpu == hostspeed.cpu_model() != ""
-    assert Profile.from_json(p.to_json()).host_cpu == p.host_cpu
+    assert p.host.cpu == hostspeed.cpu_model() != ""
+    assert Profile.from_json(p.to_json()).host.cpu == p.host.cpu
     # the host's speed beside each size's host costs, a reading of the same kind
-    assert sorted(p.size_issue) == [2, 4] and all(v > 0 for v in p.size_issue.values())
-    assert min(p.size_issue.values()) < 10 * p.host_issue < 100 * max(p.size_issue.values())
-    assert Profile.from_json(p.to_json()).size_issue == p.size_issue
+    assert sorted(p.host.size_issue) == [2, 4] and all(v > 0 for v in p.host.size_issue.values())
+    assert (
+        min(p.host.size_issue.values()) < 10 * p.host.issue < 100 * max(p.host.size_issue.values())
+    )
+    assert Profile.from_json(p.to_json()).host.size_issue == p.host.size_issue
     # tensors torch's DDP handles one by one: LeNet-5's 5 layers x (weight, bias), no buffers
     assert [b.param_tensors for b in p.blocks if b.param_tensors] == [2] * 5
     assert sum(b.buffer_tensors for b in p.blocks) == 0
@@ -176,7 +178,7 @@ def test_profile_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert code == 0 and out.exists()
     assert "Conv2d" in capsys.readouterr().out
     assert Profile.load(str(out)).model == "lenet5"
-    assert Profile.load(str(out)).host_windows == 1  # a CPU reads its host in one window
+    assert Profile.load(str(out)).host.windows == 1  # a CPU reads its host in one window
     assert main(["profile", "--model", "lenet5", "--micro-batch", "0"]) == 2
     one = ["profile", "--model", "lenet5", "--micro-batch", "2", "--repeats", "2"]
     assert main([*one, "--host-windows", "0"]) == 2
@@ -438,15 +440,15 @@ def test_profile_reads_the_host_in_windows_spread_over_it(monkeypatch: pytest.Mo
     monkeypatch.setattr(profiler, "measure_block", counting_measure)
     w = Workload(model="lenet5", dataset="mnist")
     options = replace(FAST, micro_batches=(2, 4), host_windows=3)
-    assert profile_model(w.build(), w.spec, options, model_name="lenet5").host_windows == 1
+    assert profile_model(w.build(), w.spec, options, model_name="lenet5").host.windows == 1
     assert [mb for mb, _ in calls] == [2, 4]  # a CPU: its host costs are 0 anyway
     calls.clear()
     measured[0] = 0
     monkeypatch.setattr(profiler, "HOST_MODELLED", ("cuda", "cpu"))
     profile = profile_model(w.build(), w.spec, options, model_name="lenet5")
     back = Profile.from_json(profile.to_json())
-    assert back.host_windows == 3
-    assert {mb: len(v) for mb, v in back.window_host.items()} == {2: 3, 4: 3}
+    assert back.host.windows == 3
+    assert {mb: len(v) for mb, v in back.host.window_host.items()} == {2: 3, 4: 3}
     blocks = measured[0] // 2
     assert sorted(mb for mb, _ in calls) == [2, 2, 2, 4, 4, 4]
     assert calls[:2] == [(2, 0), (4, 0)]  # before any block ran
@@ -469,11 +471,12 @@ def test_profile_output_says_how_far_the_host_windows_lay_apart(
 
     w = Workload(model="lenet5", dataset="mnist")
     p = profile_model(w.build(), w.spec, FAST, model_name="lenet5")
-    assert p.window_spread() == {}  # one window on a CPU, and its host time is 0
+    assert p.host.window_spread() == {}  # one window on a CPU, and its host time is 0
     print_profile(p)
     assert "windows" not in capsys.readouterr().out
-    gpu = replace(p, host_windows=3, window_host={2: (4e-3, 3e-3, 5e-3), 4: (4e-3, 4.4e-3, 4e-3)})
-    assert gpu.window_spread() == pytest.approx({2: 0.5, 4: 0.1})
+    windows = {2: (4e-3, 3e-3, 5e-3), 4: (4e-3, 4.4e-3, 4e-3)}
+    gpu = replace(p, host=replace(p.host, windows=3, window_host=windows))
+    assert gpu.host.window_spread() == pytest.approx({2: 0.5, 4: 0.1})
     print_profile(gpu)
     out = " ".join(capsys.readouterr().out.split())
     assert "moved by up to 50% between 3 windows (micro-batch 2)" in out

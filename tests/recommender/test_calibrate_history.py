@@ -20,7 +20,7 @@ def _forward(p: Profile) -> float:
 def test_a_first_profile_is_kept_as_measured(tmp_path: Path) -> None:
     base = shipped_profile()
     out = pooled_with_history(tmp_path / "profile-x.json", base)
-    assert out.host_pooled == 1 and _forward(out) == _forward(base)
+    assert out.host.pooled == 1 and _forward(out) == _forward(base)
     assert len(list((tmp_path / "profile-x.history").glob("*.json"))) == 1
 
 
@@ -31,7 +31,7 @@ def test_later_profiles_pool_with_the_newest_readings_only(tmp_path: Path) -> No
         out = pooled_with_history(path, scaled(base, f))
         out.save(str(path))
     kept = factors[-HISTORY:]
-    assert out.host_pooled == HISTORY
+    assert out.host.pooled == HISTORY
     assert len(list(path.with_suffix(".history").glob("*.json"))) == HISTORY  # pruned
     assert _forward(out) == pytest.approx(_forward(base) * sum(kept) / len(kept))
 
@@ -40,7 +40,7 @@ def test_a_profile_cached_before_histories_joins_the_history(tmp_path: Path) -> 
     base, path = shipped_profile(), tmp_path / "profile-x.json"
     scaled(base, 1.0).save(str(path))  # the cache as a pipecast without histories left it
     out = pooled_with_history(path, scaled(base, 3.0))
-    assert out.host_pooled == 2
+    assert out.host.pooled == 2
     assert _forward(out) == pytest.approx(_forward(base) * 2.0)
 
 
@@ -53,7 +53,7 @@ def test_files_that_do_not_load_or_match_are_passed_over(tmp_path: Path) -> None
     shipped_profile("resnet50").save(str(history / "7.json"))  # another model
     scaled(base, 5.0).save(str(history / "9.json"))
     out = pooled_with_history(path, scaled(base, 1.0))
-    assert out.host_pooled == 2
+    assert out.host.pooled == 2
     assert _forward(out) == pytest.approx(_forward(base) * 3.0)
 
 
@@ -71,9 +71,9 @@ def test_recalibrating_pools_and_the_cache_returns_the_pooled_profile(
     lenet = Workload(model="lenet5", dataset="mnist")
     args: dict[str, Any] = {"device": "cpu", "dtype": "fp32", "autocast": False, "pool": True}
     first, cached = calibrated_profile(lenet, (1, 2), **args)
-    assert not cached and first.host_pooled == 1
+    assert not cached and first.host.pooled == 1
     second, cached = calibrated_profile(lenet, (1, 2), refresh=True, **args)
-    assert not cached and second.host_pooled == 2
+    assert not cached and second.host.pooled == 2
     assert _forward(second) == pytest.approx(_forward(base) * 2.0)
     again, cached = calibrated_profile(lenet, (1, 2), **args)
     assert cached and _forward(again) == pytest.approx(_forward(second))
@@ -82,4 +82,4 @@ def test_recalibrating_pools_and_the_cache_returns_the_pooled_profile(
     alone, _ = calibrated_profile(
         lenet, (1, 2), refresh=True, device="cpu", dtype="fp32", autocast=False
     )
-    assert alone.host_pooled == 1 and _forward(alone) == pytest.approx(_forward(base) * 5.0)
+    assert alone.host.pooled == 1 and _forward(alone) == pytest.approx(_forward(base) * 5.0)

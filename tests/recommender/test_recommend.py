@@ -15,7 +15,7 @@ from pipecast.hardware.presets import describe
 from pipecast.models import Workload
 from pipecast.profile.profiler import ProfileOptions, profile_model
 from pipecast.profile.types import Profile
-from pipecast.recommender.enumerate import GRAPHED_SCHEDULES, strategies, with_graphs
+from pipecast.recommender.enumerate import graphed, strategies
 from pipecast.recommender.measure import measure_once
 from pipecast.recommender.predict import CPU_ERROR_RANGE, ERROR_RANGE, error_range, predict
 from pipecast.recommender.rank import (
@@ -431,11 +431,11 @@ def test_more_busy_ranks_slow_a_host_bound_prediction() -> None:
     # where the profile and the probe both read hostspeed.issue, that replaces it. A profile
     # from another machine: 4 busy ranks' reading over the profile's, 1.5x
     read = replace(busy, host_issue={1: 1e-3, 4: 1.2e-3}, machine="gpu-node:1")
-    timed = replace(host_bound, host_issue=0.8e-3, host_machine="laptop:2")
+    timed = replace(host_bound, host=replace(host_bound.host, issue=0.8e-3, machine="laptop:2"))
     assert predict(timed, read, strat, 32).step_time == pytest.approx(1.5 * calm, rel=0.05)
     # one taken on the probe's machine: the probe's busy reading over its own alone, 1.2x,
     # whatever spell the profile met
-    here = replace(timed, host_machine="gpu-node:1")
+    here = replace(timed, host=replace(timed.host, machine="gpu-node:1"))
     assert predict(here, read, strat, 32).step_time == pytest.approx(1.2 * calm, rel=0.05)
     assert predict(host_bound, read, strat, 32).step_time == pytest.approx(slowed.step_time)
 
@@ -524,36 +524,32 @@ def _host_bound(p: Profile) -> Profile:
     return replace(p, blocks=blocks)
 
 
-def test_graphed_twins_only_where_the_runtime_can_graph() -> None:
+def test_every_strategy_is_graphed_as_the_runtime_runs_it_on_gpus() -> None:
     eager = list(strategies(4, 64, blocks=12))
-    both = list(with_graphs(iter(eager)))
-    graphed = [s for s in both if s.cuda_graphs]
-    assert [s for s in both if not s.cuda_graphs] == eager
-    assert graphed and all(
-        s.recompute == "none" and (s.kind in ("single", "data") or s.schedule in GRAPHED_SCHEDULES)
-        for s in graphed
-    )
-    assert not any(s.cuda_graphs and s.schedule in ("zb-h1", "zb-v") and s.stages > 1 for s in both)
-    assert all(Strategy(**{**s.to_dict(), "cuda_graphs": False}) in eager for s in graphed)
-    assert "CUDA graphs" in graphed[0].label()
+    graphed_ones = list(graphed(iter(eager)))
+    assert all(s.cuda_graphs for s in graphed_ones)
+    assert [Strategy(**{**s.to_dict(), "cuda_graphs": False}) for s in graphed_ones] == eager
+    assert any(s.schedule in ("zb-h1", "zb-v") and s.stages > 1 for s in graphed_ones)
+    assert "CUDA graphs" in graphed_ones[0].label()
 
 
-def test_recommend_weighs_graphs_only_when_asked() -> None:
+def test_recommend_predicts_graphs_on_gpus_and_eager_where_asked() -> None:
     p = _host_bound(make_profile([1e-3] * 12, params=[10**6] * 12))
-    plain = recommend(p, GPUS, 64)
-    assert not any(pred.strategy.cuda_graphs for pred in plain.ranked)
-    rec = recommend(p, GPUS, 64, cuda_graphs=True)
-    by_strategy = {pred.strategy: pred for pred in rec.ranked}
+    rec = recommend(p, GPUS, 64)  # a GPU's profile: as the runtime runs it, graphed
+    assert all(pred.strategy.cuda_graphs for pred in rec.ranked)
+    eager = recommend(p, GPUS, 64, cuda_graphs=False)
+    assert not any(pred.strategy.cuda_graphs for pred in eager.ranked)
+    by_strategy = {pred.strategy: pred for pred in eager.ranked}
     host_bound = 0
-    for strategy, pred in by_strategy.items():
-        if strategy.cuda_graphs:  # never slower than its eager twin; faster where the host binds
-            twin = by_strategy[Strategy(**{**strategy.to_dict(), "cuda_graphs": False})]
-            assert pred.step_time <= twin.step_time * (1 + 1e-9)
-            if twin.host_bound:
-                host_bound += 1
-                assert pred.step_time < 0.9 * twin.step_time
+    for pred in rec.ranked:  # never slower than eager; much faster where the host binds
+        twin = by_strategy[Strategy(**{**pred.strategy.to_dict(), "cuda_graphs": False})]
+        assert pred.step_time <= twin.step_time * (1 + 1e-9)
+        if twin.host_bound:
+            host_bound += 1
+            assert pred.step_time < 0.9 * twin.step_time
     assert host_bound > 0
-    assert rec.best.strategy.cuda_graphs
+    cpu = recommend(replace(p, device="cpu"), GPUS, 64)  # CPU ranks run eagerly
+    assert not any(pred.strategy.cuda_graphs for pred in cpu.ranked)
 
 
 def test_clipping_prices_the_norms_all_reduce_over_every_gpu() -> None:

@@ -71,10 +71,10 @@ def predictions(
             "bubble": pred.timeline.bubble_fraction,
             "exposed_comm": pred.timeline.exposed_comm,
             "host_share": pred.timeline.host_share,
-            "host_reference": profile.host_reference,
-            "host_issue": profile.host_issue,
+            "host_reference": profile.host.reference,
+            "host_issue": profile.host.issue,
             "host_factor": cluster.host_factor(
-                min(strategy.gpus, cluster.gpus_per_node), profile.host_issue, profile.host_machine
+                min(strategy.gpus, cluster.gpus_per_node), profile.host.issue, profile.host.machine
             ),
             "timeline": [e.to_row() for e in pred.timeline.events],
         }

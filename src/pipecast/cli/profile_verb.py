@@ -106,12 +106,12 @@ def print_profile(profile: Profile, micro_batch: int | None = None) -> None:
         style="bold",
     )
     console.print(table)
-    spread = profile.window_spread()
+    spread = profile.host.window_spread()
     if spread:
         worst = max(spread, key=spread.__getitem__)
         console.print(
             f"host: the whole model's host time moved by up to {spread[worst]:.0%} between "
-            f"{profile.host_windows} windows (micro-batch {worst}); each size keeps the median"
+            f"{profile.host.windows} windows (micro-batch {worst}); each size keeps the median"
         )
     if profile.graph_failure:
         console.print(f"[yellow]no CUDA graph times: {profile.graph_failure}[/]")
@@ -154,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"--pool-host {path} cannot pool with this profile: {why}")
     if earlier:
         profile = pool_host(profile, [profile, *earlier])
-        console.print(f"host costs: the mean of {profile.host_pooled} profiles' readings")
+        console.print(f"host costs: the mean of {profile.host.pooled} profiles' readings")
     print_profile(profile)
     if args.output:
         profile.save(args.output)

@@ -93,9 +93,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument(
         "--cuda-graphs",
-        action="store_true",
-        help="also rank every strategy the runtime can replay as CUDA graphs (GPU; predicted "
-        "from eager device times, so less sure: use with --validate)",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="predict strategies as CUDA graphs, one launch per action (default: on GPUs, as "
+        "the runtime runs them); --no-cuda-graphs: eager, as train --no-cuda-graphs runs",
     )
     p.add_argument("--top", type=count_arg("--top", 1), default=12, help="rows to show")
     p.add_argument(
@@ -203,13 +204,13 @@ class _Shown:
             console.print(
                 f"profile: pipecast's reference, measured on {profile.device} at micro-batches "
                 f"{list(profile.micro_batches)} ({profile.dtype}, torch "
-                f"{profile.torch_version}; host costs the mean of {profile.host_pooled} runs' "
+                f"{profile.torch_version}; host costs the mean of {profile.host.pooled} runs' "
                 "profiles)"
             )
         else:
             pooled = (
-                f"; host costs the mean of {profile.host_pooled} profiles of it here"
-                if profile.host_pooled > 1 and psource != "given"
+                f"; host costs the mean of {profile.host.pooled} profiles of it here"
+                if profile.host.pooled > 1 and psource != "given"
                 else ""
             )
             console.print(

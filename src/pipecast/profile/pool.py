@@ -48,8 +48,8 @@ def poolable(base: Profile, other: Profile) -> str:
         return f"it was measured in {other.dtype}, not {base.dtype}"
     if not carries(other.device, base.device):
         return f"it was measured on {other.device}, not {base.device}"
-    if other.host_cpu and base.host_cpu and other.host_cpu != base.host_cpu:
-        return f"its host costs were read on {other.host_cpu}, not {base.host_cpu}"
+    if other.host.cpu and base.host.cpu and other.host.cpu != base.host.cpu:
+        return f"its host costs were read on {other.host.cpu}, not {base.host.cpu}"
     if [b.name for b in other.blocks] != [b.name for b in base.blocks]:
         return f"its {len(other.blocks)} blocks are not the {len(base.blocks)} of this one"
     missing = sorted(set(base.micro_batches) - set(other.micro_batches))
@@ -60,8 +60,8 @@ def poolable(base: Profile, other: Profile) -> str:
 
 def _mean(profiles: Sequence[Profile], read: Callable[[Profile], float], fallback: float) -> float:
     """The mean of `read` over the profiles that recorded it (non-zero), each weighted by
-    how many readings it pools already (Profile.host_pooled), else `fallback`."""
-    pairs = [(read(p), p.host_pooled) for p in profiles if read(p) > 0]
+    how many readings it pools already (HostReadings.pooled), else `fallback`."""
+    pairs = [(read(p), p.host.pooled) for p in profiles if read(p) > 0]
     if not pairs:
         return fallback
     return sum(v * w for v, w in pairs) / sum(w for _, w in pairs)
@@ -79,18 +79,19 @@ def pool_host(base: Profile, profiles: Sequence[Profile]) -> Profile:
         if why:
             raise ConfigError(f"cannot pool host costs with profile {i + 1}: {why}")
 
-    weight = sum(p.host_pooled for p in profiles)
+    weight = sum(p.host.pooled for p in profiles)
     pooled = with_host_costs(
         base,
         lambda i, mb, _: {
-            h: sum(getattr(p.blocks[i].costs[mb], h) * p.host_pooled for p in profiles) / weight
+            h: sum(getattr(p.blocks[i].costs[mb], h) * p.host.pooled for p in profiles) / weight
             for h in HOST_COSTS
         },
     )
-    return replace(
-        pooled,
-        host_split_call=_mean(profiles, lambda p: p.host_split_call, base.host_split_call),
-        host_issue=_mean(profiles, lambda p: p.host_issue, base.host_issue),
-        host_reference=_mean(profiles, lambda p: p.host_reference, base.host_reference),
-        host_pooled=weight,
+    host = replace(
+        base.host,
+        split_call=_mean(profiles, lambda p: p.host.split_call, base.host.split_call),
+        issue=_mean(profiles, lambda p: p.host.issue, base.host.issue),
+        reference=_mean(profiles, lambda p: p.host.reference, base.host.reference),
+        pooled=weight,
     )
+    return replace(pooled, host=host)

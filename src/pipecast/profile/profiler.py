@@ -23,7 +23,6 @@ from pipecast.data.spec import DatasetSpec
 from pipecast.data.synthetic import synthetic_batch
 from pipecast.errors import ConfigError, DeviceError
 from pipecast.hardware import devices, hostspeed
-from pipecast.hardware.allocator import SMALL_REQUEST
 from pipecast.models.summary import block_name
 from pipecast.profile.context import (
     Context,
@@ -50,7 +49,7 @@ from pipecast.profile.measure import (
 )
 from pipecast.profile.options import ProfileOptions
 from pipecast.profile.stats import robust
-from pipecast.profile.types import BlockCost, BlockProfile, Profile
+from pipecast.profile.types import SMALL_REQUEST, BlockCost, BlockProfile, HostReadings, Profile
 from pipecast.runtime.backward import backward_full
 
 __all__ = ["ProfileOptions", "measure_step", "profile_model"]
@@ -297,18 +296,20 @@ def _profile_model(
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         floor_bytes=floor,
         optimizer_fixed=fixed_step,
-        host_split_call=b_call,
-        host_reference=statistics.median(host_speed),
-        host_issue=statistics.median(host_issue),
-        host_machine=hostspeed.machine(),
-        host_cpu=hostspeed.cpu_model(),
-        size_issue=size_issue,
-        host_windows=windows if in_context else 0,
-        window_host={
-            mb: tuple(sum(c.host_forward) + c.host_backward for c in w)
-            for mb, w in plain_passes.items()
-            if w
-        },
+        host=HostReadings(
+            split_call=b_call,
+            reference=statistics.median(host_speed),
+            issue=statistics.median(host_issue),
+            machine=hostspeed.machine(),
+            cpu=hostspeed.cpu_model(),
+            size_issue=size_issue,
+            windows=windows if in_context else 0,
+            window_host={
+                mb: tuple(sum(c.host_forward) + c.host_backward for c in w)
+                for mb, w in plain_passes.items()
+                if w
+            },
+        ),
         issue_hidden=bool(contexts) and all(c.issue_hidden for c in contexts.values()),
         graph_times=graphs.enabled,
         graph_failure=graphs.failure,

@@ -136,7 +136,7 @@ def pooled_with_history(path: Path, profile: Profile) -> Profile:
             earlier = Profile.load(str(path))
         except DataError:
             earlier = None
-        if earlier is not None and earlier.host_pooled == 1:
+        if earlier is not None and earlier.host.pooled == 1:
             earlier.save(str(history / "0.json"))
     newest = history / f"{time.time_ns()}.json"
     profile.save(str(newest))
@@ -150,7 +150,7 @@ def pooled_with_history(path: Path, profile: Profile) -> Profile:
             p = Profile.load(str(f))
         except DataError:
             continue
-        if p.host_pooled == 1 and not poolable(profile, p):
+        if p.host.pooled == 1 and not poolable(profile, p):
             readings.append(p)
     return pool_host(profile, readings) if len(readings) > 1 else profile
 

@@ -8,8 +8,6 @@ from pipecast.recommender.strategy import Strategy
 from pipecast.training import Recompute
 
 PIPELINE_SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-v")
-GRAPHED_SCHEDULES = ("gpipe", "1f1b", "interleaved")
-"""Schedules with a whole backward, which the runtime can replay as CUDA graphs."""
 ACCUMULATION = 8
 """Gradient accumulation counts up to this are always considered for one GPU and for data
 parallelism."""
@@ -19,14 +17,11 @@ GPU fits in no smaller count: recommend() tries one only where every smaller cou
 same strategy ran out of memory."""
 
 
-def with_graphs(strategies: Iterator[Strategy]) -> Iterator[Strategy]:
-    """Each strategy, followed by its CUDA-graphed twin where the runtime can graph it
-    (a whole backward, no recomputation)."""
+def graphed(strategies: Iterator[Strategy]) -> Iterator[Strategy]:
+    """Each strategy as the runtime runs it on GPUs: every action replayed as a CUDA graph
+    (all but PipeDream's, which this enumeration does not offer)."""
     for s in strategies:
-        yield s
-        whole = s.kind in ("single", "data") or s.schedule in GRAPHED_SCHEDULES
-        if whole and s.recompute == "none":
-            yield Strategy(**{**s.to_dict(), "cuda_graphs": True})
+        yield Strategy(**{**s.to_dict(), "cuda_graphs": True})
 
 
 def gpu_counts(gpus: int) -> list[int]:

@@ -8,7 +8,7 @@ from pipecast.errors import ConfigError, PipecastError
 from pipecast.hardware.cluster import Cluster
 from pipecast.partition.methods import check_margin, check_methods
 from pipecast.profile.types import Profile
-from pipecast.recommender.enumerate import ACCUMULATION, strategies, with_graphs
+from pipecast.recommender.enumerate import ACCUMULATION, graphed, strategies
 from pipecast.recommender.predict import Prediction, predict
 from pipecast.recommender.strategy import Strategy
 from pipecast.training import Optimizer
@@ -67,11 +67,13 @@ def recommend(
     epoch_samples: int = 0,
     methods: tuple[str, ...] = ("balanced",),
     schedules: tuple[str, ...] | None = None,
-    cuda_graphs: bool = False,
+    cuda_graphs: bool | None = None,
 ) -> Recommendation:
-    """Rank every strategy on up to `gpus` GPUs (default: the whole cluster); with
-    `cuda_graphs`, each that the runtime can graph also as CUDA graphs (predicted from eager
-    profiles' device times: less sure than eager strategies; --validate measures)."""
+    """Rank every strategy on up to `gpus` GPUs (default: the whole cluster), as the runtime
+    runs them: on GPUs (a GPU's profile) with every action replayed as a CUDA graph, on CPU
+    ranks eagerly; `cuda_graphs` True or False insists on one or the other."""
+    if cuda_graphs is None:
+        cuda_graphs = profile.device != "cpu"
     gpus = gpus or cluster.world
     if gpus > cluster.world:
         raise ConfigError(f"{gpus} GPUs requested but the cluster has {cluster.world}")
@@ -84,7 +86,7 @@ def recommend(
     without_recompute: set[Strategy] = set()
     accumulated: set[tuple[str, int, bool]] = set()  # one GPU or data parallel, fitted
     todo = strategies(gpus, batch, blocks=profile.num_blocks, methods=methods, **kwargs)  # type: ignore[arg-type]
-    for strategy in with_graphs(todo) if cuda_graphs else todo:
+    for strategy in graphed(todo) if cuda_graphs else todo:
         base = Strategy(**{**strategy.to_dict(), "recompute": "none"})
         if strategy.recompute != "none" and base in without_recompute:
             continue  # recomputation only where it is needed to fit

@@ -56,7 +56,9 @@ class Request:
     optimizer: Optimizer = "sgd"
     memory_margin: float = 0.1
     methods: tuple[str, ...] = ("balanced",)
-    cuda_graphs: bool = False
+    cuda_graphs: bool | None = None
+    """Predict strategies replayed as CUDA graphs (None: on GPUs, as the runtime runs them;
+    False: eager)."""
     epoch_samples: int = 0
     cluster: Cluster | None = None
     """Plan for these devices instead of probing this machine."""
@@ -127,7 +129,7 @@ class Outcome:
                 "device": profile.device,
                 "micro_batches": list(profile.micro_batches),
                 "torch": profile.torch_version,
-                "host_pooled": profile.host_pooled,
+                "host_pooled": profile.host.pooled,
             },
             "batch": rec.batch,
             "recommended": rec.best.strategy.to_dict(),
@@ -285,7 +287,8 @@ def recommend_for(request: Request, events: Events | None = None) -> Outcome:
     cluster, csource = _cluster(r, ev, defaulted=request.cluster is None)
     if ev.calibrated is not None:
         ev.calibrated(profile, psource, cluster, csource)
-    if r.cuda_graphs and not profile.graph_times:
+    graphed = r.cuda_graphs if r.cuda_graphs is not None else profile.device != "cpu"
+    if graphed and not profile.graph_times:
         why = f": {profile.graph_failure}" if profile.graph_failure else ""
         ev.say(
             "graphed strategies are predicted from eager device times: the profile has no "
@@ -312,9 +315,9 @@ def recommend_for(request: Request, events: Events | None = None) -> Outcome:
     drift = None
     if psource in ("given", "cached"):  # one measured just now needs no check of the host
         drift = host_drift(
-            profile.host_reference,
+            profile.host.reference,
             hostspeed.reference(),
-            profiled_on=profile.host_machine,
+            profiled_on=profile.host.machine,
             here=hostspeed.machine(),
             cached=psource == "cached",
         )

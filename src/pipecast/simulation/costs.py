@@ -46,20 +46,9 @@ class StageTimes:
     host_backward_input: float = 0.0
     host_backward_weight: float = 0.0
     host_backward: float = 0.0
-    graph_host_forward: float = 0.0
-    """Host seconds a graphed forward still issues op by op beyond the runtime's overhead
-    (the last stage's loss; Costs.cuda_graphs)."""
-    graph_host_backward: float = 0.0
     kept_workspace: int = 0
     """Device bytes the math libraries keep for each stream the stage runs on (cuBLAS's
-    workspaces): once per rank for its default stream, once more per graphed stage for its
-    capture stream."""
-    graph_slot_small: int = 0
-    """Bytes one CUDA-graph slot of the stage holds at its fullest in small allocator
-    requests (StageCost.graph_slot_small; with graph_slot_large 0: activations, workspace
-    and a gradient copy together, an upper bound)."""
-    graph_slot_large: int = 0
-    """... and in large ones."""
+    workspaces): once per rank for its default stream, once more for the graphs' stream."""
     forward_span: float = 0.0
     """Seconds from when the host begins issuing the action until its device can be done
     with it, the device idle at the start, block by block (simulate.issue.span): at least
@@ -103,13 +92,9 @@ class Costs:
     action that consumes it (posts the receive), and the sender's device starts nothing
     more until then (work queued behind a waiting NCCL send on a shared hardware queue)."""
     cuda_graphs: bool = False
-    """Stages replayed as CUDA graphs (pipecast.runtime.graphs): an action costs its host
-    only the runtime's overhead and what still runs eagerly (StageTimes.graph_host_*, the
-    last stage's loss), and each in-flight slot keeps its activations, workspace
-    and a copy of the stage's gradients for the whole step."""
-    graph_pool_factor: float = 1.0
-    """With cuda_graphs: each slot's memory over its activations, workspace and gradient
-    copy, as the profile's whole-model graph pool measured it (Profile.graph_pool_factor)."""
+    """Actions replayed as CUDA graphs (pipecast.runtime.graphs): an action costs its host
+    only the runtime's overhead, and each rank holds static buffers for the values that
+    cross its graphs (simulator.graph_buffers)."""
     extra: dict[str, float] = field(default_factory=dict)
 
     @classmethod
@@ -161,7 +146,7 @@ def costs_from_profile(
     stages = []
     busy = len({d for st in partition.stages for d in st.devices})
     slow = cluster.host_factor(
-        min(busy, cluster.gpus_per_node), profile.host_issue, profile.host_machine
+        min(busy, cluster.gpus_per_node), profile.host.issue, profile.host.machine
     )
     # CPU ranks share the cores the profile had to itself: the model's own reading
     # (Profile.shared_compute), else the probe's matmul (Cluster.cpu_compute); and the
@@ -207,11 +192,7 @@ def costs_from_profile(
             + hooks_total,
             host_backward_weight=0.0 if index == 0 else c.host_backward_weight * slow,
             host_backward=c.host_backward * slow + hooks_total,
-            graph_host_forward=c.graph_host_forward * slow,
-            graph_host_backward=c.graph_host_backward * slow,
             kept_workspace=c.kept_workspace,
-            graph_slot_small=c.graph_slot_small,
-            graph_slot_large=c.graph_slot_large,
         )
         if not cuda_graphs:  # a graphed action is one launch
             blocks = [profile.cost(i, micro_batch) for i in range(st.start, st.stop)]
@@ -246,7 +227,6 @@ def costs_from_profile(
         optimizer=optimizer,
         host_overhead=0.0 if cpu else cluster.host_overhead,  # on CPU: in the stage times
         cuda_graphs=cuda_graphs,
-        graph_pool_factor=profile.graph_pool_factor(micro_batch) if cuda_graphs else 1.0,
     )
 
 

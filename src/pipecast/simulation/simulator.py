@@ -26,9 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pipecast.errors import ConfigError
-from pipecast.hardware.allocator import slot_reserved
 from pipecast.schedule.action import Action, Plan
-from pipecast.schedule.slots import slots
 from pipecast.schedule.validate import dependencies
 from pipecast.simulation.costs import Costs, StageTimes
 from pipecast.simulation.timeline import Event, Timeline
@@ -99,15 +97,37 @@ after a backward against after a forward (docs/decisions.md, "A forward after a
 backward")."""
 
 
+def graph_buffers(plan: Plan, costs: Costs, rank: int) -> int:
+    """Bytes of a graphed rank's static buffers (pipecast.runtime.graphs), held for the whole
+    run: per micro-batch of each of its stages, the input (received, or the data) unless a
+    stage of its own produced it, the output, the output's gradient where another rank sends
+    it, the input's gradient. The graphs' own temporaries share one pool in the plan's order,
+    as an eager step's allocations come and go, and are counted as those."""
+    total = 0
+    mine = set(plan.stages_of(rank))
+    last = plan.num_stages - 1
+    for s in mine:
+        st = costs.stages[s]
+        per_mb = st.output_bytes if s < last else 0  # the output
+        per_mb += st.batch_bytes  # the data at the first stage, the targets at the last
+        if s > 0 and s - 1 not in mine:
+            per_mb += st.input_bytes  # received
+        if s < last and s + 1 not in mine:
+            per_mb += st.output_bytes  # the output's gradient, received
+        if s > 0 and not plan.forward_only:
+            per_mb += st.input_bytes  # the input's gradient
+        total += per_mb * plan.num_microbatches
+    return total
+
+
 def _host(
     action: Action, st: StageTimes, costs: Costs, plan: Plan, after_backward: bool = False
 ) -> float:
     """Host seconds to issue `action`: its ops, and the runtime's own work per action (a
     graphed action's ops are one launch). `after_backward`: the rank's previous action was a
     backward (FORWARD_AFTER_BACKWARD)."""
-    if costs.cuda_graphs:  # beyond the launch, only what runs eagerly (the loss)
-        eager = {"F": st.graph_host_forward, "BW": st.graph_host_backward}.get(action.kind, 0.0)
-        return costs.host_overhead + eager
+    if costs.cuda_graphs:  # the whole action, the loss included, is one launch
+        return costs.host_overhead
     ops = _by_kind(
         action,
         costs,
@@ -169,21 +189,11 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
         static[r] += st.batch_bytes * plan.num_microbatches  # the step's batch, held throughout
     for r in range(plan.num_ranks):  # the default stream's library workspaces
         static[r] += max((costs.stages[s].kept_workspace for s in plan.stages_of(r)), default=0)
-    if costs.cuda_graphs:  # every slot's pool is held for the whole step
-        for r, actions in enumerate(plan.actions):
-            _, count = slots(actions)
-            for s, n in count.items():
-                st = costs.stages[s]
-                small, large = st.graph_slot_small, st.graph_slot_large
-                if not small and not large:
-                    large = (
-                        st.activation_bytes
-                        + st.workspace_bytes
-                        + int(st.param_bytes * costs.grad_bytes_factor)
-                    )
-                f = costs.graph_pool_factor
-                static[r] += n * slot_reserved(small * f, large * f)
-                static[r] += st.kept_workspace  # the stage's capture stream keeps its own
+    if costs.cuda_graphs:
+        for r in range(plan.num_ranks):
+            static[r] += graph_buffers(plan, costs, r)
+            # the graphs' stream keeps library workspaces of its own
+            static[r] += max((costs.stages[s].kept_workspace for s in plan.stages_of(r)), default=0)
     end: dict[Action, float] = {}
     available: dict[Action, float] = {}  # when an action's output is usable by its consumer
     link_free: dict[tuple[int, int], float] = {}
@@ -233,10 +243,10 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
                 # NCCL keeps those until the transfer is done on the device, and a host that
                 # runs ahead of its device meanwhile allocates the next actions' tensors.
                 state.in_flight = [(b, t) for b, t in state.in_flight if t > issue]
-                held = 0 if costs.cuda_graphs else _held(a, st, costs, plan)
+                held = _held(a, st, costs, plan)
                 if a.kind == "F":
                     state.memory += held
-                workspace = 0 if costs.cuda_graphs else st.workspace_bytes
+                workspace = st.workspace_bytes
                 transient = workspace + sum(b for b, _ in state.in_flight)
                 if a.kind in ("B", "BW"):
                     # the gradient received for the stage's output and the one it computes
