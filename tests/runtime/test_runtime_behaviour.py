@@ -19,6 +19,7 @@ from pipecast.data.synthetic import synthetic_batch
 from pipecast.errors import ConfigError, PipecastError
 from pipecast.models import Workload
 from pipecast.partition import from_boundaries
+from pipecast.runtime import faults
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.engine import PipelineEngine
 from pipecast.runtime.job import TrainJob
@@ -143,13 +144,13 @@ def test_killed_rank_makes_the_others_report_within_the_timeout() -> None:
         steps=3,
         capture=False,
     )
-    os.environ["PIPECAST_FAULT"] = "1:1"  # rank 1 dies at step 1
+    os.environ[faults.ENV] = "1:1"  # rank 1 dies at step 1
     began = time.perf_counter()
     try:
         with pytest.raises(RankFailed) as err:
             run(job)
     finally:
-        del os.environ["PIPECAST_FAULT"]
+        del os.environ[faults.ENV]
     elapsed = time.perf_counter() - began
     assert elapsed < 8 + 30, f"took {elapsed:.0f} s"
     first = str(err.value).splitlines()[0]
@@ -170,13 +171,13 @@ def test_hung_rank_makes_the_others_report_where_they_wait() -> None:
         steps=3,
         capture=False,
     )
-    os.environ["PIPECAST_FAULT"] = "1:1:hang"
+    os.environ[faults.ENV] = "1:1:hang"
     began = time.perf_counter()
     try:
         with pytest.raises(RankFailed) as err:
             run(job)
     finally:
-        del os.environ["PIPECAST_FAULT"]
+        del os.environ[faults.ENV]
     assert time.perf_counter() - began < 4 + 30
     text = str(err.value)
     assert text.startswith("rank 0") and "made no progress" in text

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import os
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ from pipecast.data.synthetic import synthetic_batch
 from pipecast.errors import PipecastError
 from pipecast.hardware import devices
 from pipecast.hardware.devices import DTYPES
-from pipecast.runtime import checkpoint
+from pipecast.runtime import checkpoint, faults
 from pipecast.runtime.engine import PipelineEngine, StepResult
 from pipecast.runtime.job import TrainJob
 from pipecast.runtime.launch import Context, write_progress
@@ -171,7 +170,7 @@ def run_rank(ctx: Context, job: TrainJob) -> RankReport:
     )
     data = _Data(job, spec, ctx.device)
     report = RankReport(ctx.rank, pipeline_rank, replica, own, device=str(ctx.device))
-    fault = _fault(ctx.rank)
+    fault = faults.planned(ctx.rank)
     final: StepResult | None = None
     total = job.total_steps
     start = _resume(ctx, job, stages, engine)
@@ -181,10 +180,6 @@ def run_rank(ctx: Context, job: TrainJob) -> RankReport:
     timed_from = max(job.warmup_steps, start + 1 if 0 < start < total - 1 else start)
     try:
         for step in range(start, total):
-            if fault is not None and fault[0] == step:  # fault injection, for tests
-                if fault[1] == "hang":
-                    time.sleep(10**6)
-                os._exit(9)
             inputs, targets = own_share(
                 *data.batch(step),
                 first=0 in stages,
@@ -194,6 +189,7 @@ def run_rank(ctx: Context, job: TrainJob) -> RankReport:
             )
             _set_lr(stages, job, step)
             engine.watchdog.at(None, f"waiting at the barrier before step {step}")
+            faults.strike(fault, step)
             _barrier(ctx, f"before step {step}")
             began = time.perf_counter()
             result = engine.step(inputs, targets)
@@ -341,14 +337,6 @@ def release_earlier_jobs(device: torch.device) -> None:
     if device.type == "cuda":
         devices.clear_workspaces()  # as in a fresh process: a job's stages bring their own
         torch.cuda.empty_cache()
-
-
-def _fault(rank: int) -> tuple[int, str] | None:
-    """PIPECAST_FAULT='rank:step[:hang]' kills (or hangs) that rank at that step."""
-    parts = os.environ.get("PIPECAST_FAULT", "").split(":")
-    if len(parts) >= 2 and int(parts[0]) == rank:
-        return int(parts[1]), parts[2] if len(parts) > 2 else "die"
-    return None
 
 
 def _barrier(ctx: Context, where: str) -> None:
