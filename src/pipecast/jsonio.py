@@ -44,6 +44,8 @@ def load(kind: str, version: int, text: str, source: str = "<string>") -> JsonDi
 def write_atomic(path: str | os.PathLike[str], text: str) -> None:
     """Write `text` so that a crash never leaves a half-written file behind."""
     target = Path(path)
+    if target.is_dir():
+        raise DataError(f"{path} is a directory: name a file to write")
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(target.name + ".tmp")
     tmp.write_text(text)

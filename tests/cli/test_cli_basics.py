@@ -73,3 +73,54 @@ def test_malformed_data_file_exit_2(tmp_path: Path, capsys: pytest.CaptureFixtur
 def test_digits_summary(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(["data", "--dataset", "digits"], capsys)
     assert code == 0 and "1797 samples" in out
+
+
+SHIPPED = Path(__file__).parents[2] / "src/pipecast/profile/shipped/h100/resnet50-imagenet.json"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["partition", "--profile", str(SHIPPED), "--stages", "0"], "--stages takes a count"),
+        (
+            ["simulate", "--profile", str(SHIPPED), "--stages", "2", "--micro-batches", "0"],
+            "at least 1",
+        ),
+        (
+            ["recommend", "--model", "lenet5", "--batch", "-5"],
+            "--batch takes a count of at least 1",
+        ),
+        (["recommend", "--model", "lenet5", "--device", "cpu", "--gpus", "100000"], "CPU ranks"),
+        (["train", "--model", "lenet5", "--steps", "0"], "--steps takes a count"),
+        (["probe", "--devices", "0"], "--devices takes a count"),
+        (["profile", "--model", "lenet5", "-o", "{tmp}"], "is a directory: name a file"),
+        (["report", "--store", "{tmp}"], "is a directory, expected a results store"),
+        (["partition", "--profile", "{tmp}/none.json", "--stages", "2"], "file not found"),
+        (["partition", "--profile", "{tmp}", "--stages", "2"], "is a directory, expected a file"),
+        (["train", "--recommendation", str(SHIPPED)], "'profile' file, not a recommendation"),
+        (["simulate", "--profile", "{tmp}/rec.json", "--stages", "2"], "not a 'profile'"),
+        (
+            ["recommend", "--model", "resnet18", "--dataset", "cifar10", "--profile", str(SHIPPED)],
+            "the profile is of resnet50-imagenet, not resnet18-cifar10",
+        ),
+        (
+            ["train", "--model", "lenet5", "--gpus", "2", "--micro-batches", "8", "--batch", "4"],
+            "at least 8",
+        ),
+    ],
+)
+def test_every_verbs_bad_numbers_and_paths_stop_before_anything_runs(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """0, negative, huge, a missing file, a directory, a file of the wrong kind, a profile of
+    another model: one line, exit 2, and nothing written."""
+    (tmp_path / "rec.json").write_text('{"ranked": [], "batch": 8}')
+    before = sorted(tmp_path.iterdir())
+    try:
+        code = main([a.replace("{tmp}", str(tmp_path)) for a in argv])
+    except SystemExit as exc:  # argparse's own checks
+        code = int(exc.code or 0)
+    err = capsys.readouterr().err
+    assert code == 2 and message in err, err
+    assert "Traceback" not in err and err.strip().count("\n") == 0
+    assert sorted(tmp_path.iterdir()) == before

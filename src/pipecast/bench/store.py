@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipecast.errors import DataError
+
 SCHEMA = """
 create table if not exists results (
     key text primary key,
@@ -46,6 +48,8 @@ class Row:
 
 class Store:
     def __init__(self, path: str | Path) -> None:
+        if Path(path).is_dir():
+            raise DataError(f"{path} is a directory, expected a results store (a .sqlite file)")
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with closing(self._connect()) as db, db:

@@ -10,7 +10,7 @@ from pipecast.bench.config import BenchConfig
 from pipecast.bench.predictions import predictions
 from pipecast.bench.runner import run_suite
 from pipecast.bench.suites import SUITES, suite
-from pipecast.cli.common import count_arg
+from pipecast.cli.common import count_arg, output_file
 from pipecast.cli.console import console, human_seconds, progress
 from pipecast.hardware.load import default_cluster, load_cluster
 from pipecast.profile.profiler import ProfileOptions, profile_model
@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "rerunning resumes where it stopped.",
     )
     p.add_argument("--suite", default="quick", help=", ".join(SUITES))
-    p.add_argument("--store", default="pipecast-out/bench.sqlite")
+    p.add_argument("--store", type=output_file, default="pipecast-out/bench.sqlite")
     p.add_argument("--cluster", help="cluster for the predicted columns (default: a preset)")
     p.add_argument("--timeout", type=float, default=300.0, help="per configuration")
     p.add_argument(

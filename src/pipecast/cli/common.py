@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from pathlib import Path
 
 from pipecast.data.registry import DEFAULT_SEQ_LEN, DEFAULT_VOCAB, DEFAULT_WIDTH, dataset_names
 from pipecast.models.registry import get_entry, model_names
@@ -56,6 +57,21 @@ def parse_int_list(text: str, what: str) -> list[int]:
     if not values or any(v < 1 for v in values):
         raise ConfigError(f"{what} must be integers of at least 1, got '{text}'")
     return values
+
+
+def output_file(text: str) -> str:
+    """An argparse type for a file to write: not a directory (checked before anything
+    runs, so no measurement is lost to a bad path)."""
+    if Path(text).is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a directory: name a file to write")
+    return text
+
+
+def output_dir(text: str) -> str:
+    """An argparse type for a directory to write into: not an existing file."""
+    if Path(text).exists() and not Path(text).is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a file: name a directory to write into")
+    return text
 
 
 def count_arg(flag: str, minimum: int, *, also: str = "") -> Callable[[str], int | str]:

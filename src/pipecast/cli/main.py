@@ -6,6 +6,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from importlib import import_module
+from typing import NoReturn
 
 from pipecast import __version__
 from pipecast.errors import PipecastError
@@ -28,8 +29,16 @@ VERBS: tuple[str, ...] = (
 _MODULES = {verb: f"pipecast.cli.{verb}_verb" for verb in VERBS}
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, its errors one line (`pipecast <verb>: error: ...`) and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: error: {message} (--help for usage)", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="pipecast",
         description="Profile, partition, schedule, simulate, recommend and run pipeline-"
         "parallel training.",

@@ -6,6 +6,7 @@ import argparse
 
 from rich.table import Table
 
+from pipecast.cli.common import count_arg, output_file
 from pipecast.cli.console import console, human_bytes, human_seconds
 from pipecast.cli.planning import add_profile_args, load_inputs
 from pipecast.partition import METHODS, PartitionReport, Setting, analyze, partition
@@ -21,15 +22,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "transfers and memory; --compare shows every method side by side.",
     )
     add_profile_args(p)
-    p.add_argument("--stages", type=int, required=True)
+    p.add_argument("--stages", type=count_arg("--stages", 1), required=True)
     p.add_argument("--method", default="balanced", help=f"{', '.join(METHODS)} or pipedream")
     p.add_argument(
         "--micro-batch", type=int, help="samples per micro-batch (default: largest profiled)"
     )
-    p.add_argument("--micro-batches", type=int, default=8, help="micro-batches per step (memory)")
+    p.add_argument(
+        "--micro-batches",
+        type=count_arg("--micro-batches", 1),
+        default=8,
+        help="micro-batches per step (memory)",
+    )
     p.add_argument("--schedule", default="1f1b", help="the schedule whose in-flight memory counts")
     p.add_argument("--compare", action="store_true", help="every method side by side")
-    p.add_argument("-o", "--output", help="write the partition JSON here")
+    p.add_argument("-o", "--output", type=output_file, help="write the partition JSON here")
     p.set_defaults(func=run)
 
 

@@ -7,6 +7,7 @@ import json
 
 from rich.table import Table
 
+from pipecast.cli.common import count_arg, output_file
 from pipecast.cli.console import console, human_seconds
 from pipecast.hardware.cluster import Cluster
 from pipecast.hardware.presets import describe
@@ -21,11 +22,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "devices, all-reduce bus bandwidth by group size, matmul FLOP/s and memory, and write "
         "a Cluster. With --describe, write a Cluster for a machine you don't have instead.",
     )
-    p.add_argument("--devices", type=int, default=2, help="how many devices to probe")
+    p.add_argument(
+        "--devices", type=count_arg("--devices", 1), default=2, help="how many devices to probe"
+    )
     p.add_argument("--device", default="cpu", help="cuda (NCCL, one process per GPU) or cpu")
     p.add_argument("--max-bytes", type=int, default=256 * 2**20, help="largest message")
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--raw", help="also write the raw samples to this JSON file")
+    p.add_argument("--repeats", type=count_arg("--repeats", 1), default=5)
+    p.add_argument("--raw", type=output_file, help="also write the raw samples to this JSON file")
     d = p.add_argument_group("describe a machine instead of measuring")
     d.add_argument("--describe", action="store_true")
     d.add_argument("--nodes", type=int, default=1)
@@ -35,7 +38,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     d.add_argument("--intra-latency", default="10us")
     d.add_argument("--inter-bw", default="50GB/s", help="GPU-to-GPU bandwidth across nodes")
     d.add_argument("--inter-latency", default="5us")
-    p.add_argument("-o", "--output", help="where to write the Cluster JSON")
+    p.add_argument("-o", "--output", type=output_file, help="where to write the Cluster JSON")
     p.set_defaults(func=run)
 
 

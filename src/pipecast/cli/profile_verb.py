@@ -6,7 +6,13 @@ import argparse
 
 from rich.table import Table
 
-from pipecast.cli.common import add_workload_args, parse_int_list, workload_from_args
+from pipecast.cli.common import (
+    add_workload_args,
+    count_arg,
+    output_file,
+    parse_int_list,
+    workload_from_args,
+)
 from pipecast.cli.console import console, human_bytes, human_count, human_seconds, progress
 from pipecast.errors import ConfigError
 from pipecast.profile.pool import pool_host, poolable
@@ -26,7 +32,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32")
     p.add_argument("--autocast", action="store_true", help="fp32 parameters, autocast compute")
-    p.add_argument("--repeats", type=int, default=7, help="timed repeats per measurement")
+    p.add_argument(
+        "--repeats", type=count_arg("--repeats", 1), default=7, help="timed repeats per measurement"
+    )
     p.add_argument("--warmup", type=int, default=2, help="untimed warm-up runs")
     p.add_argument("--offload", action="store_true", help="hold one block on the device at a time")
     p.add_argument(
@@ -59,7 +67,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "costs become the mean over them and this one (one profile reads the host in one of "
         "its spells; device times and memory stay this one's)",
     )
-    p.add_argument("-o", "--output", help="where to write the profile JSON")
+    p.add_argument("-o", "--output", type=output_file, help="where to write the profile JSON")
     p.set_defaults(func=run)
 
 

@@ -13,6 +13,7 @@ from pipecast.cli.common import (
     count_arg,
     margin_arg,
     methods_arg,
+    output_file,
     workload_from_args,
 )
 from pipecast.cli.console import console, human_bytes, human_seconds, progress
@@ -37,11 +38,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_workload_args(p, required=False)
     p.add_argument(
         "--batch",
-        type=int,
+        type=count_arg("--batch", 1),
         default=0,
         help="global batch per step (default: 256 on GPUs, 32 on CPU)",
     )
-    p.add_argument("--gpus", type=int, default=0, help="GPUs (default: all here, or 4)")
+    p.add_argument(
+        "--gpus", type=count_arg("--gpus", 1), default=0, help="GPUs (default: all here, or 4)"
+    )
     p.add_argument(
         "--device",
         choices=("auto", "cuda", "cpu"),
@@ -114,7 +117,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="with --validate: measure every candidate this many times, round-robin, and "
         "keep each one's median (the host's speed moves between runs; default 2)",
     )
-    p.add_argument("-o", "--output", default="pipecast-out/recommendation.json")
+    p.add_argument("-o", "--output", type=output_file, default="pipecast-out/recommendation.json")
     p.set_defaults(func=run)
 
 

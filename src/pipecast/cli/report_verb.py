@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from pipecast.cli.common import output_dir
 from pipecast.cli.console import console
 from pipecast.hardware.load import load_cluster
 from pipecast.report.html import build
@@ -23,7 +24,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--probe", help="raw probe samples (pipecast probe --raw)")
     p.add_argument("--cluster", help="cluster for partition efficiency tables")
     p.add_argument("--trace", action="append", default=[], help="trace JSON to link")
-    p.add_argument("-o", "--out-dir", default="pipecast-out/report")
+    p.add_argument("-o", "--out-dir", type=output_dir, default="pipecast-out/report")
     p.set_defaults(func=run)
 
 

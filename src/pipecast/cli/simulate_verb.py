@@ -7,6 +7,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from pipecast.cli.common import count_arg, output_dir
 from pipecast.cli.console import console, human_bytes, human_seconds
 from pipecast.cli.planning import add_profile_args, default_batch, load_inputs
 from pipecast.recommender.predict import Prediction, predict
@@ -27,23 +28,30 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "chart PNG and a Chrome/Perfetto trace.",
     )
     add_profile_args(p)
-    p.add_argument("--stages", type=int, required=True, help="pipeline GPUs")
+    p.add_argument("--stages", type=count_arg("--stages", 1), required=True, help="pipeline GPUs")
     p.add_argument("--schedule", default="1f1b", help=", ".join(SCHEDULES))
-    p.add_argument("--micro-batches", type=int, default=8)
+    p.add_argument("--micro-batches", type=count_arg("--micro-batches", 1), default=8)
     p.add_argument(
         "--batch",
-        type=int,
+        type=count_arg("--batch", 1),
         help="global batch (default: largest profiled micro-batch x micro-batches)",
     )
     p.add_argument("--partition", default="balanced", help="method or boundaries 0,4,10,40")
-    p.add_argument("--replicas", type=int, default=1, help="data-parallel pipeline replicas")
+    p.add_argument(
+        "--replicas",
+        type=count_arg("--replicas", 1),
+        default=1,
+        help="data-parallel pipeline replicas",
+    )
     p.add_argument("--recompute", choices=("none", "all", "all-but-last"), default="none")
     p.add_argument(
         "--compare-closed-form",
         action="store_true",
         help="also print the background studies' closed-form predictions",
     )
-    p.add_argument("--out-dir", default="pipecast-out", help="where the PNG and trace go")
+    p.add_argument(
+        "--out-dir", type=output_dir, default="pipecast-out", help="where the PNG and trace go"
+    )
     p.set_defaults(func=run)
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.table import Table
 
 from pipecast.api import make_job
-from pipecast.cli.common import add_workload_args, workload_from_args
+from pipecast.cli.common import add_workload_args, count_arg, output_dir, workload_from_args
 from pipecast.cli.console import console, human_bytes, human_seconds, progress
 from pipecast.errors import ConfigError
 from pipecast.hardware.load import default_cluster
@@ -18,7 +18,7 @@ from pipecast.recommender.chosen import Chosen, chosen
 from pipecast.recommender.predict import predict
 from pipecast.recommender.strategy import Strategy
 from pipecast.report.trace import write_trace
-from pipecast.runtime import checkpoint
+from pipecast.runtime import checkpoint, graphs
 from pipecast.runtime.checkpoint import Checkpointing
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.job import TrainJob
@@ -41,18 +41,22 @@ def add_run_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
         p.add_argument(
             "--pick", type=int, default=0, help="with --recommendation: the N-th of its ranking"
         )
-    p.add_argument("--gpus", type=int, default=2, help="processes (GPUs, or CPU ranks)")
+    p.add_argument(
+        "--gpus", type=count_arg("--gpus", 1), default=2, help="processes (GPUs, or CPU ranks)"
+    )
     p.add_argument("--replicas", type=int, default=1, help="data-parallel pipeline replicas")
     if not inference:
         p.add_argument("--schedule", default="1f1b", help=", ".join(SCHEDULES))
-    p.add_argument("--micro-batches", type=int, default=8)
-    p.add_argument("--batch", type=int, default=64, help="global batch per step")
+    p.add_argument("--micro-batches", type=count_arg("--micro-batches", 1), default=8)
+    p.add_argument(
+        "--batch", type=count_arg("--batch", 1), default=64, help="global batch per step"
+    )
     p.add_argument(
         "--partition",
         default="auto",
         help="auto (quick profile + balanced), a method, or boundaries 0,4,10,40",
     )
-    p.add_argument("--steps", type=int, default=10, help="timed steps")
+    p.add_argument("--steps", type=count_arg("--steps", 1), default=10, help="timed steps")
     p.add_argument("--warmup-steps", type=int, default=2)
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32")
@@ -92,7 +96,7 @@ def add_run_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
         "(default: on GPUs, for every schedule but pipedream; --no-cuda-graphs: eager)",
     )
     p.add_argument("--timeout", type=float, default=300.0, help="seconds any wait may take")
-    p.add_argument("--out-dir", default="pipecast-out", help="where traces go")
+    p.add_argument("--out-dir", type=output_dir, default="pipecast-out", help="where traces go")
     if not inference:
         p.add_argument(
             "--data-dir",
@@ -205,6 +209,7 @@ def run(args: argparse.Namespace) -> int:
             microbatches=args.micro_batches,
             partition=",".join(map(str, job.partition.boundaries)),
             recompute=args.recompute,
+            cuda_graphs=graphs.enabled(job.plan, job.config, job.device),
         )
         predicted = predict(
             profile,
@@ -213,6 +218,7 @@ def run(args: argparse.Namespace) -> int:
             job.batch,
             optimizer=args.optimizer,
             clip=config.clip_grad_norm > 0,
+            uneven=True,
         )
         timelines.insert(0, ("predicted", predicted.timeline))
         console.print(

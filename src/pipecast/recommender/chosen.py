@@ -44,6 +44,11 @@ class Chosen:
 def chosen(doc: dict[str, Any], pick: int = 0) -> Chosen:
     """What `doc` (a recommendation file's contents) says to run: `pick` 0 for its choice,
     N for the N-th of its ranking (from 1)."""
+    if "ranked" not in doc or "batch" not in doc:
+        kind = f"a '{doc['kind']}' file" if isinstance(doc.get("kind"), str) else "some other file"
+        raise ConfigError(
+            f"this is {kind}, not a recommendation: pass what `pipecast recommend -o` wrote"
+        )
     ranked = doc.get("ranked") or []
     if pick:
         if not 1 <= pick <= len(ranked):

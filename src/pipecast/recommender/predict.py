@@ -90,8 +90,18 @@ class Prediction:
         return self.timeline.exposed_comm / self.step_time if self.step_time > 0 else 0.0
 
 
-def micro_batch_of(batch: int, strategy: Strategy) -> int:
+def micro_batch_of(batch: int, strategy: Strategy, *, uneven: bool = False) -> int:
+    """Samples per micro-batch; `uneven`: a batch that does not divide is split as torch
+    splits it (sizes differing by one), and the largest size is priced."""
     per_step = strategy.replicas * strategy.microbatches
+    if batch < per_step:
+        raise ConfigError(
+            f"batch {batch} cannot fill {strategy.replicas} replica(s) x "
+            f"{strategy.microbatches} micro-batch(es) of at least one sample: use a larger "
+            "batch or fewer micro-batches"
+        )
+    if uneven:
+        return -(-batch // per_step)
     if batch % per_step:
         raise ConfigError(
             f"batch {batch} does not split into {strategy.replicas} replica(s) x "
@@ -144,6 +154,7 @@ def predict(
     ddp_buckets: bool = False,
     runtime: bool = True,
     clip: bool = False,
+    uneven: bool = False,
 ) -> Prediction:
     """Simulate `strategy` for a global batch of `batch` samples on `cluster`. With
     `ddp_buckets`, data parallelism runs as torch's DistributedDataParallel, whose
@@ -151,12 +162,13 @@ def predict(
     runs on pipecast's runtime, whose steps over several GPUs each cost
     `cluster.step_overhead` more (the ranks agree on the step's shapes before it and meet at a
     barrier after it; one rank alone does neither). `clip`: the gradients are clipped to
-    their global norm before the optimizer step (RunConfig.clip_grad_norm)."""
+    their global norm before the optimizer step (RunConfig.clip_grad_norm). `uneven`: a batch
+    that does not divide into the micro-batches is priced at its largest micro-batch."""
     if strategy.gpus > cluster.world:
         raise ConfigError(
             f"{strategy.label()} needs {strategy.gpus} GPUs, the cluster has {cluster.world}"
         )
-    mb = micro_batch_of(batch, strategy)
+    mb = micro_batch_of(batch, strategy, uneven=uneven)
     part = partition_for(profile, cluster, strategy, mb, optimizer, memory_margin)
     plan = plan_for(strategy)
     ddp = ddp_buckets and strategy.kind == "data" and strategy.replicas > 1

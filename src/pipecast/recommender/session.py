@@ -35,6 +35,9 @@ from pipecast.training import Optimizer
 
 Source = Literal["given", "cached", "measured", "shipped", "preset", "probed"]
 
+MAX_CPU_RANKS = 64
+"""The most CPU ranks the calibration probes and profiles (each a process)."""
+
 NO_GPU_PRESET = "h100-nvlink"
 """What a machine without GPUs plans for when nobody names a cluster: an 8-GPU H100 node,
 predicted from the profiles pipecast ships (a CPU's block times say nothing of a GPU's)."""
@@ -204,7 +207,11 @@ def with_defaults(request: Request) -> Request:
     device = r.device if r.device != "auto" else ("cuda" if _has_cuda() else "cpu")
     cluster = r.cluster
     if cluster is None and r.device == "auto" and device == "cpu" and r.profile is None:
-        cluster = PRESETS[NO_GPU_PRESET]
+        # without GPUs, plan for a GPU node where pipecast ships a profile of the model
+        node = PRESETS[NO_GPU_PRESET]
+        planned = r.workload or Workload(model="resnet50", dataset="imagenet")
+        if not r.autocast and reference_profile(planned, r.dtype or "bf16", node.device):
+            cluster = node
     if r.cuda_graphs and r.validate and device != "cuda":
         raise ConfigError(
             "--cuda-graphs with --validate would run CUDA graphs, which need GPUs: "
@@ -212,6 +219,13 @@ def with_defaults(request: Request) -> Request:
         )
     if r.recalibrate and r.profile is not None:
         raise both_profiles()
+    if r.profile is not None and r.workload is not None and r.profile.workload:
+        profiled = Workload.from_dict(r.profile.workload)
+        if profiled.key != r.workload.key:
+            raise ConfigError(
+                f"the profile is of {profiled.key}, not {r.workload.key}: profile that model "
+                "(pipecast profile) or drop --model to plan for the profile's"
+            )
     target = cluster.device if cluster is not None else devices.name(devices.resolve(device))
     on_gpus = device == "cuda" or target not in (*UNNAMED, "cpu")
     workload = r.workload
@@ -229,6 +243,16 @@ def with_defaults(request: Request) -> Request:
     )
     if gpus < 1:
         raise ConfigError(f"--gpus must be at least 1, got {gpus}")
+    if cluster is None and device == "cpu" and gpus > MAX_CPU_RANKS:
+        raise ConfigError(
+            f"{gpus} CPU ranks is more than this planner measures ({MAX_CPU_RANKS}): plan "
+            "for GPUs with --cluster h100-nvlink (or a cluster file), or use fewer --gpus"
+        )
+    if cluster is None and device == "cuda" and gpus > _cuda_count():
+        raise ConfigError(
+            f"{gpus} GPUs requested but this machine has {_cuda_count()}: use --gpus "
+            f"{_cuda_count()} or fewer, or plan for more with --cluster"
+        )
     return replace(
         r,
         workload=workload,
