@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import torch
 from torch import nn
 
@@ -11,7 +13,9 @@ from pipecast.models import Workload
 from pipecast.partition import from_boundaries
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.job import TrainJob
+from pipecast.runtime.launch import Context, spawn
 from pipecast.runtime.run import JobResult, run_job
+from pipecast.runtime.worker import RankReport, run_rank
 from pipecast.schedule import make_plan
 from pipecast.schedule.generators import stages_per_rank
 
@@ -104,3 +108,33 @@ def assert_close(
         scale = ref.abs().max().item() + 1e-12
         err = (got[name] - ref).abs().max().item() / scale
         assert err < rtol, f"{name}: relative error {err:.2e}"
+
+
+def _run_jobs(ctx: Context, jobs: list[TrainJob]) -> list[RankReport]:
+    return [run_rank(ctx, job) for job in jobs]
+
+
+def run_all(jobs: list[TrainJob], env: dict[str, str] | None = None) -> list[JobResult]:
+    """Run `jobs` one after another in one spawned world per world size, sharing its start
+    (each job builds its own stages, seeds and batches, as in a world of its own); `env`
+    is set for the ranks."""
+    saved = {k: os.environ.get(k) for k in env or {}}
+    os.environ.update(env or {})
+    try:
+        out: dict[int, JobResult] = {}
+        for world in sorted({j.world for j in jobs}):
+            mine = [(i, j) for i, j in enumerate(jobs) if j.world == world]
+            for job in (j for _, j in mine):
+                job.check()
+            per_rank = spawn(
+                _run_jobs, world, ([j for _, j in mine],), backend="gloo", timeout_s=120
+            )
+            for n, (i, job) in enumerate(mine):
+                out[i] = JobResult(job, [rank[n] for rank in per_rank])
+        return [out[i] for i in range(len(jobs))]
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

@@ -3,18 +3,20 @@ process that clips with torch.nn.utils.clip_grad_norm_ and sets the same rates."
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import replace
 
 import pytest
 import torch
-from tests.runtime.helpers import assert_close, merged, pipeline_job, run
+from tests.runtime.helpers import assert_close, merged, pipeline_job, run_all
 
 from pipecast.data.loss import loss_for
 from pipecast.data.synthetic import synthetic_batch
 from pipecast.errors import ConfigError
 from pipecast.models import Workload
 from pipecast.runtime.config import RunConfig
+from pipecast.runtime.run import JobResult
 from pipecast.training import learning_rate
 
 LENET = Workload(model="lenet5", dataset="mnist")
@@ -62,23 +64,27 @@ def _reference(config: RunConfig, batch: int, steps: int) -> dict[str, torch.Ten
     return {n: p.detach().clone() for n, p in model.named_parameters()}
 
 
+CLIPPED = [("1f1b", 1), ("zb-h1", 1), ("1f1b", 2)]
+CONFIG = RunConfig(lr=0.2, timeout_s=60, clip_grad_norm=0.05, lr_schedule="cosine", lr_warmup=1)
+
+
+@functools.cache
+def _results() -> list[JobResult]:
+    jobs = [
+        pipeline_job(
+            LENET, schedule, 2, 4, [0, 6, 12], batch=12 * replicas, steps=3, config=CONFIG,
+            replicas=replicas,
+        )
+        for schedule, replicas in CLIPPED
+    ]  # fmt: skip
+    return run_all(jobs)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(("schedule", "replicas"), [("1f1b", 1), ("zb-h1", 1), ("1f1b", 2)])
-def test_clipped_and_scheduled_steps_match_one_process(schedule: str, replicas: int) -> None:
-    config = RunConfig(lr=0.2, timeout_s=60, clip_grad_norm=0.05, lr_schedule="cosine", lr_warmup=1)
-    job = pipeline_job(
-        LENET,
-        schedule,
-        2,
-        4,
-        [0, 6, 12],
-        batch=12 if replicas == 1 else 16,
-        steps=3,
-        config=config,
-        replicas=replicas,
-    )
-    result = run(job)
-    assert_close(merged(result, "params"), _reference(config, job.batch, 3))
+@pytest.mark.parametrize("case", range(len(CLIPPED)))
+def test_clipped_and_scheduled_steps_match_one_process(case: int) -> None:
+    result = _results()[case]
+    assert_close(merged(result, "params"), _reference(CONFIG, result.job.batch, 3))
     norms = [s.grad_norm for r in result.reports for s in r.steps]
     assert all(n is not None and n > 0.05 and math.isfinite(n) for n in norms)
     # every rank read the same global norm

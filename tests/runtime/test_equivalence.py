@@ -1,14 +1,25 @@
-"""Every runtime feature must give the gradients and weights of a single-process step."""
+"""Every runtime feature must give the gradients and weights of a single-process step.
+
+The jobs run together, one spawned world per world size (helpers.run_all): each builds its
+own stages from the same seed and draws its own batches, as it would in a world of its own.
+"""
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 import pytest
 import torch
-from tests.runtime.helpers import assert_close, merged, pipeline_job, reference_step, run
+from tests.runtime.helpers import assert_close, merged, pipeline_job, reference_step, run_all
 from torch import nn
 
+from pipecast.data.loss import loss_for
+from pipecast.data.synthetic import synthetic_batch
 from pipecast.models import Workload
 from pipecast.runtime.config import RunConfig
+from pipecast.runtime.job import TrainJob
+from pipecast.runtime.run import JobResult
 
 LENET = Workload(model="lenet5", dataset="mnist")  # 12 blocks, no batch norm, no dropout
 CASES = [
@@ -19,53 +30,14 @@ CASES = [
     ("zb-v", 2, 4, [0, 3, 6, 9, 12]),
     ("zb-v", 2, 8, [0, 3, 6, 9, 12]),  # deadlocked once when sends were held back too long
 ]
-
-
-def _reference(
-    batch: int = 12, steps: int = 1
-) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    torch.manual_seed(0)
-    return reference_step(LENET.build(), LENET, batch, steps=steps)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(("schedule", "ranks", "m", "bounds"), CASES)
-def test_schedule_matches_single_process(
-    schedule: str, ranks: int, m: int, bounds: list[int]
-) -> None:
-    batch = 24 if m > 6 else 12
-    steps = 2  # the second step runs without shape headers, with sends posted as planned
-    result = run(pipeline_job(LENET, schedule, ranks, m, bounds, batch=batch, steps=steps))
-    want_params, want_grads = _reference(batch, steps)
-    assert_close(merged(result, "grads"), want_grads)
-    assert_close(merged(result, "params"), want_params)
-    losses = [s.loss for r in result.reports for s in r.steps if s.loss is not None]
-    assert len(losses) == steps
-
-
-@pytest.mark.slow
-def test_hybrid_two_by_two_matches_single_process() -> None:
-    result = run(pipeline_job(LENET, "1f1b", 2, 3, [0, 6, 12], batch=12, replicas=2))
-    want_params, want_grads = _reference()
-    for replica in (0, 1):  # both replicas hold the same, all-reduced result
-        got = {}
-        for r in result.reports:
-            if r.replica == replica:
-                got.update(r.grads)
-        assert_close(got, want_grads)
-    assert_close(merged(result, "params"), want_params)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    ("schedule", "recompute"), [("gpipe", "all-but-last"), ("1f1b", "all"), ("zb-h1", "all")]
-)
-def test_recomputation_matches(schedule: str, recompute: str) -> None:
-    config = RunConfig(lr=0.1, timeout_s=60, recompute=recompute)  # type: ignore[arg-type]
-    result = run(pipeline_job(LENET, schedule, 2, 4, [0, 6, 12], batch=12, config=config))
-    want_params, want_grads = _reference()
-    assert_close(merged(result, "grads"), want_grads)
-    assert_close(merged(result, "params"), want_params)
+RECOMPUTE = [
+    ("gpipe", "all-but-last", [0, 6, 12]),
+    ("1f1b", "all", [0, 6, 12]),
+    ("zb-h1", "all", [0, 6, 12]),
+    ("interleaved", "all", [0, 3, 6, 9, 12]),
+    ("zb-v", "all", [0, 3, 6, 9, 12]),
+]
+OPTIMIZERS = [("1f1b", "momentum"), ("zb-h1", "adam")]
 
 
 def _inplace_model() -> nn.Sequential:
@@ -79,17 +51,6 @@ def _inplace_model() -> nn.Sequential:
         nn.Flatten(),
         nn.Linear(4 * 14 * 14, 10),
     )
-
-
-@pytest.mark.slow
-def test_inplace_relu_at_a_stage_boundary() -> None:
-    """torch.distributed.pipelining crashes when a stage starts with ReLU(inplace=True)."""
-    model = _inplace_model()
-    result = run(pipeline_job(LENET, "1f1b", 3, 4, [0, 1, 4, 7], batch=8, model=model))
-    ref = _inplace_model()
-    want_params, want_grads = reference_step(ref, LENET, 8)
-    assert_close(merged(result, "grads"), want_grads)
-    assert_close(merged(result, "params"), want_params)
 
 
 def _segmented_model() -> nn.Sequential:
@@ -113,16 +74,150 @@ def _segmented_model() -> nn.Sequential:
     )
 
 
+def _jobs() -> dict[str, TrainJob]:
+    jobs: dict[str, TrainJob] = {}
+    for schedule, ranks, m, bounds in CASES:
+        batch = 24 if m > 6 else 12
+        # two steps: the second runs without shape headers, with sends posted as planned
+        jobs[f"{schedule}-{ranks}-{m}"] = pipeline_job(
+            LENET, schedule, ranks, m, bounds, batch=batch, steps=2
+        )
+    jobs["hybrid"] = pipeline_job(LENET, "1f1b", 2, 3, [0, 6, 12], batch=12, replicas=2)
+    for schedule, recompute, bounds in RECOMPUTE:
+        config = RunConfig(lr=0.1, timeout_s=60, recompute=recompute)  # type: ignore[arg-type]
+        jobs[f"recompute-{schedule}"] = pipeline_job(
+            LENET, schedule, 2, 4, bounds, batch=12, config=config
+        )
+    for schedule, optimizer in OPTIMIZERS:
+        config = RunConfig(lr=0.01, timeout_s=60, optimizer=optimizer)  # type: ignore[arg-type]
+        jobs[f"optimizer-{optimizer}"] = pipeline_job(
+            LENET, schedule, 2, 4, [0, 5, 12], batch=12, config=config, steps=3
+        )
+    jobs["inplace"] = pipeline_job(
+        LENET, "1f1b", 3, 4, [0, 1, 4, 7], batch=8, model=_inplace_model()
+    )
+    for recompute in ("none", "all"):
+        config = RunConfig(lr=0.1, timeout_s=60, recompute=recompute)  # type: ignore[arg-type]
+        jobs[f"segmented-{recompute}"] = pipeline_job(
+            LENET, "zb-h1", 2, 4, [0, 1, 8], batch=8, model=_segmented_model(), config=config,
+            steps=2,
+        )  # fmt: skip
+    jobs["inference"] = pipeline_job(LENET, "forward-only", 2, 3, [0, 6, 12], batch=12, steps=2)
+    return jobs
+
+
+@functools.cache
+def _results() -> dict[str, JobResult]:
+    jobs = _jobs()
+    return dict(zip(jobs, run_all(list(jobs.values())), strict=True))
+
+
+def _reference(
+    batch: int = 12, steps: int = 1
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    torch.manual_seed(0)
+    return reference_step(LENET.build(), LENET, batch, steps=steps)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("schedule", "ranks", "m", "bounds"), CASES)
+def test_schedule_matches_single_process(
+    schedule: str, ranks: int, m: int, bounds: list[int]
+) -> None:
+    result = _results()[f"{schedule}-{ranks}-{m}"]
+    steps = 2
+    want_params, want_grads = _reference(24 if m > 6 else 12, steps)
+    assert_close(merged(result, "grads"), want_grads)
+    assert_close(merged(result, "params"), want_params)
+    losses = [s.loss for r in result.reports for s in r.steps if s.loss is not None]
+    assert len(losses) == steps
+
+
+@pytest.mark.slow
+def test_hybrid_two_by_two_matches_single_process() -> None:
+    result = _results()["hybrid"]
+    want_params, want_grads = _reference()
+    for replica in (0, 1):  # both replicas hold the same, all-reduced result
+        got = {}
+        for r in result.reports:
+            if r.replica == replica:
+                got.update(r.grads)
+        assert_close(got, want_grads)
+    assert_close(merged(result, "params"), want_params)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("schedule", "recompute", "bounds"), RECOMPUTE)
+def test_recomputation_matches(schedule: str, recompute: str, bounds: list[int]) -> None:
+    result = _results()[f"recompute-{schedule}"]
+    want_params, want_grads = _reference()
+    assert_close(merged(result, "grads"), want_grads)
+    assert_close(merged(result, "params"), want_params)
+
+
+def _optimizer_reference(optimizer: str, steps: int) -> dict[str, torch.Tensor]:
+    """One process stepping the whole model with torch's own optimizer on the same batches
+    (Adam and momentum keep state per parameter, so per-stage optimizers equal one)."""
+    torch.manual_seed(0)
+    model = LENET.build()
+    opt: Any = (
+        torch.optim.Adam(model.parameters(), lr=0.01)
+        if optimizer == "adam"
+        else torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    )
+    for step in range(steps):
+        opt.zero_grad(set_to_none=True)
+        x, y = synthetic_batch(LENET.spec, 12, seed=step)
+        loss_for(LENET.spec)(model(x), y).backward()
+        opt.step()
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("schedule", "optimizer"), OPTIMIZERS)
+def test_stateful_optimizers_match_one_process(schedule: str, optimizer: str) -> None:
+    result = _results()[f"optimizer-{optimizer}"]
+    got, want = merged(result, "params"), _optimizer_reference(optimizer, 3)
+    if optimizer == "momentum":
+        assert_close(got, want, rtol=1e-4)
+        return
+    # Adam divides by the root of the squared gradient, so fp32 noise on a near-zero
+    # gradient moves a weight by up to a whole step (lr); a lost, doubled or per-micro-batch
+    # step moves many by lr. Three steps must agree to a twentieth of one.
+    assert set(got) == set(want)
+    worst = max((got[n] - want[n]).abs().max().item() for n in want)
+    assert worst < 0.01 / 20, f"largest weight difference {worst:.2e}"
+
+
+@pytest.mark.slow
+def test_inplace_relu_at_a_stage_boundary() -> None:
+    """torch.distributed.pipelining crashes when a stage starts with ReLU(inplace=True)."""
+    result = _results()["inplace"]
+    want_params, want_grads = reference_step(_inplace_model(), LENET, 8)
+    assert_close(merged(result, "grads"), want_grads)
+    assert_close(merged(result, "params"), want_params)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("recompute", ["none", "all"])
 def test_zero_bubble_over_stages_cut_into_segments(recompute: str) -> None:
-    config = RunConfig(lr=0.1, timeout_s=60, recompute=recompute)  # type: ignore[arg-type]
-    job = pipeline_job(
-        LENET, "zb-h1", 2, 4, [0, 1, 8], batch=8, model=_segmented_model(), config=config, steps=2
-    )
-    result = run(job)
+    result = _results()[f"segmented-{recompute}"]
     want_params, want_grads = reference_step(_segmented_model(), LENET, 8, steps=2)
     # fp32 sums over micro-batches: 1F1B, which cuts nothing, differs from the reference by
     # the same 1e-5 to 4e-5 on the first convolution's bias
     assert_close(merged(result, "grads"), want_grads, rtol=1e-4)
     assert_close(merged(result, "params"), want_params, rtol=1e-4)
+
+
+@pytest.mark.slow
+def test_inference_gives_one_process_outputs() -> None:
+    """A forward-only pipeline's outputs, micro-batch by micro-batch, are one process's on
+    the same batch (the second step's: seed 1)."""
+    result = _results()["inference"]
+    got = [r.outputs for r in result.reports if r.outputs]
+    assert len(got) == 1 and len(got[0]) == 3
+    torch.manual_seed(0)
+    x, _ = synthetic_batch(LENET.spec, 12, seed=1)
+    with torch.no_grad():
+        want = LENET.build()(x)
+    assert torch.allclose(torch.cat(got[0]), want, rtol=1e-5, atol=1e-6)

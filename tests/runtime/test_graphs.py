@@ -5,18 +5,22 @@ against eager runs there)."""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
-from tests.runtime.helpers import assert_close, merged, pipeline_job, reference_step, run
+from tests.runtime.helpers import assert_close, merged, pipeline_job, reference_step, run_all
 
 from pipecast.bench.config import BenchConfig
 from pipecast.bench.predictions import strategy_of
+from pipecast.data.synthetic import synthetic_batch
 from pipecast.errors import ConfigError
 from pipecast.models.workload import Workload
 from pipecast.partition.types import from_boundaries
 from pipecast.runtime import graphs
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.job import TrainJob
+from pipecast.runtime.run import JobResult
 from pipecast.schedule.generators import make_plan
 
 LENET = Workload(model="lenet5", dataset="mnist")  # 12 blocks, no batch norm, no dropout
@@ -74,48 +78,45 @@ def test_bench_keys_of_eager_rows_are_unchanged() -> None:
     assert BenchConfig.from_dict(graphed.to_dict()) == graphed
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    ("schedule", "ranks", "m", "bounds", "replicas", "batch", "recompute"),
-    [
-        ("gpipe", 2, 4, [0, 6, 12], 1, 12, "all-but-last"),
-        ("1f1b", 3, 6, [0, 4, 8, 12], 1, 12, "none"),
-        ("interleaved", 2, 4, [0, 3, 6, 9, 12], 1, 12, "all"),
-        ("1f1b", 2, 3, [0, 6, 12], 2, 12, "none"),
-        ("1f1b", 2, 4, [0, 6, 12], 1, 10, "none"),  # micro-batches of 3, 3, 2, 2
-        ("zb-h1", 2, 4, [0, 5, 12], 1, 12, "none"),
-        ("zb-h1", 2, 4, [0, 5, 12], 1, 12, "all"),
-        ("zb-v", 2, 4, [0, 3, 6, 9, 12], 1, 12, "all"),
-    ],
-)
-def test_graphed_steps_match_single_process(
-    monkeypatch: pytest.MonkeyPatch,
-    schedule: str,
-    ranks: int,
-    m: int,
-    bounds: list[int],
-    replicas: int,
-    batch: int,
-    recompute: str,
-) -> None:
-    """The first step eager, the next two replayed between the static buffers."""
-    monkeypatch.setenv(graphs.STAND_IN_ENV, "1")
-    steps = 3
-    config = RunConfig(lr=0.1, timeout_s=60, cuda_graphs=True, recompute=recompute)  # type: ignore[arg-type]
-    job = pipeline_job(
-        LENET,
-        schedule,
-        ranks,
-        m,
-        bounds,
-        batch=batch,
-        steps=steps,
-        replicas=replicas,
-        config=config,
+GRAPHED = [
+    ("gpipe", 2, 4, [0, 6, 12], 1, 12, "all-but-last"),
+    ("1f1b", 3, 6, [0, 4, 8, 12], 1, 12, "none"),
+    ("interleaved", 2, 4, [0, 3, 6, 9, 12], 1, 12, "all"),
+    ("1f1b", 2, 3, [0, 6, 12], 2, 12, "none"),
+    ("1f1b", 2, 4, [0, 6, 12], 1, 10, "none"),  # micro-batches of 3, 3, 2, 2
+    ("zb-h1", 2, 4, [0, 5, 12], 1, 12, "none"),
+    ("zb-h1", 2, 4, [0, 5, 12], 1, 12, "all"),
+    ("zb-v", 2, 4, [0, 3, 6, 9, 12], 1, 12, "all"),
+]
+STEPS = 3  # the first step eager, the next two replayed between the static buffers
+
+
+@functools.cache
+def _results() -> list[JobResult]:
+    """The graphed jobs (the last one forward-only) in one world per world size."""
+    jobs = []
+    for schedule, ranks, m, bounds, replicas, batch, recompute in GRAPHED:
+        config = RunConfig(lr=0.1, timeout_s=60, cuda_graphs=True, recompute=recompute)  # type: ignore[arg-type]
+        jobs.append(
+            pipeline_job(
+                LENET, schedule, ranks, m, bounds, batch=batch, steps=STEPS, replicas=replicas,
+                config=config,
+            )
+        )  # fmt: skip
+    config = RunConfig(timeout_s=60, cuda_graphs=True)
+    jobs.append(
+        pipeline_job(LENET, "forward-only", 2, 3, [0, 6, 12], batch=12, steps=2, config=config)
     )
-    result = run(job)
+    return run_all(jobs, env={graphs.STAND_IN_ENV: "1"})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", range(len(GRAPHED)))
+def test_graphed_steps_match_single_process(case: int) -> None:
+    result = _results()[case]
+    _, _, _, _, replicas, batch, _ = GRAPHED[case]
     torch.manual_seed(0)
-    want_params, want_grads = reference_step(LENET.build(), LENET, batch, steps=steps)
+    want_params, want_grads = reference_step(LENET.build(), LENET, batch, steps=STEPS)
     for replica in range(replicas):
         assert_close(
             {k: v for r in result.reports if r.replica == replica for k, v in r.grads.items()},
@@ -123,27 +124,18 @@ def test_graphed_steps_match_single_process(
         )
     assert_close(merged(result, "params"), want_params)
     losses = [s.loss for r in result.reports for s in r.steps if s.loss is not None]
-    assert len(losses) == steps * replicas
+    assert len(losses) == STEPS * replicas
 
 
 @pytest.mark.slow
-def test_graphed_inference_gives_one_process_outputs(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(graphs.STAND_IN_ENV, "1")
-    from pipecast.runtime.run import run_job
-
-    config = RunConfig(timeout_s=60, cuda_graphs=True)
-    job = pipeline_job(LENET, "forward-only", 2, 3, [0, 6, 12], batch=12, steps=2, config=config)
-    result = run_job(job)
-    assert result is not None
+def test_graphed_inference_gives_one_process_outputs() -> None:
+    result = _results()[-1]
     got = [r.outputs for r in result.reports if r.outputs]
     assert len(got) == 1
     torch.manual_seed(0)
-    model = LENET.build()
-    from pipecast.data.synthetic import synthetic_batch
-
     x, _ = synthetic_batch(LENET.spec, 12, seed=1)  # the second (replayed) step's batch
     with torch.no_grad():
-        want = model(x)
+        want = LENET.build()(x)
     assert torch.allclose(torch.cat(got[0]), want, rtol=1e-5, atol=1e-6)
 
 
