@@ -12,6 +12,7 @@ fastest way to, in one call.
 from __future__ import annotations
 
 import copy
+import os
 from dataclasses import replace
 from typing import Any
 
@@ -35,6 +36,7 @@ from pipecast.recommender.session import Outcome, Request, recommend_for, with_d
 from pipecast.runtime.checkpoint import Checkpointing
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.job import TrainJob
+from pipecast.runtime.launch import under_torchrun
 from pipecast.runtime.run import JobResult, run_job
 from pipecast.schedule.generators import make_plan
 
@@ -96,7 +98,7 @@ def make_job(
             fresh,
             spec,
             micro_batch,
-            device="cuda" if device == "cuda" else "cpu",
+            device=_profiling_device(device),
             dtype=config.dtype,
             autocast=config.autocast,
             name=workload.model if workload else "model",
@@ -129,6 +131,15 @@ def make_job(
     )
     job.check()
     return job, profile
+
+
+def _profiling_device(device: str) -> str:
+    """Where the quick profile runs: under torchrun, each rank on its own GPU (eight ranks
+    of a node on GPU 0 would time one another); rank 0's partition is the one run
+    (runtime.run.agreed)."""
+    if device != "cuda":
+        return "cpu"
+    return f"cuda:{os.environ['LOCAL_RANK']}" if under_torchrun() else "cuda"
 
 
 def _source(dataset: str, data: object, data_dir: str | None) -> DataSource | None:

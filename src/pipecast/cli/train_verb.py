@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from pipecast.runtime import checkpoint, graphs
 from pipecast.runtime.checkpoint import Checkpointing
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.job import TrainJob
+from pipecast.runtime.launch import under_torchrun
 from pipecast.runtime.run import JobResult, run_job
 from pipecast.runtime.worker import StepProgress
 from pipecast.schedule.generators import SCHEDULES
@@ -131,6 +133,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if under_torchrun() and os.environ["RANK"] != "0":
+        console.quiet = True  # rank 0 speaks for every rank
     followed = None
     if getattr(args, "recommendation", None):
         followed = _follow(args, args.recommendation, args.pick)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch.distributed as dist
@@ -49,7 +49,18 @@ class JobResult:
         )
 
 
+def agreed(ctx: Context, job: TrainJob) -> TrainJob:
+    """`job` with rank 0's partition and plan. Under torchrun every rank builds its job
+    itself, and an automatic partition rests on that rank's own quick profile, which timing
+    noise can tip to other boundaries: ranks running different splits would exchange
+    tensors of the wrong shapes or wait forever."""
+    mine: list[Any] = [job.partition, job.plan]
+    dist.broadcast_object_list(mine, src=0)
+    return replace(job, partition=mine[0], plan=mine[1])
+
+
 def _gathered(ctx: Context, job: TrainJob) -> list[RankReport] | None:
+    job = agreed(ctx, job)
     report = run_rank(ctx, job)
     reports: list[Any] = [None] * ctx.world
     dist.gather_object(report, reports if ctx.rank == 0 else None, dst=0)
