@@ -175,6 +175,8 @@ def _rank(ctx: Context, configs: list[tuple[str, BenchConfig, bool]], out: str) 
                 "began": began,
             }
         )
+        if ctx.rank == 0:  # as it goes: a call cut short still shows what it measured
+            print(f"{name:32s} {rows[-1]['step_ms']:9.2f} ms  {error or ''}", flush=True)
     return rows
 
 
@@ -388,6 +390,30 @@ def vgg_policy_set() -> list[tuple[str, BenchConfig, bool]]:
     ]
 
 
+def four_set() -> list[tuple[str, BenchConfig, bool]]:
+    """The runtime's bars on 4 GPUs in one call: torch's 1F1B and ZB-V against pipecast's
+    graphed schedules (GPT), the same split and schedule twice (VGG-16), then one GPU."""
+    eight = tuple(3 * i for i in range(9))
+    split = (0, 4, 10, 21, 40)
+    g = _gpt(gpus=4, boundaries=FOUR)
+    gg = replace(g, system="pipecast", cuda_graphs=True, send_timing="eager")
+    v = _vgg(gpus=4, boundaries=split)
+    vg = replace(v, system="pipecast", cuda_graphs=True, send_timing="eager")
+    return [
+        ("gpt4_torch_zbv_m8", replace(g, schedule="zb-v", boundaries=eight), False),
+        ("gpt4_torch_1f1b_m8", g, False),
+        ("gpt4_pc_zbh1_m8_g", replace(gg, schedule="zb-h1"), False),
+        ("gpt4_pc_1f1b_m8_g", gg, False),
+        ("gpt4_pc_zbv_m8_g", replace(gg, schedule="zb-v", boundaries=eight), False),
+        ("gpt4_pc_zbh1_m32_g", replace(gg, schedule="zb-h1", microbatches=32), False),
+        ("vgg4_torch_1f1b_m4", v, False),
+        ("vgg4_pc_1f1b_m4_g", vg, False),
+        ("vgg4_pc_zbh1_m4_g", replace(vg, schedule="zb-h1"), False),
+        ("vgg4_torch_1f1b_m4_again", v, False),
+        ("gpt_single", _gpt(system="single", gpus=1, microbatches=1), False),
+    ]
+
+
 def smoke_set() -> list[tuple[str, BenchConfig, bool]]:
     """LeNet-5 on 2 CPU ranks: the tool's own check, on any machine."""
     base = BenchConfig(
@@ -409,6 +435,7 @@ SETS = {
     "vgg-base": vgg_base_set,
     "vgg-policy": vgg_policy_set,
     "smoke": smoke_set,
+    "four": four_set,
 }
 
 

@@ -172,9 +172,16 @@ paid again by every validation round, bench configuration and test). Nothing her
 CUDA: a forked rank initialises its own device."""
 
 
+START_ENV = "PIPECAST_START_METHOD"
+"""'spawn' starts every rank as a fresh interpreter, as before the fork server (slower; for
+an environment where forking a process that imported torch misbehaves)."""
+
+
 def start_method() -> str:
     """The fork server where the platform has one (preloading PRELOAD), else spawn."""
-    if "forkserver" not in multiprocessing.get_all_start_methods():
+    if os.environ.get(START_ENV) == "spawn" or (
+        "forkserver" not in multiprocessing.get_all_start_methods()
+    ):
         return "spawn"
     multiprocessing.set_forkserver_preload(PRELOAD)  # read when the server starts
     return "forkserver"
