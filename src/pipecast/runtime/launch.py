@@ -168,8 +168,8 @@ def process_group(
 PRELOAD = ["torch", "torch.distributed", "pipecast.runtime.worker"]
 """What the fork server imports once, so that a rank forked from it starts in a fraction of
 a second instead of importing torch afresh (about 1.8 s a world of 2 CPU ranks on 2 cores,
-paid again by every validation round, bench configuration and test). Nothing here touches
-CUDA: a forked rank initialises its own device."""
+paid again by every validation round, bench configuration and test).
+GPU ranks are spawned instead (start_method)."""
 
 
 START_ENV = "PIPECAST_START_METHOD"
@@ -177,10 +177,16 @@ START_ENV = "PIPECAST_START_METHOD"
 an environment where forking a process that imported torch misbehaves)."""
 
 
-def start_method() -> str:
-    """The fork server where the platform has one (preloading PRELOAD), else spawn."""
-    if os.environ.get(START_ENV) == "spawn" or (
-        "forkserver" not in multiprocessing.get_all_start_methods()
+def start_method(backend: Backend) -> str:
+    """CPU ranks: the fork server where the platform has one (preloading PRELOAD). GPU ranks:
+    spawn, a fresh interpreter each: a process forked from one that has touched CUDA (the
+    preloaded imports ask torch.cuda whether a device is there) cannot initialise it (on
+    4 x H200, torch 2.11: 'CUDA error: initialization error' at set_device), and there a
+    rank's CUDA and NCCL start outweighs the import anyway."""
+    if (
+        backend == "nccl"
+        or os.environ.get(START_ENV) == "spawn"
+        or "forkserver" not in multiprocessing.get_all_start_methods()
     ):
         return "spawn"
     multiprocessing.set_forkserver_preload(PRELOAD)  # read when the server starts
@@ -256,7 +262,7 @@ def spawn(
             args=(fn, args, world, backend, free_port(), timeout_s, outdir, dict(os.environ)),
             nprocs=world,
             join=False,
-            start_method=start_method(),
+            start_method=start_method(backend),
         )
         _wait_all(
             context.processes,
