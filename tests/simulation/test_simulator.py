@@ -193,16 +193,15 @@ def test_recompute_trades_time_for_memory() -> None:
 def test_closed_forms_agree_with_simulator_on_uniform_gpipe() -> None:
     s, m = 4, 8
     sim = simulate(make_plan("gpipe", s, m), Costs.uniform(s, 1.0, 1.0, 1.0)).step_time
-    assert closed_form.gpipe_no_comm([3.0] * s, m) == pytest.approx(sim)
+    assert closed_form.fill_drain([3.0] * s, m) == pytest.approx(sim)
     assert closed_form.gpipe_study([3.0] * s, [0.0] * (s - 1), m) == pytest.approx(sim)
-    assert closed_form.data_parallel(1.0, 1e9, 4, 1e10) == pytest.approx(1.0 + 0.15)
 
 
-def test_gpipe_with_comm_adds_each_stages_outgoing_transfer_to_it() -> None:
+def test_fill_drain_with_comm_adds_each_stages_outgoing_transfer_to_it() -> None:
     # (m + K - 1) x the slowest of (2 + 0.5, 3 + 0.2, 1 + 0): 6 x 3.2
-    assert closed_form.gpipe_with_comm([2.0, 3.0, 1.0], [0.5, 0.2], 4) == pytest.approx(19.2)
+    assert closed_form.fill_drain_with_comm([2.0, 3.0, 1.0], [0.5, 0.2], 4) == pytest.approx(19.2)
     # a transfer can make another stage the slowest: 6 x (2 + 1.5)
-    assert closed_form.gpipe_with_comm([2.0, 3.0, 1.0], [1.5, 0.2], 4) == pytest.approx(21.0)
+    assert closed_form.fill_drain_with_comm([2.0, 3.0, 1.0], [1.5, 0.2], 4) == pytest.approx(21.0)
 
 
 def test_split_backward_holds_captured_gradients_until_w() -> None:

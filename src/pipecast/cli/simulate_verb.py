@@ -132,9 +132,20 @@ def _closed_forms(pred: Prediction, m: int) -> None:
         for e in pred.timeline.events
         if e.kind == "send" and e.mb == 0 and e.name.split()[1][1:].startswith("F")
     ]
+    stages = len(times)
+    # the thesis's T_seq: one GPU running the batch's micro-batches one after another
+    t_seq = m * sum(times)
+    thesis = closed_form.gpipe_compute(t_seq, stages, m)
+    if stages > 1 and len(transfers) == stages - 1:
+        # each simulated transfer already holds L + mb A / BW: the eq.'s x_j, given as latency
+        zeros = [0.0] * (stages - 1)
+        thesis += closed_form.gpipe_communication(
+            stages, m, 1.0, zeros, transfers, [1.0] * (stages - 1)
+        )
     console.print(
-        f"closed forms: GPipe study {human_seconds(closed_form.gpipe_study(times, transfers, m))}, "
-        f"eq. 6.1 {human_seconds(closed_form.gpipe_no_comm(times, m))}, "
-        f"eq. 6.2 {human_seconds(closed_form.gpipe_with_comm(times, transfers, m))}, "
+        f"closed forms: GPipe study (seeds/000) "
+        f"{human_seconds(closed_form.gpipe_study(times, transfers, m))}, "
+        f"thesis eq. 6.1 + 6.2 (seeds/004) {human_seconds(thesis)}, "
+        f"(m + K - 1) x slowest {human_seconds(closed_form.fill_drain(times, m))}, "
         f"simulator {human_seconds(pred.step_time)}"
     )
