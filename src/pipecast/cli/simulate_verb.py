@@ -13,7 +13,6 @@ from pipecast.cli.planning import add_profile_args, default_batch, load_inputs
 from pipecast.recommender.predict import Prediction, predict
 from pipecast.recommender.rank import samples_rate
 from pipecast.recommender.strategy import Kind, Strategy
-from pipecast.report.gantt import gantt
 from pipecast.report.trace import write_trace
 from pipecast.schedule.generators import SCHEDULES
 from pipecast.simulation import closed_form
@@ -113,6 +112,8 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     stem = f"{profile.model}-{args.schedule}-{args.stages}x{args.micro_batches}"
+    from pipecast.report.gantt import gantt  # matplotlib: imported when a chart is drawn
+
     gantt(pred.timeline, str(out / f"{stem}.png"), title=f"{profile.model} {pred.strategy.label()}")
     write_trace(str(out / f"{stem}.trace.json"), ("predicted", pred.timeline))
     console.print(f"wrote {out / stem}.png and {stem}.trace.json")
