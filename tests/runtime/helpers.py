@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import torch
 from torch import nn
@@ -138,3 +139,13 @@ def run_all(jobs: list[TrainJob], env: dict[str, str] | None = None) -> list[Job
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def fault(rank: int, step: int, how: str, at_rank: int, at_step: int) -> None:
+    """A TrainJob.before_step hook (bound with functools.partial): at `rank`'s `step`, end
+    the process as a kill would (no report) or, with how="hang", block there."""
+    if (at_rank, at_step) != (rank, step):
+        return
+    if how == "hang":
+        time.sleep(10**6)
+    os._exit(9)

@@ -3,20 +3,20 @@ uninterrupted run has (pipecast.runtime.checkpoint)."""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import pytest
 import torch
-from tests.runtime.helpers import assert_close, merged, pipeline_job, run
+from tests.runtime.helpers import assert_close, fault, merged, pipeline_job, run
 from torch import nn
 
 from pipecast.errors import ConfigError
 from pipecast.models import Workload
-from pipecast.runtime import checkpoint, faults
+from pipecast.runtime import checkpoint
 from pipecast.runtime.checkpoint import Checkpointing
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.job import TrainJob
@@ -178,12 +178,8 @@ def test_a_run_killed_part_way_resumes_to_the_uninterrupted_weights(tmp_path: Pa
     """Adam over a 2-rank 1F1B pipeline: rank 1 dies at the start of step 3 of 5; the rerun
     resumes from the checkpoint of step 3 and ends where a run that never died ends."""
     want = merged(run(_job(None, 5)), "params")
-    os.environ[faults.ENV] = "1:3"
-    try:
-        with pytest.raises(RankFailed):
-            run(_job(tmp_path, 5))
-    finally:
-        del os.environ[faults.ENV]
+    with pytest.raises(RankFailed):  # rank 1 dies at the start of step 3
+        run(replace(_job(tmp_path, 5), before_step=partial(fault, 1, 3, "die")))
     saved = checkpoint.latest(tmp_path)
     assert saved is not None and saved.step == 3
     with pytest.raises(ConfigError, match=re.escape("already holds a checkpoint (step 3)")):

@@ -6,12 +6,14 @@ import gc
 import os
 import time
 import weakref
+from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import pytest
 import torch
 import torch.nn.functional as F
-from tests.runtime.helpers import merged, pipeline_job, run
+from tests.runtime.helpers import fault, merged, pipeline_job, run
 
 from pipecast.data import load_digits_as_mnist
 from pipecast.data.loss import loss_for
@@ -19,7 +21,6 @@ from pipecast.data.synthetic import synthetic_batch
 from pipecast.errors import ConfigError, PipecastError
 from pipecast.models import Workload
 from pipecast.partition import from_boundaries
-from pipecast.runtime import faults
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.engine import PipelineEngine
 from pipecast.runtime.job import TrainJob
@@ -144,13 +145,10 @@ def test_killed_rank_makes_the_others_report_within_the_timeout() -> None:
         steps=3,
         capture=False,
     )
-    os.environ[faults.ENV] = "1:1"  # rank 1 dies at step 1
+    job = replace(job, before_step=partial(fault, 1, 1, "die"))  # rank 1 dies at step 1
     began = time.perf_counter()
-    try:
-        with pytest.raises(RankFailed) as err:
-            run(job)
-    finally:
-        del os.environ[faults.ENV]
+    with pytest.raises(RankFailed) as err:
+        run(job)
     elapsed = time.perf_counter() - began
     assert elapsed < 8 + 30, f"took {elapsed:.0f} s"
     first = str(err.value).splitlines()[0]
@@ -171,13 +169,10 @@ def test_hung_rank_makes_the_others_report_where_they_wait() -> None:
         steps=3,
         capture=False,
     )
-    os.environ[faults.ENV] = "1:1:hang"
+    job = replace(job, before_step=partial(fault, 1, 1, "hang"))
     began = time.perf_counter()
-    try:
-        with pytest.raises(RankFailed) as err:
-            run(job)
-    finally:
-        del os.environ[faults.ENV]
+    with pytest.raises(RankFailed) as err:
+        run(job)
     assert time.perf_counter() - began < 4 + 30
     text = str(err.value)
     assert text.startswith("rank 0") and "made no progress" in text

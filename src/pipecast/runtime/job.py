@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -54,6 +55,10 @@ class TrainJob:
     checkpoint: Checkpointing | None = None
     """Write the training state to disk as the run goes, and resume from it
     (pipecast.runtime.checkpoint)."""
+    before_step: Callable[[int, int], None] | None = None
+    """Called on every rank as (global rank, step) at the barrier before each step, with the
+    watchdog armed (a hook that never returns is reported as a hang); a module-level function
+    or partial, as it travels to the ranks by pickle. Tests kill or hang a rank from here."""
     meta: dict[str, Any] = field(default_factory=dict)
 
     @property

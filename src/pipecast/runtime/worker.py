@@ -19,7 +19,7 @@ from pipecast.data.synthetic import synthetic_batch
 from pipecast.errors import PipecastError
 from pipecast.hardware import devices
 from pipecast.hardware.devices import DTYPES
-from pipecast.runtime import checkpoint, faults
+from pipecast.runtime import checkpoint
 from pipecast.runtime.engine import PipelineEngine, StepResult
 from pipecast.runtime.job import TrainJob
 from pipecast.runtime.launch import Context, write_progress
@@ -170,7 +170,6 @@ def run_rank(ctx: Context, job: TrainJob) -> RankReport:
     )
     data = _Data(job, spec, ctx.device)
     report = RankReport(ctx.rank, pipeline_rank, replica, own, device=str(ctx.device))
-    fault = faults.planned(ctx.rank)
     final: StepResult | None = None
     total = job.total_steps
     start = _resume(ctx, job, stages, engine)
@@ -189,7 +188,8 @@ def run_rank(ctx: Context, job: TrainJob) -> RankReport:
             )
             _set_lr(stages, job, step)
             engine.watchdog.at(None, f"waiting at the barrier before step {step}")
-            faults.strike(fault, step)
+            if job.before_step is not None:
+                job.before_step(ctx.rank, step)
             _barrier(ctx, f"before step {step}")
             began = time.perf_counter()
             result = engine.step(inputs, targets)
