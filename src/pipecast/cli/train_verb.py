@@ -15,6 +15,7 @@ from pipecast.cli.common import add_workload_args, count_arg, output_dir, worklo
 from pipecast.cli.console import console, human_bytes, human_seconds, progress
 from pipecast.errors import ConfigError
 from pipecast.hardware.load import default_cluster
+from pipecast.profile.types import Profile
 from pipecast.recommender.chosen import Chosen, chosen
 from pipecast.recommender.predict import predict
 from pipecast.recommender.strategy import Strategy
@@ -143,20 +144,6 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--model is required{also}")
     workload = workload_from_args(args)
     schedule = "forward-only" if args.inference else args.schedule
-    config = RunConfig(
-        dtype=args.dtype,
-        autocast=args.autocast,
-        optimizer=args.optimizer,
-        lr=args.lr,
-        lr_schedule=getattr(args, "lr_schedule", "constant"),
-        lr_warmup=getattr(args, "lr_warmup", 0),
-        lr_min=getattr(args, "lr_min", 0.0),
-        clip_grad_norm=getattr(args, "clip_grad_norm", 0.0),
-        loss_scale=getattr(args, "loss_scale", None),
-        recompute=args.recompute,
-        timeout_s=args.timeout,
-        cuda_graphs=args.cuda_graphs,
-    )
     cp = _checkpointing(args)
     with console.status(
         "planning (quick profile and partition)" if args.partition == "auto" else "planning"
@@ -172,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
             steps=args.steps,
             warmup_steps=args.warmup_steps,
             device=args.device,
-            config=config,
+            config=_config(args),
             exact_init=args.device == "cpu",
             checkpoint=cp,
             data_dir=getattr(args, "data_dir", None),
@@ -200,16 +187,42 @@ def run(args: argparse.Namespace) -> int:
         seconds = [t for r in result.reports for done, t in r.checkpoints if done == last.step]
         took = f", written in {human_seconds(max(seconds))}" if seconds else ""
         console.print(f"checkpoint: {last.path} ({last.step} steps{took})")
+    _write_traces(args, result, profile)
+    return 0
+
+
+def _config(args: argparse.Namespace) -> RunConfig:
+    return RunConfig(
+        dtype=args.dtype,
+        autocast=args.autocast,
+        optimizer=args.optimizer,
+        lr=args.lr,
+        lr_schedule=getattr(args, "lr_schedule", "constant"),
+        lr_warmup=getattr(args, "lr_warmup", 0),
+        lr_min=getattr(args, "lr_min", 0.0),
+        clip_grad_norm=getattr(args, "clip_grad_norm", 0.0),
+        loss_scale=getattr(args, "loss_scale", None),
+        recompute=args.recompute,
+        timeout_s=args.timeout,
+        cuda_graphs=args.cuda_graphs,
+    )
+
+
+def _write_traces(args: argparse.Namespace, result: JobResult, profile: Profile | None) -> None:
+    """The measured step as a Perfetto trace, with the prediction from the quick profile
+    beside it when the partition came from one."""
+    job = result.job
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    trace = out / f"{workload.model}-{schedule}-{job.world}.measured.trace.json"
+    model = job.workload.model if job.workload is not None else "model"
+    trace = out / f"{model}-{job.plan.name}-{job.world}.measured.trace.json"
     timelines = [("measured", result.timeline())]
     if profile is not None:
         strategy = Strategy(
             kind="pipeline" if args.replicas == 1 else "hybrid",
             stages=job.plan.num_ranks,
             replicas=args.replicas,
-            schedule=schedule,
+            schedule=job.plan.name,
             microbatches=args.micro_batches,
             partition=",".join(map(str, job.partition.boundaries)),
             recompute=args.recompute,
@@ -221,7 +234,7 @@ def run(args: argparse.Namespace) -> int:
             strategy,
             job.batch,
             optimizer=args.optimizer,
-            clip=config.clip_grad_norm > 0,
+            clip=job.config.clip_grad_norm > 0,
             uneven=True,
         )
         timelines.insert(0, ("predicted", predicted.timeline))
@@ -230,7 +243,6 @@ def run(args: argparse.Namespace) -> int:
         )
     write_trace(str(trace), *timelines)
     console.print(f"trace: {trace}")
-    return 0
 
 
 def _follow(args: argparse.Namespace, path: str, pick: int) -> Chosen:
