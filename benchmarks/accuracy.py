@@ -26,13 +26,13 @@ import glob
 import json
 import math
 import statistics
-import subprocess
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from benchmarks.report import head_commit
 from pipecast.bench.accuracy import Comparison, comparisons, decisions
 from pipecast.bench.config import BenchConfig
 from pipecast.bench.predictions import predictions
@@ -212,7 +212,7 @@ def bands(rows: list[tuple[str, Comparison]], cpu: list[float]) -> dict[str, Any
     slowed = [c.error for c in eager if c.host_bound and (c.host_drift or 0) >= SLOWER]
     return {
         "note": "written by benchmarks/accuracy.py bands; do not edit by hand",
-        "commit": _commit(),
+        "commit": head_commit(unknown=""),
         "runs": sorted({run for run, _ in rows}),
         "error_range": regimes,
         "cpu_error_range": {"range": _range(cpu), "rows": len(cpu)},
@@ -222,16 +222,6 @@ def bands(rows: list[tuple[str, Comparison]], cpu: list[float]) -> dict[str, Any
             "beyond_20_percent": sum(abs(e) > 0.2 for e in slowed),
         },
     }
-
-
-def _commit() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
-        )
-        return out.stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return ""
 
 
 def cpu_errors(path: Path = CPU_ROWS) -> list[float]:

@@ -187,7 +187,7 @@ def render(
         "",
         "## Environment",
         f"- hardware: {gpus} x {names[0] if names else hardware or 'unknown'}",
-        f"- torch {env.get('torch', 'unknown')}; pipecast commit {commit or _commit()}",
+        f"- torch {env.get('torch', 'unknown')}; pipecast commit {commit or head_commit()}",
     ]
     verdict: list[str] = []
     if suite == "runtime":
@@ -216,14 +216,15 @@ def _today() -> str:
     return datetime.date.today().isoformat()
 
 
-def _commit() -> str:
+def head_commit(unknown: str = "unknown") -> str:
+    """This checkout's short commit hash (`unknown` outside git)."""
     try:
         out = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
         )
         return out.stdout.strip()
     except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+        return unknown
 
 
 def headline(text: str) -> str:
