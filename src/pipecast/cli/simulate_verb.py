@@ -138,11 +138,7 @@ def _closed_forms(pred: Prediction, m: int) -> None:
     t_seq = m * sum(times)
     thesis = closed_form.gpipe_compute(t_seq, stages, m)
     if stages > 1 and len(transfers) == stages - 1:
-        # each simulated transfer already holds L + mb A / BW: the eq.'s x_j, given as latency
-        zeros = [0.0] * (stages - 1)
-        thesis += closed_form.gpipe_communication(
-            stages, m, 1.0, zeros, transfers, [1.0] * (stages - 1)
-        )
+        thesis += closed_form.lockstep_links(transfers, m)  # each already L + mb A / BW
     console.print(
         f"closed forms: GPipe study (seeds/000) "
         f"{human_seconds(closed_form.gpipe_study(times, transfers, m))}, "

@@ -12,7 +12,7 @@ Table 5.1:
 * `gpipe_compute` (eq. 6.1): T_seq (W + #mb - 1) / (W #mb).
 * `gpipe_communication` (eq. 6.2): twice the slowest link's time per lockstep step, summed
   over the steps that fill the pipeline, the #mb - (W - 2) steps it runs full, and the steps
-  that drain it.
+  that drain it (`lockstep_links` from the links' times).
 
 And the textbook bound the simulator must meet on equal stages, `fill_drain`: (m + K - 1)
 x the slowest stage, with `fill_drain_with_comm` adding each stage's outgoing transfer.
@@ -76,17 +76,24 @@ def gpipe_communication(
     bandwidth: Sequence[float],
 ) -> float:
     """seeds/004's eq. 6.2, as written: with x_j = L_j,j+1 + mb A_j / BW_j,j+1 the time of
-    link j (1..W-1; A_j the MB of activations per sample leaving partition j),
-    T_comm = 2 (sum_{i=1}^{W-2} max_{j<=i} x_j + (#mb - (W - 2)) max_j x_j
-    + sum_{i=2}^{W-1} max_{j>=i} x_j). The workers move in lockstep, so each step waits for
-    the slowest link active in it; forward and backward send as much, hence the 2."""
-    links = workers - 1
-    if not (len(activations) == len(latency) == len(bandwidth) == links):
+    link j (1..W-1; A_j the MB of activations per sample leaving partition j), the
+    lockstep sum of `lockstep_links` over those x_j."""
+    if not (len(activations) == len(latency) == len(bandwidth) == workers - 1):
         raise ValueError("eq. 6.2 needs one activation size, latency and bandwidth per link")
     x = [
         lat + micro_batch * a / bw
         for a, lat, bw in zip(activations, latency, bandwidth, strict=True)
     ]
+    return lockstep_links(x, microbatches)
+
+
+def lockstep_links(link_times: Sequence[float], microbatches: int) -> float:
+    """Eq. 6.2's sum over the W - 1 links' times x_j:
+    2 (sum_{i=1}^{W-2} max_{j<=i} x_j + (#mb - (W - 2)) max_j x_j
+    + sum_{i=2}^{W-1} max_{j>=i} x_j). The workers move in lockstep, so each step waits for
+    the slowest link active in it; forward and backward send as much, hence the 2."""
+    x = list(link_times)
+    workers = len(x) + 1
     filling = sum(max(x[:i]) for i in range(1, workers - 1))
     full = (microbatches - (workers - 2)) * max(x)
     draining = sum(max(x[i - 1 :]) for i in range(2, workers))
