@@ -24,7 +24,8 @@ from pipecast.data.source import DataSource, as_arrays
 from pipecast.errors import ConfigError
 from pipecast.hardware.load import default_cluster, load_cluster
 from pipecast.models.registry import get_entry
-from pipecast.models.user import as_sequential, is_factory_path
+from pipecast.models.sources import default_dataset, is_source_path
+from pipecast.models.user import as_sequential
 from pipecast.models.workload import Workload
 from pipecast.partition.boundaries import parse_boundaries, placement_of, split
 from pipecast.partition.types import from_boundaries
@@ -180,8 +181,10 @@ def recommend(
     if isinstance(options.get("cluster"), str):  # a preset's name or a cluster file
         options["cluster"] = load_cluster(options["cluster"])
     if isinstance(model, str):
-        entry_dataset = dataset or ("mnist" if is_factory_path(model) else None)
-        workload = Workload(model=model, dataset=entry_dataset or get_entry(model).default_dataset)
+        if dataset is None:
+            source = is_source_path(model)
+            dataset = default_dataset(model) if source else get_entry(model).default_dataset
+        workload = Workload(model=model, dataset=dataset)
         return recommend_for(Request(workload=workload, **options))
     if isinstance(model, Workload):
         return recommend_for(Request(workload=model, **options))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pipecast.data.registry import DEFAULT_SEQ_LEN, DEFAULT_VOCAB, DEFAULT_WIDTH, dataset_names
 from pipecast.models.registry import get_entry, model_names
-from pipecast.models.user import is_factory_path
+from pipecast.models.sources import default_dataset, is_source_path
 from pipecast.models.workload import Workload
 
 
@@ -17,7 +17,8 @@ def add_workload_args(parser: argparse.ArgumentParser, *, required: bool = True)
     group.add_argument(
         "--model",
         required=required,
-        help=f"zoo model ({', '.join(model_names())}) or package.module:factory",
+        help=f"zoo model ({', '.join(model_names())}), torchvision:NAME, timm:NAME, hf:TYPE "
+        "(e.g. hf:gpt2) or package.module:factory returning any nn.Module",
     )
     group.add_argument(
         "--dataset", help=f"data set ({', '.join(dataset_names())}); default: the model's own"
@@ -33,7 +34,10 @@ def add_workload_args(parser: argparse.ArgumentParser, *, required: bool = True)
 def workload_from_args(args: argparse.Namespace) -> Workload:
     dataset = args.dataset
     if dataset is None:
-        dataset = "mnist" if is_factory_path(args.model) else get_entry(args.model).default_dataset
+        model = args.model
+        dataset = (
+            default_dataset(model) if is_source_path(model) else get_entry(model).default_dataset
+        )
     return Workload(
         model=args.model,
         dataset=dataset,

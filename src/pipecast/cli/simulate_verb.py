@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     print_prediction(pred)
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"{profile.model}-{args.schedule}-{args.stages}x{args.micro_batches}"
+    stem = f"{profile.model.replace(':', '_')}-{args.schedule}-{args.stages}x{args.micro_batches}"
     from pipecast.report.gantt import gantt  # matplotlib: imported when a chart is drawn
 
     gantt(pred.timeline, str(out / f"{stem}.png"), title=f"{profile.model} {pred.strategy.label()}")

@@ -214,7 +214,7 @@ def _write_traces(args: argparse.Namespace, result: JobResult, profile: Profile 
     job = result.job
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    model = job.workload.model if job.workload is not None else "model"
+    model = job.workload.model.replace(":", "_") if job.workload is not None else "model"
     trace = out / f"{model}-{job.plan.name}-{job.world}.measured.trace.json"
     timelines = [("measured", result.timeline())]
     if profile is not None:

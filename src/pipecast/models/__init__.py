@@ -1,8 +1,10 @@
-"""The model zoo: each model is an ordered list of blocks (nn.Sequential)."""
+"""Models as pipecast sees them: an ordered list of blocks (nn.Sequential), from the zoo,
+a user's factory, torchvision, timm or Hugging Face (captured by pipecast.models.capture)."""
 
 from pipecast.models.registry import ZOO, build_zoo_model, get_entry, model_names
+from pipecast.models.sources import build_source_model, default_dataset, is_source_path
 from pipecast.models.summary import BlockSummary, summarize
-from pipecast.models.user import as_sequential, load_factory_model
+from pipecast.models.user import as_sequential
 from pipecast.models.workload import Workload
 
 __all__ = [
@@ -10,9 +12,11 @@ __all__ = [
     "BlockSummary",
     "Workload",
     "as_sequential",
+    "build_source_model",
     "build_zoo_model",
+    "default_dataset",
     "get_entry",
-    "load_factory_model",
+    "is_source_path",
     "model_names",
     "summarize",
 ]

@@ -14,7 +14,7 @@ from torch import nn
 from pipecast.data.registry import DEFAULT_SEQ_LEN, DEFAULT_VOCAB, DEFAULT_WIDTH, get_spec
 from pipecast.data.spec import DatasetSpec
 from pipecast.models.registry import build_zoo_model, get_entry
-from pipecast.models.user import is_factory_path, load_factory_model
+from pipecast.models.sources import build_source_model, is_source_path, library_of
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -22,7 +22,8 @@ class Workload:
     """A model (zoo name or 'package.module:factory') and a data set, with their options."""
 
     model: str
-    """Zoo name (see `pipecast models`) or 'package.module:factory'."""
+    """Zoo name (see `pipecast models`), 'torchvision:NAME', 'timm:NAME', 'hf:TYPE' or
+    'package.module:factory'."""
     dataset: str
     """Data set name (mnist, digits, cifar10, imagenet, highres, tokens, embeddings)."""
     seq_len: int = DEFAULT_SEQ_LEN
@@ -49,9 +50,9 @@ class Workload:
             with torch.device(device):
                 return self.build()
         spec = self.spec
-        if is_factory_path(self.model):
-            return load_factory_model(self.model, spec)
         options = {"layers": self.layers, "width": self.width, "heads": self.heads}
+        if is_source_path(self.model):
+            return build_source_model(self.model, spec, **options)
         options["ffn"] = self.ffn
         return build_zoo_model(self.model, spec, **options)
 
@@ -62,8 +63,10 @@ class Workload:
         if self.spec.input_kind != "image":
             parts.append(f"T{self.seq_len}")
             parts.append(f"V{self.vocab}" if self.dataset == "tokens" else f"D{self.width}")
-        if self.model == "gpt" or (
-            not is_factory_path(self.model) and get_entry(self.model).options
+        if (
+            self.model == "gpt"
+            or library_of(self.model) == "hf"
+            or (not is_source_path(self.model) and get_entry(self.model).options)
         ):
             parts += [f"L{self.layers}", f"H{self.heads}", f"W{self.width}", f"F{self.ffn}"]
         return "-".join(parts)

@@ -27,7 +27,7 @@ import torch.distributed as dist
 
 from pipecast.errors import ConfigError, PipecastError
 from pipecast.hardware import devices
-from pipecast.runtime import allreduce, graphs, microbatch
+from pipecast.runtime import allreduce, graphs, microbatch, ties
 from pipecast.runtime.backward import (
     Cut,
     WeightWork,
@@ -153,6 +153,8 @@ class PipelineEngine:
         """Dynamic loss scaling (scale 0: off); the same on every rank."""
         self._params = [p for st in stages.values() for p in st.params]
         """Every trainable parameter this rank holds, for what touches all their gradients."""
+        self.ties: list[ties.Tie] = []
+        """Parameters shared with other stages (pipecast.runtime.ties), set by the worker."""
         width = plan.num_ranks
         self.global_rank = replica * width + pipeline_rank
         self.channels = Channels(plan, pipeline_rank, replica, replicas, device, config.timeout_s)
@@ -298,13 +300,18 @@ class PipelineEngine:
         allreduce.finish(pending_reduce)
         norm, skipped, scale = None, False, self.scaler.scale
         if not plan.forward_only and not plan.async_updates:
+            if self.ties:
+                self.watchdog.at(None, "summing the gradients of tied parameters")
+                ties.sync(self.ties)
             if self.scaler.scale:
                 self.watchdog.at(None, "unscaling the gradients")
                 skipped = self.scaler.unscale(self._params, self.device)
             if self.config.clip_grad_norm > 0 and not skipped:
                 self.watchdog.at(None, "clipping the gradients to their global norm")
                 limit = self.config.clip_grad_norm
-                norm = clip_global_norm(self._params, limit, self.replicas, self.device)
+                norm = clip_global_norm(
+                    self._params, limit, self.replicas, self.device, ties.uncounted(self.ties)
+                )
             self.watchdog.at(None, "optimizer step")
             for st in self.stages.values():
                 if st.optimizer is not None and not skipped:

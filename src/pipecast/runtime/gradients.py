@@ -53,17 +53,23 @@ class LossScaler:
 
 
 def clip_global_norm(
-    params: Sequence[nn.Parameter], limit: float, replicas: int, device: torch.device
+    params: Sequence[nn.Parameter],
+    limit: float,
+    replicas: int,
+    device: torch.device,
+    uncounted: set[int] | None = None,
 ) -> torch.Tensor:
     """Scale `params`' gradients (this rank's share of the model) by min(1, limit / (norm +
     1e-6)), the norm being the L2 norm over every rank's, as torch.nn.utils.clip_grad_norm_
     does over a whole model (with torch's own fused kernels); the norm before, on the
     device (nothing waits for it here). Each of `replicas` pipeline replicas holds the same
-    gradients, so the sum over ranks counts each `replicas` times."""
+    gradients, so the sum over ranks counts each `replicas` times. `uncounted`: ids of
+    parameters clipped but left out of the norm (a tied parameter's further copies)."""
     held = [p for p in params if p.grad is not None]
     squares = torch.zeros((), dtype=torch.float32, device=device)
-    if held:
-        grads = [p.grad for p in held if p.grad is not None]
+    skip = uncounted or set()
+    grads = [p.grad for p in held if p.grad is not None and id(p) not in skip]
+    if grads:
         squares = torch.nn.utils.get_total_norm(grads).float().square()
     if _several():
         dist.all_reduce(squares)
