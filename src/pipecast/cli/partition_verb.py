@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from rich.table import Table
 
 from pipecast.cli.common import count_arg, output_file
 from pipecast.cli.console import console, human_bytes, human_seconds
 from pipecast.cli.planning import add_profile_args, load_inputs
+from pipecast.errors import ConfigError
+from pipecast.models.sources import library_of
 from pipecast.partition import METHODS, PartitionReport, Setting, analyze, partition
 from pipecast.partition.pipedream import pipedream_partition
+from pipecast.partition.torch_export import schedule_csv, split_points, split_script
+from pipecast.profile.types import Profile
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -36,6 +41,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--schedule", default="1f1b", help="the schedule whose in-flight memory counts")
     p.add_argument("--compare", action="store_true", help="every method side by side")
     p.add_argument("-o", "--output", type=output_file, help="write the partition JSON here")
+    p.add_argument(
+        "--export",
+        choices=("torch",),
+        help="also write the split as torch.distributed.pipelining SplitPoints and the "
+        "schedule as its CSV (into --out-dir)",
+    )
+    p.add_argument("--out-dir", default="pipecast-out", help="where --export writes")
     p.set_defaults(func=run)
 
 
@@ -114,4 +126,31 @@ def run(args: argparse.Namespace) -> int:
 
         jsonio.write_atomic(args.output, part.to_json())
         console.print(f"partition written to {args.output}")
+    if args.export == "torch":
+        _export_torch(args, profile, part.boundaries)
     return 0
+
+
+def _export_torch(args: argparse.Namespace, profile: Profile, boundaries: list[int]) -> None:
+    from pipecast.models import Workload
+    from pipecast.schedule import make_plan
+    from pipecast.schedule.generators import stages_per_rank
+
+    if not profile.workload:
+        raise ConfigError("--export torch needs a profile that names its model (pipecast profile)")
+    workload = Workload.from_dict(profile.workload)
+    begins = [getattr(b, "begins", str(i)) for i, b in enumerate(workload.build("meta"))]
+    if library_of(workload.model) == "hf":  # the user holds the LM, not pipecast's wrapper
+        begins = [b.removeprefix("model.") for b in begins]
+    points = split_points(begins, boundaries)
+    plan = make_plan(
+        args.schedule, args.stages // stages_per_rank(args.schedule), args.micro_batches
+    )
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"{workload.model.replace(':', '_')}-{args.schedule}-{args.stages}"
+    csv = out / f"{stem}.schedule.csv"
+    csv.write_text(schedule_csv(plan))
+    script = out / f"{stem}.split.py"
+    script.write_text(split_script(workload.model, points, plan, csv.name))
+    console.print(f"torch.distributed.pipelining split: {script}; schedule: {csv}")

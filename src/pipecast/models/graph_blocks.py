@@ -47,13 +47,20 @@ class GraphBlock(nn.Module):
     """A run of an exported graph's nodes: one tensor in, one tensor out."""
 
     def __init__(
-        self, body: fx.GraphModule, label: str, takes: list[Slot], gives: list[Slot]
+        self,
+        body: fx.GraphModule,
+        label: str,
+        takes: list[Slot],
+        gives: list[Slot],
+        begins: str = "",
     ) -> None:
         super().__init__()
         self.body = body
         self.label = label
         """The module path the block's nodes share (e.g. 'transformer.h.3')."""
         self.takes, self.gives = takes, gives
+        self.begins = begins
+        """The module at whose start the block begins ('' for the first block)."""
         self.tied: dict[str, str] = {}
         """Parameter name in this block -> the name of the tie it belongs to."""
 
@@ -134,7 +141,8 @@ def build_blocks(root: fx.GraphModule, cuts: GraphCuts) -> list[GraphBlock]:
         takes = inputs if start == 0 else [c.node for c in cuts.crossing[start]]
         gives = final if stop == n else [c.node for c in cuts.crossing[stop]]
         body = fx.GraphModule(root, _block_graph(cuts, start, stop, takes, gives))
-        blocks.append(GraphBlock(body, cuts.labels[b], _slots(takes), _slots(gives)))
+        slots = _slots(takes), _slots(gives)
+        blocks.append(GraphBlock(body, cuts.labels[b], *slots, cuts.begins[b]))
     _mark_ties(blocks)
     return blocks
 

@@ -53,19 +53,21 @@ class GraphCuts:
     """Per cut position (and len(heavy) for the output): the tensors crossing it."""
     labels: list[str]
     """Per block: the module path its nodes share."""
+    begins: list[str]
+    """Per block: the module at whose start it begins ('' for the first): where
+    torch.distributed.pipelining would place a SplitPoint.BEGINNING for the same cut."""
+
+
+def module_stack(node: fx.Node) -> tuple[str, ...]:
+    """The modules a node was traced in, outermost first (empty in the root's forward)."""
+    stack = node.meta.get("nn_module_stack") or {}
+    return tuple(str(path) for path, _ in stack.values() if path)
 
 
 def module_path(node: fx.Node) -> str:
     """The innermost module a node was traced in ('' for the root's own forward)."""
-    stack = node.meta.get("nn_module_stack")
-    if not stack:
-        return ""
-    path, _ = list(stack.values())[-1]
-    return str(path)
-
-
-def _prefix(path: str, depth: int) -> tuple[str, ...]:
-    return tuple(path.split(".")[:depth]) if path else ()
+    stack = module_stack(node)
+    return stack[-1] if stack else ""
 
 
 def batch_symbol(graph: fx.Graph) -> object:
@@ -174,14 +176,15 @@ def choose_cuts(graph: fx.Graph, max_blocks: int = 48) -> GraphCuts:
         described = _describe(nodes, batch)
         if described is not None:
             crossing[k] = described
-    paths = [module_path(h) for h in heavy]
+    stacks = [module_stack(h) for h in heavy]
+    paths = [s[-1] if s else "" for s in stacks]
     depth_of: dict[int, int] = {}
     for k in range(1, len(heavy)):
         if k not in crossing:
             continue
-        a, b = paths[k - 1], paths[k]
-        for depth in range(1, max(len(a.split(".")), len(b.split("."))) + 1):
-            if _prefix(a, depth) != _prefix(b, depth):
+        a, b = stacks[k - 1], stacks[k]
+        for depth in range(1, max(len(a), len(b)) + 1):
+            if a[:depth] != b[:depth]:
                 depth_of[k] = depth
                 break
     owner = graph.owning_module
@@ -195,7 +198,8 @@ def choose_cuts(graph: fx.Graph, max_blocks: int = 48) -> GraphCuts:
     for lo, hi in itertools.pairwise(bounds):
         named = [paths[k] for k in range(lo, hi) if weighted[k]]
         labels.append(_common(named or paths[lo:hi]))
-    return GraphCuts(heavy, free, cuts, crossing, labels)
+    begins = ["", *(_begins(stacks[k], depth_of[k]) for k in cuts)]
+    return GraphCuts(heavy, free, cuts, crossing, labels, begins)
 
 
 def _pick(
@@ -216,18 +220,24 @@ def _pick(
     return best
 
 
+def _begins(stack: tuple[str, ...], depth: int) -> str:
+    """The module that starts where a node of `stack` follows one differing at `depth`
+    ('' when the node sits in the root's own forward)."""
+    return stack[depth - 1] if len(stack) >= depth else ""
+
+
 def _merge_weightless(cuts: list[int], weighted: list[bool]) -> list[int]:
-    """Drop the cuts that would leave a block without parameters (a reshape, a pooling, a
-    dropout): such a block joins the one after it, the last one the one before."""
-    kept: list[int] = []
-    start = 0
-    for cut in cuts:
-        if any(weighted[start:cut]):
-            kept.append(cut)
-            start = cut
-    if kept and not any(weighted[kept[-1] :]):
-        kept.pop()
-    return kept
+    """Drop the cuts that would leave a block without parameters (a reshape, an activation,
+    a pooling): such a block joins the one before it (the first, the one after), so blocks
+    begin where modules do."""
+    blocks: list[tuple[int, int, bool]] = []
+    for lo, hi in itertools.pairwise([0, *cuts, len(weighted)]):
+        has = any(weighted[lo:hi])
+        if blocks and (not has or not blocks[-1][2]):
+            blocks[-1] = (blocks[-1][0], hi, True if has else blocks[-1][2])
+        else:
+            blocks.append((lo, hi, has))
+    return [lo for lo, _, _ in blocks[1:]]
 
 
 def _common(paths: list[str]) -> str:
