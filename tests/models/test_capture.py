@@ -117,3 +117,21 @@ def test_a_library_that_cannot_load_names_the_extra() -> None:
             Workload(model="torchvision:resnet50", dataset="imagenet").build()
     else:
         pytest.skip("torchvision imports here; the error path needs a machine where it fails")
+
+
+def test_blocks_captured_on_the_host_run_where_they_are_moved() -> None:
+    """The decoder's graph makes position ids with arange(device=cpu); moved to another
+    device (meta here, a GPU in use), its blocks must make them there."""
+    torch.manual_seed(0)
+    blocks = capture(user_models.small_decoder(TOKENS), TOKENS, name="decoder").to("meta")
+    out = blocks(torch.zeros(3, *TOKENS.sample_shape, dtype=torch.long, device="meta"))
+    assert out.device.type == "meta" and out.shape == (3, *TOKENS.sample_shape, 64)
+
+
+def test_blocks_captured_in_fp32_run_in_bf16() -> None:
+    """The decoder's graph casts position embeddings to fp32 (a no-op at capture) and asserts
+    fp32: converted to bf16 as a bf16 run converts them, the blocks must compute in bf16."""
+    torch.manual_seed(0)
+    blocks = capture(user_models.small_decoder(TOKENS), TOKENS, name="decoder")
+    out = blocks.to(torch.bfloat16)(torch.zeros(2, *TOKENS.sample_shape, dtype=torch.long))
+    assert out.dtype == torch.bfloat16

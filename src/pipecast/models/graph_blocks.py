@@ -97,6 +97,21 @@ def _block_graph(
         env[node] = graph.placeholder(f"in{k}")
         env[node].meta = dict(node.meta)
     first = env[inputs[0]]
+    device: list[fx.Node] = []
+
+    def copy(node: fx.Node) -> fx.Node:
+        """`node` in `graph`; a device the capture baked in (arange's) becomes the block
+        input's, and a cast that did nothing at capture keeps the value's dtype, so blocks
+        captured in fp32 on the host run where they are moved, in the dtype they are given."""
+        made = graph.node_copy(node, lambda n: env[n])
+        if _noop_cast(node):
+            made.update_kwarg("dtype", None)
+        if isinstance(made.kwargs.get("device"), torch.device):
+            if not device:
+                device.append(graph.call_function(getattr, (first, "device")))
+                made.prepend(device[0])
+            made.update_kwarg("device", device[0])
+        return made
 
     def need(node: fx.Node) -> fx.Node:
         if node in env:
@@ -109,17 +124,29 @@ def _block_graph(
         else:
             for i in node.all_input_nodes:
                 need(i)
-            env[node] = graph.node_copy(node, lambda n: env[n])
+            env[node] = copy(node)
         return env[node]
 
     for node in cuts.heavy[start:stop]:
+        if node.target is torch.ops.aten._assert_tensor_metadata.default:
+            continue  # the capture's dtype and device, which a moved block no longer has
         for used in node.all_input_nodes:
             need(used)
-        env[node] = graph.node_copy(node, lambda n: env[n])
+        env[node] = copy(node)
     results = [env[o] for o in outputs]
     graph.output(results[0] if len(results) == 1 else tuple(results))
     graph.lint()
     return graph
+
+
+_CASTS = (torch.ops.aten.to.dtype_layout, torch.ops.aten._to_copy.default)
+
+
+def _noop_cast(node: fx.Node) -> bool:
+    if node.target not in _CASTS or "dtype" not in node.kwargs:
+        return False
+    source = node.args[0].meta.get("val") if isinstance(node.args[0], fx.Node) else None
+    return isinstance(source, torch.Tensor) and source.dtype == node.kwargs["dtype"]
 
 
 def build_blocks(root: fx.GraphModule, cuts: GraphCuts) -> list[GraphBlock]:
