@@ -325,6 +325,16 @@ def gpt_runtime_set() -> list[tuple[str, BenchConfig, bool]]:
     return out
 
 
+def _zbh1_splits(g: BenchConfig) -> list[tuple[str, BenchConfig, bool]]:
+    """VGG-16's ZB-H1 on the splits around torch's (0,10,40), at M=4 and M=8."""
+    zb = replace(g, schedule="zb-h1")
+    return [
+        ("vgg_pc_zbh1_m4_g_s9", replace(zb, boundaries=(0, 9, 40)), False),
+        ("vgg_pc_zbh1_m4_g_s8", replace(zb, boundaries=(0, 8, 40)), False),
+        ("vgg_pc_zbh1_m8_g_s9", replace(zb, microbatches=8, boundaries=(0, 9, 40)), False),
+    ]
+
+
 def vgg_runtime_set() -> list[tuple[str, BenchConfig, bool]]:
     """VGG-16 on pipecast's graphed runtime: torch's split and schedule, and ZB-H1 on
     splits around it."""
@@ -334,13 +344,7 @@ def vgg_runtime_set() -> list[tuple[str, BenchConfig, bool]]:
         ("vgg_pc_1f1b_m4_g", g, True),
         ("vgg_pc_1f1b_m4_g_planned", replace(g, send_timing="planned"), False),
         ("vgg_pc_zbh1_m4_g", replace(g, schedule="zb-h1"), False),
-        ("vgg_pc_zbh1_m4_g_s9", replace(g, schedule="zb-h1", boundaries=(0, 9, 40)), False),
-        ("vgg_pc_zbh1_m4_g_s8", replace(g, schedule="zb-h1", boundaries=(0, 8, 40)), False),
-        (
-            "vgg_pc_zbh1_m8_g_s9",
-            replace(g, schedule="zb-h1", microbatches=8, boundaries=(0, 9, 40)),
-            False,
-        ),
+        *_zbh1_splits(g),
     ]
 
 
@@ -380,13 +384,7 @@ def vgg_policy_set() -> list[tuple[str, BenchConfig, bool]]:
         ("vgg_pc_1f1b_m4_g", g, True),
         ("vgg_pc_1f1b_m4_g_es", replace(g, send_timing="eager"), False),
         ("vgg_pc_zbh1_m4_g", replace(g, schedule="zb-h1"), True),
-        ("vgg_pc_zbh1_m4_g_s9", replace(g, schedule="zb-h1", boundaries=(0, 9, 40)), False),
-        ("vgg_pc_zbh1_m4_g_s8", replace(g, schedule="zb-h1", boundaries=(0, 8, 40)), False),
-        (
-            "vgg_pc_zbh1_m8_g_s9",
-            replace(g, schedule="zb-h1", microbatches=8, boundaries=(0, 9, 40)),
-            False,
-        ),
+        *_zbh1_splits(g),
     ]
 
 

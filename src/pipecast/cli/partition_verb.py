@@ -11,10 +11,10 @@ from pipecast.cli.common import count_arg, output_file
 from pipecast.cli.console import console, human_bytes, human_seconds
 from pipecast.cli.planning import add_profile_args, load_inputs
 from pipecast.errors import ConfigError
-from pipecast.models.sources import library_of
+from pipecast.interop.torch_pipelining import schedule_csv, split_points, split_script
+from pipecast.models.sources import file_stem, library_of
 from pipecast.partition import METHODS, PartitionReport, Setting, analyze, partition
 from pipecast.partition.pipedream import pipedream_partition
-from pipecast.partition.torch_export import schedule_csv, split_points, split_script
 from pipecast.profile.types import Profile
 
 
@@ -148,7 +148,7 @@ def _export_torch(args: argparse.Namespace, profile: Profile, boundaries: list[i
     )
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"{workload.model.replace(':', '_')}-{args.schedule}-{args.stages}"
+    stem = f"{file_stem(workload.model)}-{args.schedule}-{args.stages}"
     csv = out / f"{stem}.schedule.csv"
     csv.write_text(schedule_csv(plan))
     script = out / f"{stem}.split.py"

@@ -10,6 +10,7 @@ from rich.table import Table
 from pipecast.cli.common import count_arg, output_dir
 from pipecast.cli.console import console, human_bytes, human_seconds
 from pipecast.cli.planning import add_profile_args, default_batch, load_inputs
+from pipecast.models.sources import file_stem
 from pipecast.recommender.predict import Prediction, predict
 from pipecast.recommender.rank import samples_rate
 from pipecast.recommender.strategy import Kind, Strategy
@@ -111,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     print_prediction(pred)
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"{profile.model.replace(':', '_')}-{args.schedule}-{args.stages}x{args.micro_batches}"
+    stem = f"{file_stem(profile.model)}-{args.schedule}-{args.stages}x{args.micro_batches}"
     from pipecast.report.gantt import gantt  # matplotlib: imported when a chart is drawn
 
     gantt(pred.timeline, str(out / f"{stem}.png"), title=f"{profile.model} {pred.strategy.label()}")

@@ -15,6 +15,7 @@ from pipecast.cli.common import add_workload_args, count_arg, output_dir, worklo
 from pipecast.cli.console import console, human_bytes, human_seconds, progress
 from pipecast.errors import ConfigError
 from pipecast.hardware.load import default_cluster
+from pipecast.models.sources import file_stem
 from pipecast.profile.types import Profile
 from pipecast.recommender.chosen import Chosen, chosen
 from pipecast.recommender.predict import predict
@@ -214,7 +215,7 @@ def _write_traces(args: argparse.Namespace, result: JobResult, profile: Profile 
     job = result.job
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    model = job.workload.model.replace(":", "_") if job.workload is not None else "model"
+    model = file_stem(job.workload.model) if job.workload is not None else "model"
     trace = out / f"{model}-{job.plan.name}-{job.world}.measured.trace.json"
     timelines = [("measured", result.timeline())]
     if profile is not None:

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import torch
 from torch import fx, nn
 
-from pipecast.models.graph_cuts import GraphCuts, batch_symbol
+from pipecast.models.graph_cuts import GraphCuts, batch_symbol, is_batch
 
 Slot = tuple[tuple[int, ...], str]
 """A tensor crossing a cut: its shape past the batch dimension, and its dtype's name."""
@@ -97,20 +97,21 @@ def _block_graph(
         env[node] = graph.placeholder(f"in{k}")
         env[node].meta = dict(node.meta)
     first = env[inputs[0]]
-    device: list[fx.Node] = []
+    device: fx.Node | None = None
 
     def copy(node: fx.Node) -> fx.Node:
         """`node` in `graph`; a device the capture baked in (arange's) becomes the block
         input's, and a cast that did nothing at capture keeps the value's dtype, so blocks
         captured in fp32 on the host run where they are moved, in the dtype they are given."""
+        nonlocal device
         made = graph.node_copy(node, lambda n: env[n])
         if _noop_cast(node):
             made.update_kwarg("dtype", None)
         if isinstance(made.kwargs.get("device"), torch.device):
-            if not device:
-                device.append(graph.call_function(getattr, (first, "device")))
-                made.prepend(device[0])
-            made.update_kwarg("device", device[0])
+            if device is None:
+                device = graph.call_function(getattr, (first, "device"))
+                made.prepend(device)
+            made.update_kwarg("device", device)
         return made
 
     def need(node: fx.Node) -> fx.Node:
@@ -118,8 +119,7 @@ def _block_graph(
             return env[node]
         if node not in cuts.free and node.op != "get_attr":
             raise ValueError(f"node {node.name} is used across a cut but does not cross it")
-        val = node.meta.get("val")
-        if node.target is torch.ops.aten.sym_size.int and str(val) == str(batch):
+        if node.target is torch.ops.aten.sym_size.int and is_batch(node.meta.get("val"), batch):
             env[node] = graph.call_function(torch.ops.aten.sym_size.int, (first, 0))
         else:
             for i in node.all_input_nodes:
@@ -165,8 +165,8 @@ def build_blocks(root: fx.GraphModule, cuts: GraphCuts) -> list[GraphBlock]:
     bounds = [0, *cuts.cuts, n]
     blocks: list[GraphBlock] = []
     for b, (start, stop) in enumerate(itertools.pairwise(bounds)):
-        takes = inputs if start == 0 else [c.node for c in cuts.crossing[start]]
-        gives = final if stop == n else [c.node for c in cuts.crossing[stop]]
+        takes = inputs if start == 0 else cuts.crossing[start]
+        gives = final if stop == n else cuts.crossing[stop]
         body = fx.GraphModule(root, _block_graph(cuts, start, stop, takes, gives))
         slots = _slots(takes), _slots(gives)
         blocks.append(GraphBlock(body, cuts.labels[b], *slots, cuts.begins[b]))

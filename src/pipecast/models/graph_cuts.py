@@ -34,23 +34,14 @@ MAX_CROSSING = 4
 
 
 @dataclass(frozen=True, slots=True)
-class Crossing:
-    """One tensor crossing a cut: its node and its shape past the batch dimension."""
-
-    node: fx.Node
-    sample_shape: tuple[int, ...]
-    dtype: torch.dtype
-
-
-@dataclass(frozen=True, slots=True)
 class GraphCuts:
     """The heavy nodes in order, and the chosen cuts (positions into `heavy`)."""
 
     heavy: list[fx.Node]
     free: set[fx.Node]
     cuts: list[int]
-    crossing: dict[int, list[Crossing]]
-    """Per cut position (and len(heavy) for the output): the tensors crossing it."""
+    crossing: dict[int, list[fx.Node]]
+    """Per usable cut position: the values crossing it, in order of definition."""
     labels: list[str]
     """Per block: the module path its nodes share."""
     begins: list[str]
@@ -64,12 +55,6 @@ def module_stack(node: fx.Node) -> tuple[str, ...]:
     return tuple(str(path) for path, _ in stack.values() if path)
 
 
-def module_path(node: fx.Node) -> str:
-    """The innermost module a node was traced in ('' for the root's own forward)."""
-    stack = module_stack(node)
-    return stack[-1] if stack else ""
-
-
 def batch_symbol(graph: fx.Graph) -> object:
     """The symbolic size of the (first) input's first dimension."""
     for node in graph.nodes:
@@ -80,7 +65,8 @@ def batch_symbol(graph: fx.Graph) -> object:
     raise ValueError("the exported graph has no tensor input")
 
 
-def _is_batch(value: object, batch: object) -> bool:
+def is_batch(value: object, batch: object) -> bool:
+    """Whether `value` is the symbolic batch size `batch`."""
     return isinstance(value, torch.SymInt) and str(value) == str(batch)
 
 
@@ -92,13 +78,17 @@ def _pure(node: fx.Node) -> bool:
     return target in (operator.getitem, operator.mul, operator.add, operator.floordiv)
 
 
+def _parameter_names(graph: fx.Graph) -> set[str]:
+    owner = graph.owning_module
+    if owner is None:
+        return set()
+    return {name for name, _ in owner.named_parameters(remove_duplicate=False)}
+
+
 def classify(graph: fx.Graph) -> tuple[list[fx.Node], set[fx.Node]]:
     """(heavy nodes in order, free nodes); see the module docstring."""
     batch = batch_symbol(graph)
-    params: set[str] = set()
-    owner = graph.owning_module
-    if owner is not None:
-        params = {name for name, _ in owner.named_parameters(remove_duplicate=False)}
+    params = _parameter_names(graph)
     free: set[fx.Node] = set()
     heavy: list[fx.Node] = []
     for node in graph.nodes:
@@ -111,7 +101,7 @@ def classify(graph: fx.Graph) -> tuple[list[fx.Node], set[fx.Node]]:
         if node.op == "call_module" and not node.users:
             continue  # export's input guards
         size = node.op == "call_function" and node.target is torch.ops.aten.sym_size.int
-        if size and _is_batch(node.meta.get("val"), batch):
+        if size and is_batch(node.meta.get("val"), batch):
             free.add(node)
             continue
         inputs = node.all_input_nodes
@@ -145,24 +135,20 @@ def _crossing_at(
     return out
 
 
-def _describe(nodes: list[fx.Node], batch: object) -> list[Crossing] | None:
-    """The crossing tensors, or None when one of them cannot be split into micro-batches."""
-    out = []
+def _splittable(nodes: list[fx.Node], batch: object) -> bool:
+    """Whether every value is a tensor micro-batches can split (the batch first, the rest
+    static), and several are all floating point (they are packed into one)."""
+    vals: list[torch.Tensor] = []
     for v in nodes:
         val = v.meta.get("val")
-        if (
-            not isinstance(val, torch.Tensor)
-            or val.dim() == 0
-            or not _is_batch(val.shape[0], batch)
-        ):
-            return None
-        rest = val.shape[1:]
-        if not all(isinstance(d, int) for d in rest):
-            return None
-        out.append(Crossing(v, tuple(int(d) for d in rest), val.dtype))
-    if len(out) > 1 and not all(c.dtype.is_floating_point for c in out):
-        return None
-    return out
+        if not isinstance(val, torch.Tensor) or val.dim() == 0:
+            return False
+        vals.append(val)
+        if not is_batch(val.shape[0], batch):
+            return False
+        if not all(isinstance(d, int) for d in val.shape[1:]):
+            return False
+    return len(vals) < 2 or all(v.dtype.is_floating_point for v in vals)
 
 
 def choose_cuts(graph: fx.Graph, max_blocks: int = 48) -> GraphCuts:
@@ -170,12 +156,11 @@ def choose_cuts(graph: fx.Graph, max_blocks: int = 48) -> GraphCuts:
     heavy, free = classify(graph)
     batch = batch_symbol(graph)
     position = {h: k for k, h in enumerate(heavy)}
-    crossing_nodes = _crossing_at(heavy, free, position)
-    crossing: dict[int, list[Crossing]] = {}
-    for k, nodes in enumerate(crossing_nodes):
-        described = _describe(nodes, batch)
-        if described is not None:
-            crossing[k] = described
+    crossing = {
+        k: nodes
+        for k, nodes in enumerate(_crossing_at(heavy, free, position))
+        if _splittable(nodes, batch)
+    }
     stacks = [module_stack(h) for h in heavy]
     paths = [s[-1] if s else "" for s in stacks]
     depth_of: dict[int, int] = {}
@@ -187,8 +172,7 @@ def choose_cuts(graph: fx.Graph, max_blocks: int = 48) -> GraphCuts:
             if a[:depth] != b[:depth]:
                 depth_of[k] = depth
                 break
-    owner = graph.owning_module
-    params = {n for n, _ in owner.named_parameters(remove_duplicate=False)} if owner else set()
+    params = _parameter_names(graph)
     weighted = [
         any(i.op == "get_attr" and i.target in params for i in h.all_input_nodes) for h in heavy
     ]
@@ -203,7 +187,7 @@ def choose_cuts(graph: fx.Graph, max_blocks: int = 48) -> GraphCuts:
 
 
 def _pick(
-    depth_of: dict[int, int], crossing: dict[int, list[Crossing]], max_blocks: int
+    depth_of: dict[int, int], crossing: dict[int, list[fx.Node]], max_blocks: int
 ) -> list[int]:
     """The deepest level's cuts that give at most `max_blocks` blocks, single-tensor cuts
     first."""

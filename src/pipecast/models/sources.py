@@ -37,6 +37,11 @@ def is_source_path(name: str) -> bool:
     return ":" in name
 
 
+def file_stem(name: str) -> str:
+    """`name` as it can stand in a file name ('hf:gpt2' -> 'hf_gpt2')."""
+    return name.replace(":", "_")
+
+
 def default_dataset(name: str) -> str:
     library = library_of(name)
     return DEFAULT_DATASET[library] if library else "mnist"

@@ -20,6 +20,7 @@ from pipecast.errors import DataError
 from pipecast.hardware import devices, host_probe
 from pipecast.hardware.cluster import CPU_PROBE_RANKS, Cluster
 from pipecast.hardware.probe import ProbeOptions, probe
+from pipecast.models.sources import file_stem
 from pipecast.models.workload import Workload
 from pipecast.profile.pool import pool_host, poolable
 from pipecast.profile.profiler import ProfileOptions, profile_model
@@ -101,7 +102,7 @@ def calibrated_profile(
     key = _key(
         workload.key, name, dtype, autocast, torch.__version__, sizes, hidden, graphed, sharing
     )
-    path = cache_dir() / f"profile-{workload.model.replace(':', '_')}-{key}.json"
+    path = cache_dir() / f"profile-{file_stem(workload.model)}-{key}.json"
     if path.exists() and not refresh:
         return Profile.load(str(path)), True
     profile = profile_model(

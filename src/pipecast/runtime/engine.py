@@ -130,6 +130,7 @@ class PipelineEngine:
         loss_fn: LossFn | None,
         config: RunConfig,
         device: torch.device,
+        tied: list[ties.Tie] | None = None,
     ) -> None:
         validate(plan)
         if plan.async_updates and replicas > 1:
@@ -153,8 +154,10 @@ class PipelineEngine:
         """Dynamic loss scaling (scale 0: off); the same on every rank."""
         self._params = [p for st in stages.values() for p in st.params]
         """Every trainable parameter this rank holds, for what touches all their gradients."""
-        self.ties: list[ties.Tie] = []
-        """Parameters shared with other stages (pipecast.runtime.ties), set by the worker."""
+        self.ties = tied or []
+        """Parameters shared with other stages (pipecast.runtime.ties)."""
+        self._uncounted = ties.uncounted(self.ties)
+        """Copies of tied parameters the global gradient norm leaves out."""
         width = plan.num_ranks
         self.global_rank = replica * width + pipeline_rank
         self.channels = Channels(plan, pipeline_rank, replica, replicas, device, config.timeout_s)
@@ -310,7 +313,7 @@ class PipelineEngine:
                 self.watchdog.at(None, "clipping the gradients to their global norm")
                 limit = self.config.clip_grad_norm
                 norm = clip_global_norm(
-                    self._params, limit, self.replicas, self.device, ties.uncounted(self.ties)
+                    self._params, limit, self.replicas, self.device, self._uncounted
                 )
             self.watchdog.at(None, "optimizer step")
             for st in self.stages.values():

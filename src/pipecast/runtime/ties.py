@@ -43,28 +43,21 @@ def holders(model: nn.Sequential) -> dict[str, list[tuple[int, str]]]:
     return out
 
 
-def stage_of(partition: Partition, block: int) -> int:
-    return next(s for s, st in enumerate(partition.stages) if st.start <= block < st.stop)
-
-
 def find_ties(
     tied: dict[str, list[tuple[int, str]]],
     partition: Partition,
     plan: Plan,
     stages: Mapping[int, nn.Sequential],
     *,
-    pipeline_rank: int,
     replica: int,
     replicas: int,
 ) -> list[Tie]:
     """This rank's ties. Collective: every rank creates every tie's groups, in order."""
     width = plan.num_ranks
-    rank_of = {s: r for r in range(width) for s in plan.stages_of(r)}
     out = []
     for key in sorted(tied):
-        held = [(stage_of(partition, b), b, name) for b, name in tied[key]]
-        first_stage = min(s for s, _, _ in held)
-        pipeline_ranks = sorted({rank_of[s] for s, _, _ in held})
+        held = sorted((partition.stage_of_block(b), b, name) for b, name in tied[key])
+        pipeline_ranks = sorted({plan.stage_to_rank[s] for s, _, _ in held})
         group = None
         for rep in range(replicas):
             if len(pipeline_ranks) > 1:
@@ -73,12 +66,12 @@ def find_ties(
                     group = made
         params: list[nn.Parameter] = []
         counted = None
-        for s, b, name in sorted(held):
+        for s, b, name in held:
             if s in stages:
                 p = stages[s][b - partition.stages[s].start].get_parameter(name)
                 if all(p is not q for q in params):
                     params.append(p)
-                if s == first_stage and counted is None:
+                if s == held[0][0] and counted is None:
                     counted = p
         if params:
             out.append(Tie(key, params, group, counted))
@@ -91,14 +84,16 @@ def uncounted(ties: list[Tie]) -> set[int]:
 
 
 def sync(ties: list[Tie]) -> None:
-    """Give every copy of each tied parameter the sum of all copies' gradients."""
+    """Give every copy of each tied parameter the sum of all copies' gradients, summed in
+    place into the first copy's gradient."""
     for tie in ties:
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in tie.params]
-        total = grads[0].clone() if len(grads) == 1 else torch.stack(grads).sum(0)
-        if tie.group is not None:
-            dist.all_reduce(total, group=tie.group)
         for p in tie.params:
             if p.grad is None:
-                p.grad = total.clone()
-            else:
-                p.grad.copy_(total)
+                p.grad = torch.zeros_like(p)
+        first, *rest = (p.grad for p in tie.params if p.grad is not None)
+        for grad in rest:
+            first.add_(grad)
+        if tie.group is not None:
+            dist.all_reduce(first, group=tie.group)
+        for grad in rest:
+            grad.copy_(first)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import gc
 import statistics
 import time
@@ -11,21 +10,20 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch import nn
 
 from pipecast.data.loss import loss_for
 from pipecast.data.source import fits
 from pipecast.data.spec import DatasetSpec
 from pipecast.data.synthetic import synthetic_batch
-from pipecast.errors import ConfigError, PipecastError
+from pipecast.errors import PipecastError
 from pipecast.hardware import devices
 from pipecast.hardware.devices import DTYPES
-from pipecast.models.graph_blocks import GraphBlock
-from pipecast.runtime import checkpoint, ties
+from pipecast.runtime import checkpoint
 from pipecast.runtime.engine import PipelineEngine, StepResult
 from pipecast.runtime.job import TrainJob
 from pipecast.runtime.launch import Context, write_progress
-from pipecast.runtime.stage import StageModule, materialize
+from pipecast.runtime.rank_stages import build_stages
+from pipecast.runtime.stage import StageModule
 from pipecast.simulation.timeline import Event
 from pipecast.training import learning_rate
 
@@ -85,67 +83,6 @@ class RankReport:
     checkpoint it wrote."""
 
 
-def _model(job: TrainJob) -> nn.Sequential:
-    """The whole model's blocks: shapes only (each stage initialises its own) unless the run
-    asks for one process's weights or the blocks were captured (their parameters sit in
-    graphs a meta build cannot re-initialise)."""
-    if job.model is not None:
-        return job.model
-    assert job.workload is not None
-    if not job.exact_init:
-        model = job.workload.build("meta")
-        if not any(isinstance(b, GraphBlock) for b in model):
-            return model
-    torch.manual_seed(job.config.seed)
-    return job.workload.build()
-
-
-def _blocks(
-    job: TrainJob, ctx: Context, own: list[int], model: nn.Sequential
-) -> dict[int, nn.Sequential]:
-    part = job.partition
-    out = {}
-    tied = bool(ties.holders(model))
-    for s in own:
-        st = part.stages[s]
-        blocks = model[st.start : st.stop]
-        assert isinstance(blocks, nn.Sequential)
-        if tied:  # each stage its own copy of what it shares with another
-            blocks = copy.deepcopy(blocks)
-        if any(p.is_meta for p in blocks.parameters()):
-            torch.manual_seed(job.config.seed + s)
-            blocks = materialize(blocks, ctx.device)
-            assert isinstance(blocks, nn.Sequential)
-        out[s] = blocks
-    return out
-
-
-def _ties(
-    job: TrainJob,
-    model: nn.Sequential,
-    stages: dict[int, StageModule],
-    pipeline_rank: int,
-    replica: int,
-) -> list[ties.Tie]:
-    tied = ties.holders(model)
-    if tied and job.plan.async_updates:
-        raise ConfigError(
-            f"PipeDream's per-micro-batch updates cannot keep tied parameters "
-            f"({', '.join(sorted(tied))}) equal across stages: use a synchronous schedule"
-        )
-    modules = {s: st.module for s, st in stages.items()}
-    assert all(isinstance(m, nn.Sequential) for m in modules.values())
-    return ties.find_ties(
-        tied,
-        job.partition,
-        job.plan,
-        modules,
-        pipeline_rank=pipeline_rank,
-        replica=replica,
-        replicas=job.replicas,
-    )
-
-
 class _Data:
     """The same batches on every rank; each replica takes its slice."""
 
@@ -188,15 +125,8 @@ def run_rank(ctx: Context, job: TrainJob) -> RankReport:
     pipeline_rank, replica = ctx.rank % width, ctx.rank // width
     own = job.plan.stages_of(pipeline_rank)
     spec = job.spec
-    model = _model(job)
-    blocks = _blocks(job, ctx, own, model)
+    stages, tied = build_stages(job, ctx, pipeline_rank, replica)
     last = job.plan.num_stages - 1
-    stages = {
-        s: StageModule(s, b, ctx.device, job.config, first=s == 0, last=s == last)
-        for s, b in blocks.items()
-    }
-    for s, st in stages.items():
-        st.start = job.partition.stages[s].start
     loss_fn = loss_for(spec)
     engine = PipelineEngine(
         job.plan,
@@ -207,9 +137,8 @@ def run_rank(ctx: Context, job: TrainJob) -> RankReport:
         loss_fn=loss_fn,
         config=job.config,
         device=ctx.device,
+        tied=tied,
     )
-    engine.ties = _ties(job, model, stages, pipeline_rank, replica)
-    del model
     data = _Data(job, spec, ctx.device)
     report = RankReport(ctx.rank, pipeline_rank, replica, own, device=str(ctx.device))
     final: StepResult | None = None

@@ -8,8 +8,8 @@ from tests import user_models
 
 from pipecast.data.registry import get_spec
 from pipecast.errors import ConfigError
+from pipecast.interop.torch_pipelining import schedule_csv, split_points, split_script
 from pipecast.models.capture import capture
-from pipecast.partition.torch_export import schedule_csv, split_points, split_script
 from pipecast.schedule import make_plan
 
 IMAGES = get_spec("mnist")

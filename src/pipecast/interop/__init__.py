@@ -1,0 +1,1 @@
+"""Formats of other pipeline stacks: pipecast's plans written in their terms."""
