@@ -42,6 +42,7 @@ from pipecast.runtime.events import ActionClock, StepMarks
 from pipecast.runtime.gradients import LossScaler, clip_global_norm
 from pipecast.runtime.graphs import Shapes, StepGraphs
 from pipecast.runtime.send_plan import post_positions
+from pipecast.runtime.shape_agreement import ShapeAgreement
 from pipecast.runtime.stage import StageModule
 from pipecast.runtime.watchdog import Watchdog
 from pipecast.schedule.action import Action, Plan
@@ -171,7 +172,6 @@ class PipelineEngine:
         self.watchdog = Watchdog(plan, pipeline_rank, self.global_rank, config.timeout_s)
         self.watchdog.__enter__()
         self._position = 0
-        self._seen_shapes: set[tuple[tuple[int, ...], ...]] = set()
         self._post_at = (
             post_positions(plan, pipeline_rank) if config.send_timing == "planned" else {}
         )
@@ -184,20 +184,13 @@ class PipelineEngine:
             else None
         )
         """The stream every step runs on, eager and graphed (pipecast.runtime.graphs)."""
-        self._agree_group = (
-            cached_group(list(range(dist.get_world_size())), "agree", backend="gloo")
-            if dist.is_initialized() and dist.get_world_size() > 1
-            else None
-        )
-        self._agreeing: dist.Work | None = None
-        """Rank 0's broadcast of the step's shapes, until it completes."""
+        self.agreement = ShapeAgreement(self.global_rank)
         self._shapes: Shapes | None = (
             Shapes() if graphs.enabled(plan, config, device.type) else None
         )
         """What the eager step saw, until the graphs are captured for it."""
         self._graphs: StepGraphs | None = None
         self._graph_key: tuple[Any, ...] | None = None
-        self._shape_key: tuple[Any, ...] = ()
 
     def close(self) -> None:
         self.watchdog.__exit__()
@@ -225,10 +218,10 @@ class PipelineEngine:
         began = time.perf_counter()
         devices.reset_peak(self.device)
         self.watchdog.at(None, "agreeing on the step's input shape")
-        local_batch = self._agree(inputs)
-        graphed = self._graphs is not None and self._shape_key == self._graph_key
+        local_batch = self.agreement.agree(inputs)
+        graphed = self._graphs is not None and self.agreement.key == self._graph_key
         landing = self._graphs.receives() if graphed and self._graphs is not None else None
-        self.channels.begin_step(known_shapes=self._known, targets=landing)
+        self.channels.begin_step(known_shapes=self.agreement.known, targets=landing)
         with self._on_stream(graphed):
             in_mbs = (
                 microbatch.split(microbatch.to_device(inputs, self.device), m) if first else None
@@ -295,9 +288,7 @@ class PipelineEngine:
         optimizers. (gradient norm or None, whether the step was skipped, the loss scale)"""
         plan = self.plan
         self.watchdog.at(None, "waiting for sends to complete")
-        if self._agreeing is not None:
-            self._agreeing.wait()
-            self._agreeing = None
+        self.agreement.finish()
         self.channels.finish_sends()
         self.watchdog.at(None, "all-reducing gradients across replicas")
         allreduce.finish(pending_reduce)
@@ -481,7 +472,7 @@ class PipelineEngine:
                 f"capturing rank {self.global_rank}'s actions as CUDA graphs failed "
                 f"({type(exc).__name__}: {first}); run without CUDA graphs (--no-cuda-graphs)"
             ) from exc
-        self._graphs, self._graph_key, self._shapes = g, self._shape_key, None
+        self._graphs, self._graph_key, self._shapes = g, self.agreement.key, None
 
     def zero_grad(self) -> None:
         for st in self.stages.values():
@@ -489,39 +480,6 @@ class PipelineEngine:
                 st.optimizer.zero_grad(set_to_none=self._graphs is None)
 
     # ---- pieces ------------------------------------------------------------------------
-
-    def _agree(self, inputs: Any) -> int:
-        """All ranks learn the batch's shapes from global rank 0 (which holds stage 0), on
-        the host (a gloo group): agreeing through the device would hold up the step's first
-        kernels behind a device-to-host copy."""
-        code = torch.full((34,), -1, dtype=torch.int64)
-        if inputs is not None:
-            flat = [d for shape in microbatch.shapes(inputs) for d in (len(shape), *shape)]
-            if len(flat) > 34:
-                raise ConfigError("inputs have too many tensors or dimensions to pipeline")
-            code[: len(flat)] = torch.tensor(flat)
-        if self._agree_group is not None:
-            # rank 0 knows the shapes: it sends them and gets on with the step (the send is
-            # awaited at the step's end); the others wait for them
-            try:
-                work = dist.broadcast(code, src=0, group=self._agree_group, async_op=True)
-                assert work is not None
-                if self.global_rank == 0:
-                    self._agreeing = work
-                else:
-                    work.wait()
-            except RuntimeError as exc:
-                raise PipecastError(
-                    f"lost contact with rank 0 while agreeing on the step's "
-                    f"input shape: {str(exc).splitlines()[0][:200]}"
-                ) from None
-        key = tuple(code.tolist())
-        self._shape_key = key
-        self._known = key in self._seen_shapes
-        self._seen_shapes.add(key)
-        if int(code[0]) < 1:
-            raise PipecastError("global rank 0 passed no inputs: it holds stage 0")
-        return int(code[1])
 
     def _input(
         self, a: Action, in_mbs: list[Any] | None, local: dict[tuple[str, int, int], torch.Tensor]
