@@ -24,8 +24,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipecast.bench import thesis
 from pipecast.bench.accuracy import comparisons, summary
 from pipecast.bench.store import Store
+from pipecast.data.registry import epoch_samples
 
 HERE = Path(__file__).resolve().parent
 REPORTS = HERE / "reports"
@@ -41,10 +43,16 @@ class Measured:
     samples: float
     """Samples per second."""
     predicted: float | None = None
+    peak_allocated: int = 0
+    """The largest of the GPUs' peak allocated bytes (0: not recorded)."""
+    peak_reserved: int = 0
+    epoch_samples: int = 0
+    """Samples in one epoch of the workload's data set."""
 
 
 _LABEL = re.compile(
-    r"^(?P<workload>\S+) b(?P<batch>\d+) (?P<who>pipecast|torch) (?P<schedule>\S+) "
+    r"^(?P<workload>\S+) b(?P<batch>\d+) (?P<who>pipecast|torchgpipe|deepspeed|torch) "
+    r"(?P<schedule>\S+) "
     r"(?P<rep>\d+x)?(?P<stages>\d+)st M=(?P<m>\d+)(?P<notes>.*)$"
 )
 
@@ -64,6 +72,8 @@ def parse(label: str) -> Parsed:
     if m := _LABEL.match(label):
         return Parsed(m["workload"], m["who"], m["schedule"], int(m["m"]), m["notes"].strip())
     workload = label.split(" ")[0]
+    if acc := re.search(r" single GPU acc(\d+)$", label):
+        return Parsed(workload, "single", microbatches=int(acc[1]))
     return Parsed(workload, "ddp" if " DDP x" in label else "single")
 
 
@@ -140,8 +150,138 @@ def _store_rows(store: Path) -> tuple[list[Measured], dict[str, object]]:
         cfg = BenchConfig.from_dict(r.config)
         step = r.measured["step_time"]
         predicted = r.predicted["step_time"] if r.predicted else None
-        rows.append(Measured(cfg.label(), step, cfg.batch / step, predicted))
+        rows.append(
+            Measured(
+                cfg.label(), step, cfg.batch / step, predicted,
+                max(r.measured.get("peak_allocated") or [0]),
+                max(r.measured.get("peak_reserved") or [0]),
+                epoch_samples(cfg.workload.dataset),
+            )
+        )  # fmt: skip
     return rows, env
+
+
+def failures(store: Path) -> list[str]:
+    """One line per configuration that did not run, with its error's first line."""
+    from pipecast.bench.config import BenchConfig
+
+    out = []
+    for r in Store(store).rows():
+        if r.status != "ok":
+            error = (r.error or r.status).strip().splitlines() or [r.status]
+            out.append(f"- {BenchConfig.from_dict(r.config).label()}: {error[-1][:200]}")
+    return out
+
+
+def studies_verdict(rows: Sequence[Measured]) -> list[str]:
+    """The studies' systems against pipecast and torch, one workload at a time: samples/s,
+    time per epoch and peak memory (seeds/002 and seeds/003's metrics), then the same-split
+    comparisons: pipecast's GPipe against torchgpipe's, its 1F1B against DeepSpeed's."""
+    lines: list[str] = []
+    by_workload: dict[str, list[tuple[Parsed, Measured]]] = {}
+    for r in rows:
+        by_workload.setdefault(parse(r.label).workload, []).append((parse(r.label), r))
+    for workload, items in by_workload.items():
+        items = [(p, r) for p, r in items if not (p.who == "single" and p.microbatches > 1)]
+        lines += [f"**{workload}**", "", "| system | samples/s | epoch | peak allocated | "
+                  "peak reserved |", "|---|---|---|---|---|"]  # fmt: skip
+        for _, r in sorted(items, key=lambda x: -x[1].samples):
+            epoch = f"{r.epoch_samples / r.samples / 60:,.1f} min" if r.epoch_samples else "-"
+            lines.append(
+                f"| {r.label.split(' ', 2)[2]} | {r.samples:,.1f} | {epoch} | "
+                f"{r.peak_allocated / 2**30:.2f} GiB | {r.peak_reserved / 2**30:.2f} GiB |"
+            )
+        lines.append("")
+        best = {
+            who: max((r for p, r in items if p.who == who), key=lambda r: r.samples, default=None)
+            for who in ("pipecast", "torch", "torchgpipe", "deepspeed")
+        }
+        ours = best["pipecast"]
+        for who, r in best.items():
+            if ours is not None and r is not None and who != "pipecast":
+                lines.append(f"- pipecast's best against {who}'s best: "
+                             f"**{ours.samples / r.samples:.3f}x**")  # fmt: skip
+        pairs = (("gpipe", "torchgpipe", "gpipe"), ("1f1b", "deepspeed", "1f1b"))
+        for mine, who, theirs in pairs:
+            a = [r for p, r in items if p.who == "pipecast" and p.schedule == mine]
+            b = [r for p, r in items if p.who == who and p.schedule == theirs and not p.notes]
+            if a and b:
+                lines.append(
+                    f"- same split, {mine} M={parse(a[0].label).microbatches}: pipecast "
+                    f"{a[0].step * 1e3:.2f} ms, {who} {b[0].step * 1e3:.2f} ms: "
+                    f"{b[0].step / a[0].step:.3f}x"
+                )
+        lines.append("")
+    return lines + table_4_1(rows)
+
+
+STUDY_TABLE_4_1 = {2: 565.858, 4: 573.494, 8: 613.48, 16: 829.6, 32: 867.52}
+"""seeds/000, Table 4.1: total processing time (ms) of one split of VGG16 (batch 128, 4 x
+T4) at 2-32 micro-batches."""
+
+
+def table_4_1(rows: Sequence[Measured]) -> list[str]:
+    """The GPipe study's micro-batch table beside one GPU here, each relative to M = 2."""
+    here = {
+        p.microbatches: r
+        for r in rows
+        if (p := parse(r.label)).who == "single" and r.label.startswith("vgg16/")
+    }
+    if 2 not in here:
+        return []
+    here = {m: r for m, r in here.items() if m > 1}
+    lines = [
+        "**seeds/000 Table 4.1: one split of VGG16, batch 128, over micro-batches**", "",
+        "| micro-batches | the study (4 x T4) | x of M=2 | here | x of M=2 |",
+        "|---|---|---|---|---|",
+    ]  # fmt: skip
+    for m, theirs in STUDY_TABLE_4_1.items():
+        r = here.get(m)
+        mine = f"{r.step * 1e3:.2f} ms | {r.step / here[2].step:.2f}" if r else "- | -"
+        lines.append(f"| {m} | {theirs:.1f} ms | {theirs / STUDY_TABLE_4_1[2]:.2f} | {mine} |")
+    return [*lines, ""]
+
+
+def thesis_verdict(store: Path) -> list[str]:
+    """seeds/004's Table 8.1 / 8.2 cells beside pipecast's, and both models' errors."""
+    cells = thesis.cells_of(Store(store).rows())
+    lines = [
+        "| cell | thesis: recommended / fastest | pipecast picks | fastest here (DDP vs "
+        "pipecast GPipe) | DDP vs torchgpipe here | thesis eqs pick here |",
+        "|---|---|---|---|---|---|",
+    ]
+    right = thesis_right = ran = 0
+    sim_err: list[float] = []
+    eq_err: list[float] = []
+    for c in cells:
+        rec, fast = thesis.TABLE_8_1.get((c.model, c.dataset), ("-", "-"))
+        lines.append(
+            f"| {c.model}/{c.dataset} | {rec} / {fast} | {c.pick or '-'} | {c.fastest or '-'} "
+            f"| {c.torchgpipe_fastest or '-'} | {c.thesis_pick or '-'} |"
+        )
+        if c.fastest and c.pick:
+            ran += 1
+            right += c.pick == c.fastest
+            thesis_right += c.thesis_pick == c.fastest
+        for system, got in c.measured.items():
+            if system in c.predicted:
+                sim_err.append(got / c.predicted[system] - 1)  # time error = speed ratio - 1
+            if system in c.thesis_predicted:
+                eq_err.append(got / c.thesis_predicted[system] - 1)
+    lines.append("")
+    if ran:
+        lines.append(f"- pipecast's pick the measured fastest in **{right} of {ran}** cells; "
+                     f"the thesis's equations' pick in {thesis_right} of {ran} "
+                     "(the thesis: 66% on its 4 GPUs)")  # fmt: skip
+    for name, errs in (
+        ("pipecast's simulator", sim_err),
+        ("the thesis's eqs 5.1, 6.1 + 6.2", eq_err),
+    ):
+        if errs:
+            a = sorted(abs(e) for e in errs)
+            lines.append(f"- {name}: step-time error median {a[len(a) // 2]:.1%}, worst "
+                         f"{a[-1]:.1%} over {len(a)} runs")  # fmt: skip
+    return lines
 
 
 def _trace_rows(path: Path) -> list[Measured]:
@@ -194,6 +334,12 @@ def render(
         verdict = runtime_verdict(rows, gpus)
     elif suite == "accuracy" and store is not None:
         verdict = accuracy_verdict(store)
+    elif suite == "studies":
+        verdict = studies_verdict(rows)
+    elif suite == "thesis" and store is not None:
+        verdict = thesis_verdict(store)
+    if store is not None and (failed := failures(store)):
+        verdict += ["", "Did not run:", *failed]
     body = [*head, "", "## Result", "", *table(rows), ""]
     if verdict or notes:
         body += ["## Verdict", "", *verdict, *notes, ""]

@@ -18,38 +18,49 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from benchmarks import report
-from pipecast.bench import accuracy_suite
+from pipecast.bench import accuracy_suite, thesis
 from pipecast.bench.config import BenchConfig
 from pipecast.bench.predictions import predictions
 from pipecast.bench.runner import run_suite
 from pipecast.bench.suites import anchors as anchor_suite
-from pipecast.bench.suites import quick, runtime
+from pipecast.bench.suites import quick, runtime, studies
 from pipecast.hardware.cluster import Cluster
 from pipecast.hardware.probe import ProbeOptions, probe
+from pipecast.models.workload import Workload
 from pipecast.profile.profiler import ProfileOptions, profile_model
 from pipecast.profile.types import Profile
 
-SUITES = ("runtime", "accuracy", "anchors", "quick")
+TINY_GPT = Workload(
+    model="transformer", dataset="embeddings", seq_len=16, width=32, layers=8, heads=4
+)
+TINY_VGG = Workload(model="vgg11", dataset="cifar10")
+
+SUITES = ("runtime", "accuracy", "anchors", "quick", "studies", "thesis")
 
 
-def _profiles(out: Path, dry: bool, resume: bool) -> dict[str, Profile]:
-    """The accuracy suite's profiles, each saved as it is taken (a resumed run keeps them)."""
+def _profiles(
+    out: Path, dry: bool, resume: bool, items: list[accuracy_suite.Profiled], **quick: Any
+) -> dict[str, Profile]:
+    """A suite's profiles, each saved as it is taken (a resumed run keeps them)."""
     device, dtype = ("cpu", "fp32") if dry else ("cuda", "bf16")
     found = {}
-    for item in accuracy_suite.workloads(dry):
+    for item in items:
         path = out / f"profile_{item.name}.json"
         if resume and path.exists():
             found[item.workload.key] = Profile.load(str(path))
             continue
         began = time.time()
-        options = ProfileOptions(micro_batches=item.sizes, device=device, dtype=dtype)  # type: ignore[arg-type]
+        options = ProfileOptions(micro_batches=item.sizes, device=device, dtype=dtype, **quick)  # type: ignore[arg-type]
         prof = profile_model(
             item.workload.build(),
             item.workload.spec,
@@ -88,8 +99,27 @@ def configurations(
         return anchor_suite(gpus=gpus), {}
     if suite == "runtime":
         return runtime(gpus), {}
+    if suite == "studies":
+        if dry:
+            return [replace(c, device="cpu", dtype="fp32", steps=2, warmup=1, cuda_graphs=False)
+                    for c in studies(2, gpt=TINY_GPT, vgg=TINY_VGG)], {}  # fmt: skip
+        return studies(gpus), {}
     cluster = _cluster(out, gpus, dry, resume)
-    profiles = _profiles(out, dry, resume)
+    if suite == "thesis":
+        items = [
+            accuracy_suite.Profiled(f"{w.model}_{w.dataset}", w, sizes)
+            for w, sizes in thesis.workloads(gpus, dry)
+        ]
+        # the cells run eager: no graph times; fewer repeats, as the cells are many
+        profiles = _profiles(out, dry, resume, items, repeats=3, graph_times=False)
+        configs = thesis.configurations(profiles, cluster, gpus, dry=dry)
+        predicted: dict[str, dict[str, object]] = predictions(configs, profiles, cluster)  # type: ignore[assignment]
+        for c in configs:  # the thesis's equations beside the simulator
+            eq = thesis.equations(c, profiles[c.workload.key], cluster)
+            if eq is not None and c.key in predicted:
+                predicted[c.key]["thesis_step_time"] = eq
+        return configs, predicted
+    profiles = _profiles(out, dry, resume, accuracy_suite.workloads(dry))
     configs = accuracy_suite.configurations(profiles, cluster, gpus, dry=dry)
     return configs, predictions(configs, profiles, cluster)  # type: ignore[return-value]
 
@@ -102,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=1, help="measure the suite N times over")
     parser.add_argument("--budget", type=float, default=0.0, help="seconds; 0: no limit")
     parser.add_argument("--dry-run", action="store_true", help="CPU ranks, tiny workloads")
+    parser.add_argument("--skip", default="", help="leave out configurations whose label matches")
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.gpus < 0 or args.budget < 0:
         parser.error("--rounds must be at least 1, --gpus and --budget at least 0")
@@ -118,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     (out / "environment.json").write_text(json.dumps(env, indent=1) + "\n")
     configs, predicted = configurations(args.suite, out, gpus, dry, resume)
     configs = [c for c in configs if c.gpus <= gpus]
+    if args.skip:
+        configs = [c for c in configs if not re.search(args.skip, c.label())]
     deadline = began + args.budget if args.budget else None
     print(f"{len(configs)} configurations on {gpus} x {names[0]}", flush=True)
     run_suite(

@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pipecast.models.workload import Workload
 from pipecast.training import Recompute
 
-System = Literal["pipecast", "torch", "ddp", "single"]
+System = Literal["pipecast", "torch", "ddp", "single", "torchgpipe", "deepspeed"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,6 +35,8 @@ class BenchConfig:
     """pipecast only: split-backward stages run as one graph per segment (see RunConfig)."""
     cuda_graphs: bool = False
     """pipecast only: stages replayed as CUDA graphs after the first step (see RunConfig)."""
+    balance: Literal["", "time", "size"] = ""
+    """torchgpipe only, with no boundaries: its own balance by time or by memory."""
     accuracy_steps: int = 0
     """> 0: train on the real digits set for this many steps and record top-1 error."""
     tags: dict[str, str] = field(default_factory=dict)
@@ -48,6 +50,8 @@ class BenchConfig:
             del d["cut_backward"]
         if not self.cuda_graphs:
             del d["cuda_graphs"]
+        if not self.balance:
+            del d["balance"]
         return d
 
     @classmethod
@@ -74,9 +78,12 @@ class BenchConfig:
             )
         if self.system == "ddp":
             return f"{head} DDP x{self.gpus}"
-        who = "pipecast" if self.system == "pipecast" else "torch"
+        who = "pipecast" if self.system == "pipecast" else self.system
+        notes_head = f"balance-by-{self.balance}" if self.balance else ""
         rep = f"{self.replicas}x" if self.replicas > 1 else ""
-        notes = [self.tags.get("split", "")]
+        notes = [notes_head, self.tags.get("split", "")]
+        if self.recompute != "none":
+            notes.append(f"recompute-{self.recompute}")
         if self.system == "pipecast" and self.send_timing == "eager":
             notes.append("eager-sends")
         if self.system == "pipecast" and not self.cut_backward:

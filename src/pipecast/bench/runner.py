@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from pipecast.bench import baselines
+from pipecast.bench import baselines, study_systems
 from pipecast.bench.config import BenchConfig
 from pipecast.bench.store import Store, environment
 from pipecast.bench.timing import action_stats, gather_events, gather_floats, gather_peaks
@@ -127,6 +127,17 @@ def run_config(ctx: Context, cfg: BenchConfig) -> dict[str, Any]:
         return baselines.ddp(
             ctx, cfg.workload, cfg.batch, dtype=cfg.dtype, steps=cfg.steps, warmup=cfg.warmup
         )
+    if cfg.system == "torchgpipe":
+        return study_systems.torchgpipe_run(
+            ctx, cfg.workload, cfg.batch, list(cfg.boundaries), stages=cfg.stages,
+            microbatches=cfg.microbatches, balance=cfg.balance, recompute=cfg.recompute,
+            dtype=cfg.dtype, steps=cfg.steps, warmup=cfg.warmup,
+        )  # fmt: skip
+    if cfg.system == "deepspeed":
+        return study_systems.deepspeed_run(
+            ctx, cfg.workload, cfg.batch, list(cfg.boundaries), microbatches=cfg.microbatches,
+            dtype=cfg.dtype, steps=cfg.steps, warmup=cfg.warmup,
+        )  # fmt: skip
     return baselines.torch_pipelining(
         ctx,
         cfg.workload,
