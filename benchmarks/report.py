@@ -24,10 +24,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipecast.bench import thesis
 from pipecast.bench.accuracy import comparisons, summary
 from pipecast.bench.store import Store
 from pipecast.data.registry import epoch_samples
+from pipecast.report import studies
 
 HERE = Path(__file__).resolve().parent
 REPORTS = HERE / "reports"
@@ -212,76 +212,21 @@ def studies_verdict(rows: Sequence[Measured]) -> list[str]:
                     f"{b[0].step / a[0].step:.3f}x"
                 )
         lines.append("")
-    return lines + table_4_1(rows)
-
-
-STUDY_TABLE_4_1 = {2: 565.858, 4: 573.494, 8: 613.48, 16: 829.6, 32: 867.52}
-"""seeds/000, Table 4.1: total processing time (ms) of one split of VGG16 (batch 128, 4 x
-T4) at 2-32 micro-batches."""
-
-
-def table_4_1(rows: Sequence[Measured]) -> list[str]:
-    """The GPipe study's micro-batch table beside one GPU here, each relative to M = 2."""
-    here = {
-        p.microbatches: r
-        for r in rows
-        if (p := parse(r.label)).who == "single" and r.label.startswith("vgg16/")
-    }
-    if 2 not in here:
-        return []
-    here = {m: r for m, r in here.items() if m > 1}
-    lines = [
-        "**seeds/000 Table 4.1: one split of VGG16, batch 128, over micro-batches**", "",
-        "| micro-batches | the study (4 x T4) | x of M=2 | here | x of M=2 |",
-        "|---|---|---|---|---|",
-    ]  # fmt: skip
-    for m, theirs in STUDY_TABLE_4_1.items():
-        r = here.get(m)
-        mine = f"{r.step * 1e3:.2f} ms | {r.step / here[2].step:.2f}" if r else "- | -"
-        lines.append(f"| {m} | {theirs:.1f} ms | {theirs / STUDY_TABLE_4_1[2]:.2f} | {mine} |")
-    return [*lines, ""]
+    return lines
 
 
 def thesis_verdict(store: Path) -> list[str]:
     """seeds/004's Table 8.1 / 8.2 cells beside pipecast's, and both models' errors."""
-    cells = thesis.cells_of(Store(store).rows())
-    lines = [
-        "| cell | thesis: recommended / fastest | pipecast picks | fastest here (DDP vs "
-        "pipecast GPipe) | DDP vs torchgpipe here | thesis eqs pick here |",
-        "|---|---|---|---|---|---|",
-    ]
-    right = thesis_right = ran = 0
-    sim_err: list[float] = []
-    eq_err: list[float] = []
-    for c in cells:
-        rec, fast = thesis.TABLE_8_1.get((c.model, c.dataset), ("-", "-"))
-        lines.append(
-            f"| {c.model}/{c.dataset} | {rec} / {fast} | {c.pick or '-'} | {c.fastest or '-'} "
-            f"| {c.torchgpipe_fastest or '-'} | {c.thesis_pick or '-'} |"
-        )
-        if c.fastest and c.pick:
-            ran += 1
-            right += c.pick == c.fastest
-            thesis_right += c.thesis_pick == c.fastest
-        for system, got in c.measured.items():
-            if system in c.predicted:
-                sim_err.append(got / c.predicted[system] - 1)  # time error = speed ratio - 1
-            if system in c.thesis_predicted:
-                eq_err.append(got / c.thesis_predicted[system] - 1)
-    lines.append("")
-    if ran:
-        lines.append(f"- pipecast's pick the measured fastest in **{right} of {ran}** cells; "
-                     f"the thesis's equations' pick in {thesis_right} of {ran} "
-                     "(the thesis: 66% on its 4 GPUs)")  # fmt: skip
-    for name, errs in (
-        ("pipecast's simulator", sim_err),
-        ("the thesis's eqs 5.1, 6.1 + 6.2", eq_err),
-    ):
-        if errs:
-            a = sorted(abs(e) for e in errs)
-            lines.append(f"- {name}: step-time error median {a[len(a) // 2]:.1%}, worst "
-                         f"{a[-1]:.1%} over {len(a)} runs")  # fmt: skip
-    return lines
+    table, lines = studies.thesis_table(Store(store).rows())
+    return [*studies.markdown(table), "", *(f"- {line}" for line in lines)]
+
+
+def table_4_1(store: Path) -> list[str]:
+    table = studies.table_4_1(Store(store).rows())
+    if not table:
+        return []
+    head = "**seeds/000 Table 4.1: one split of VGG16, batch 128, over micro-batches**"
+    return [head, "", *studies.markdown(table), ""]
 
 
 def _trace_rows(path: Path) -> list[Measured]:
@@ -320,8 +265,8 @@ def render(
     else:
         assert store is not None
         rows, env = _store_rows(store)
-    gpus = max(int(str(env.get("gpus", 0)) or 0), _widest(rows))
-    names = env.get("names") or []
+    gpus = max(int(str(env.get("gpus", env.get("devices", 0))) or 0), _widest(rows))
+    names = env.get("names") or ([env["card"]] if "card" in env else [])
     head = [
         f"# {suite}: {hardware or _hardware(env)}, {date or _today()}",
         "",
@@ -335,7 +280,7 @@ def render(
     elif suite == "accuracy" and store is not None:
         verdict = accuracy_verdict(store)
     elif suite == "studies":
-        verdict = studies_verdict(rows)
+        verdict = studies_verdict(rows) + (table_4_1(store) if store is not None else [])
     elif suite == "thesis" and store is not None:
         verdict = thesis_verdict(store)
     if store is not None and (failed := failures(store)):
@@ -417,7 +362,9 @@ def main(argv: list[str] | None = None) -> int:
     source.add_argument("--store", type=Path, help="a run's bench.sqlite")
     source.add_argument("--traces", type=Path, help="benchmarks/traces.py's traces.json")
     parser.add_argument(
-        "--suite", required=True, choices=("runtime", "accuracy", "anchors", "quick")
+        "--suite",
+        required=True,
+        choices=("runtime", "accuracy", "anchors", "quick", "studies", "thesis"),
     )
     parser.add_argument("--commit", default="", help="the commit the run measured")
     parser.add_argument("--hardware", default="", help="e.g. h200x2")

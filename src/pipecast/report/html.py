@@ -16,7 +16,7 @@ from pipecast.bench.store import Row, Store
 from pipecast.hardware.cluster import Cluster
 from pipecast.partition import METHODS, Setting, analyze, partition
 from pipecast.profile.types import Profile
-from pipecast.report import observations, plots
+from pipecast.report import observations, plots, studies
 from pipecast.report.actions import GAP_HEADER, action_gaps, gap_rows
 from pipecast.report.gantt import gantt_pair
 from pipecast.simulation.timeline import Event
@@ -222,6 +222,21 @@ def build(
                 ],
             )
         )
+    background = studies.claims(rows)
+    sections.append(
+        Section(
+            "Background studies",
+            ["Each claim of the documents pipecast was built from (seeds/000-004), their "
+             "figure, and this store's. docs/studies.md says how each is recomputed."],
+            table=background,
+        )
+    )  # fmt: skip
+    cells, lines = studies.thesis_table(rows)
+    if cells:
+        sections.append(Section("The thesis's Table 8.2, here", lines, table=cells))
+    sweep = studies.table_4_1(rows)
+    if sweep:
+        sections.append(Section("The GPipe study's Table 4.1, here", table=sweep))
     page = _html(title, sections, out)
     md = _markdown(title, sections, out)
     (out / "report.html").write_text(page)
