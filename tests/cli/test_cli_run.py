@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -184,3 +185,28 @@ def test_train_resumes_from_its_checkpoint_to_the_uninterrupted_weights(
         assert torch.allclose(got[name], tensor, rtol=1e-6, atol=1e-7), name
     assert main(["train", "--model", "lenet5", "--resume"]) == 2
     assert "need --checkpoint-dir" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    importlib.util.find_spec("onnxruntime") is None, reason="onnxruntime is not installed"
+)
+def test_infer_compares_with_onnxruntime(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The pipeline's and ONNX Runtime's outputs of the last batch each lie within 1e-5 of
+    one process's on the same weights; a latency run moves one request."""
+    args = ["infer", "--model", "lenet5", "--gpus", "2", "--partition", "0,6,12", "--steps",
+            "2", "--warmup-steps", "1", "--out-dir", str(tmp_path)]  # fmt: skip
+    assert main([*args, "--batch", "12", "--micro-batches", "3", "--compare", "onnxruntime"]) == 0
+    out = capsys.readouterr().out
+    rows = {
+        name: float(line.split("│")[-2])
+        for line in out.splitlines()
+        for name in ("pipecast", "PyTorch", "ONNX Runtime")
+        if line.count("│") == 6 and name in line.split("│")[1]
+    }
+    assert set(rows) == {"pipecast", "PyTorch", "ONNX Runtime"}
+    assert rows["PyTorch"] == 0.0 and rows["pipecast"] <= 1e-5 and rows["ONNX Runtime"] <= 1e-5
+    assert main([*args, "--mode", "latency"]) == 0
+    assert "batch 1 in 1 micro-batches" in capsys.readouterr().out

@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import statistics
+from dataclasses import replace
 from pathlib import Path
 
 from rich.table import Table
@@ -99,6 +100,19 @@ def add_run_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
         help="replay every action as a CUDA graph after the first step, which captures them "
         "(default: on GPUs, for every schedule but pipedream; --no-cuda-graphs: eager)",
     )
+    if inference:
+        p.add_argument(
+            "--mode",
+            choices=("throughput", "latency"),
+            default="throughput",
+            help="latency: one request (batch 1, one micro-batch) through the pipeline",
+        )
+        p.add_argument(
+            "--compare",
+            choices=("onnxruntime",),
+            help="also run the model, with the pipeline's weights, in ONNX Runtime on the "
+            "last step's inputs: speed and the largest output difference",
+        )
     p.add_argument("--timeout", type=float, default=300.0, help="seconds any wait may take")
     p.add_argument("--out-dir", type=output_dir, default="pipecast-out", help="where traces go")
     if not inference:
@@ -145,6 +159,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--model is required{also}")
     workload = workload_from_args(args)
     schedule = "forward-only" if args.inference else args.schedule
+    if getattr(args, "mode", "") == "latency":
+        args.batch, args.micro_batches = 1, 1
     cp = _checkpointing(args)
     with console.status(
         "planning (quick profile and partition)" if args.partition == "auto" else "planning"
@@ -170,6 +186,10 @@ def run(args: argparse.Namespace) -> int:
         f"{job.partition.boundaries}, batch {job.batch} in "
         f"{job.plan.num_microbatches} micro-batches"
     )
+    if getattr(args, "compare", None):
+        if args.device != "cpu" and args.dtype != "fp32":
+            console.print("comparing in fp32: the pipeline's outputs carry its own rounding")
+        job = replace(job, capture=True)
     saved = job.resume_from()
     first = saved.step if saved is not None else 0
     if saved is not None:
@@ -178,6 +198,10 @@ def run(args: argparse.Namespace) -> int:
     if result is None:  # a torchrun rank other than 0
         return 0
     print_result(result, inference=args.inference)
+    if getattr(args, "compare", None):
+        from pipecast.cli.infer_compare import compare  # onnxruntime: imported when asked
+
+        compare(result)
     if followed is not None and followed.predicted > 0:
         measured = result.summary["step_time"]
         console.print(

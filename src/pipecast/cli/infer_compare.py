@@ -1,0 +1,77 @@
+"""`pipecast infer --compare onnxruntime`: the pipeline's outputs and speed beside one
+process and ONNX Runtime, on the same weights and the same last batch."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+from rich.table import Table
+
+from pipecast.cli.console import console, human_seconds
+from pipecast.data.synthetic import synthetic_batch
+from pipecast.interop import onnx_runtime
+from pipecast.runtime.run import JobResult
+
+
+def last_batch(result: JobResult) -> torch.Tensor:
+    """The inputs of the run's last step, drawn again as the ranks drew them (fp32, CPU)."""
+    job = result.job
+    assert job.workload is not None
+    seed = job.config.seed + job.total_steps - 1
+    x, _ = synthetic_batch(job.workload.spec, job.batch, seed=seed)
+    return x
+
+
+def one_process(result: JobResult) -> torch.nn.Module:
+    """The whole model in one process with the weights the pipeline ended with."""
+    params: dict[str, torch.Tensor] = {}
+    for r in result.reports:
+        if r.replica == 0:
+            params.update(r.params)
+    assert result.job.workload is not None
+    model = result.job.workload.build()
+    model.load_state_dict(params, strict=False)  # buffers are the model's own, as built
+    return model.float().eval()
+
+
+def _timed(fn: object, repeats: int = 10) -> float:
+    assert callable(fn)
+    fn()
+    times = []
+    for _ in range(repeats):
+        began = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - began)
+    return statistics.median(times)
+
+
+def compare(result: JobResult) -> float:
+    """Print the three runtimes' batch time, samples/s and one-request latency, and each
+    one's largest output difference from one process; return the pipeline's."""
+    x = last_batch(result)
+    pipeline = torch.cat([o for r in result.reports if r.outputs for o in r.outputs]).float()
+    model = one_process(result)
+    with torch.no_grad():
+        want = model(x)
+        batch_s = _timed(lambda: model(x))
+        request_s = _timed(lambda: model(x[:1]))
+    ort = onnx_runtime.run(model, x)
+    step = result.summary["step_time"]
+    table = Table(title=f"inference, batch {len(x)}: the last step's inputs")
+    for col in ("runtime", "batch", "samples/s", "one request", "largest |difference|"):
+        table.add_column(col, justify="right")
+    gap = float((pipeline - want).abs().max())
+    rows = [
+        (f"pipecast ({result.job.world} ranks)", step, "-", gap),
+        ("PyTorch, one process", batch_s, human_seconds(request_s), 0.0),
+        (f"ONNX Runtime ({ort.provider})", ort.batch_seconds,
+         human_seconds(ort.request_seconds), float((ort.outputs - want).abs().max())),
+    ]  # fmt: skip
+    for name, seconds, request, diff in rows:
+        table.add_row(name, human_seconds(seconds), f"{len(x) / seconds:,.1f}", request,
+                      f"{diff:.2e}")  # fmt: skip
+    console.print(table)
+    console.print("differences against one process on the same weights and inputs, in fp32")
+    return gap

@@ -1,0 +1,102 @@
+"""The same model, weights and inputs in ONNX Runtime, beside pipecast's pipelined inference.
+
+The model goes through torch.onnx's exporter (torch.export-based) with a dynamic batch
+dimension, in fp32 (ONNX Runtime's kernels for bf16 are few), and runs in an
+InferenceSession on CUDA where ONNX Runtime has that provider, else on the CPU. A batch and
+a single request are each timed as the median of repeated runs after warm-up runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import logging
+import statistics
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from pipecast.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class OrtRun:
+    provider: str
+    """The execution provider the session ran on."""
+    batch: int
+    batch_seconds: float
+    """Median seconds for the whole batch."""
+    request_seconds: float
+    """Median seconds for one sample alone: the latency of one request."""
+    outputs: torch.Tensor
+    """The batch's outputs."""
+
+    @property
+    def samples_per_second(self) -> float:
+        return self.batch / self.batch_seconds
+
+
+def _ort() -> Any:
+    try:
+        return importlib.import_module("onnxruntime")
+    except ImportError:
+        raise ConfigError(
+            "--compare onnxruntime needs onnxruntime, onnx and onnxscript: "
+            "pip install 'pipecast[onnx]'"
+        ) from None
+
+
+def export(model: nn.Module, example: torch.Tensor, path: Path) -> Path:
+    """`model` (on the CPU, fp32, eval mode) as an ONNX file with a dynamic batch."""
+    batch = torch.export.Dim("batch", min=1)
+    quiet = logging.getLogger("torch.onnx")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # it notes every optional package it does not find
+    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # and narrates its passes
+        torch.onnx.export(
+            model, (example,), str(path), dynamo=True, input_names=["x"],
+            output_names=["y"], dynamic_shapes=({0: batch},),
+        )  # fmt: skip
+    quiet.setLevel(level)
+    return path
+
+
+def _median_seconds(fn: Any, repeats: int, warmup: int) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        began = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - began)
+    return statistics.median(times)
+
+
+def run(model: nn.Module, inputs: torch.Tensor, *, repeats: int = 10, warmup: int = 3) -> OrtRun:
+    """Export `model` and run `inputs` through ONNX Runtime: the outputs and the timings."""
+    ort = _ort()
+    model = model.float().eval().cpu()
+    x = inputs.detach().float().cpu()
+    providers = [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider")
+                 if p in ort.get_available_providers()]  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        path = export(model, x[: min(2, len(x))], Path(tmp) / "model.onnx")
+        session = ort.InferenceSession(str(path), providers=providers)
+    name = session.get_inputs()[0].name
+    whole, one = {name: x.numpy()}, {name: x[:1].numpy()}
+    out = session.run(None, whole)[0]
+    return OrtRun(
+        provider=session.get_providers()[0],
+        batch=len(x),
+        batch_seconds=_median_seconds(lambda: session.run(None, whole), repeats, warmup),
+        request_seconds=_median_seconds(lambda: session.run(None, one), repeats, warmup),
+        outputs=torch.from_numpy(out),
+    )
