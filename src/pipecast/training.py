@@ -8,6 +8,9 @@ from typing import Literal
 
 Optimizer = Literal["sgd", "momentum", "adam"]
 Recompute = Literal["none", "all", "all-but-last"]
+Offload = Literal["none", "activations"]
+"""Where what the forward saves for the backward lives: on the GPU, or in pinned host
+memory (copied out on a stream of its own during the forward, back during the backward)."""
 LrSchedule = Literal["constant", "linear", "cosine"]
 LR_SCHEDULES: tuple[LrSchedule, ...] = ("constant", "linear", "cosine")
 

@@ -38,6 +38,13 @@ RECOMPUTE = [
     ("zb-v", "all", [0, 3, 6, 9, 12]),
 ]
 OPTIMIZERS = [("1f1b", "momentum"), ("zb-h1", "adam")]
+OFFLOAD = [
+    ("1f1b", "none", [0, 6, 12]),
+    ("zb-h1", "none", [0, 6, 12]),
+    ("gpipe", "all-but-last", [0, 6, 12]),
+]
+"""Activations on the host: alone under one backward and a split one, and beside GPipe's
+recomputation (the last micro-batch offloads, the others recompute)."""
 
 
 def _inplace_model() -> nn.Sequential:
@@ -102,6 +109,11 @@ def _jobs() -> dict[str, TrainJob]:
             LENET, "zb-h1", 2, 4, [0, 1, 8], batch=8, model=_segmented_model(), config=config,
             steps=2,
         )  # fmt: skip
+    for schedule, recompute, bounds in OFFLOAD:
+        config = RunConfig(lr=0.1, timeout_s=60, recompute=recompute, offload="activations")  # type: ignore[arg-type]
+        jobs[f"offload-{schedule}"] = pipeline_job(
+            LENET, schedule, 2, 4, bounds, batch=12, config=config
+        )
     jobs["inference"] = pipeline_job(LENET, "forward-only", 2, 3, [0, 6, 12], batch=12, steps=2)
     return jobs
 
@@ -150,6 +162,15 @@ def test_hybrid_two_by_two_matches_single_process() -> None:
 @pytest.mark.parametrize(("schedule", "recompute", "bounds"), RECOMPUTE)
 def test_recomputation_matches(schedule: str, recompute: str, bounds: list[int]) -> None:
     result = _results()[f"recompute-{schedule}"]
+    want_params, want_grads = _reference()
+    assert_close(merged(result, "grads"), want_grads)
+    assert_close(merged(result, "params"), want_params)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("schedule", "recompute", "bounds"), OFFLOAD)
+def test_offloaded_activations_match(schedule: str, recompute: str, bounds: list[int]) -> None:
+    result = _results()[f"offload-{schedule}"]
     want_params, want_grads = _reference()
     assert_close(merged(result, "grads"), want_grads)
     assert_close(merged(result, "params"), want_params)

@@ -101,6 +101,17 @@ def count_arg(flag: str, minimum: int, *, also: str = "") -> Callable[[str], int
     return parse
 
 
+def gib_arg(text: str) -> float:
+    """An argparse type for --memory-limit: GiB of memory per GPU, above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"--memory-limit takes GiB above 0, got {text!r}")
+    return value
+
+
 def margin_arg(text: str) -> float:
     """An argparse type for --memory-margin: the fraction of GPU memory kept free, in [0, 1)
     (partition.methods.check_margin's rule)."""

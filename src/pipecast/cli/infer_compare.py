@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 
 import torch
 from rich.table import Table
 
 from pipecast.cli.console import console, human_seconds
 from pipecast.data.synthetic import synthetic_batch
+from pipecast.hardware import devices
 from pipecast.interop import onnx_runtime
 from pipecast.runtime.run import JobResult
 
@@ -36,13 +38,14 @@ def one_process(result: JobResult) -> torch.nn.Module:
     return model.float().eval()
 
 
-def _timed(fn: object, repeats: int = 10) -> float:
-    assert callable(fn)
+def _timed(fn: Callable[[], object], device: torch.device) -> float:
+    """Median seconds of `fn` after one warm-up: 10 runs, or as many as fit in 10 s."""
     fn()
-    times = []
-    for _ in range(repeats):
+    times: list[float] = []
+    while len(times) < 10 and (len(times) < 2 or sum(times) < 10.0):
         began = time.perf_counter()
         fn()
+        devices.synchronize(device)
         times.append(time.perf_counter() - began)
     return statistics.median(times)
 
@@ -53,11 +56,15 @@ def compare(result: JobResult) -> float:
     x = last_batch(result)
     pipeline = torch.cat([o for r in result.reports if r.outputs for o in r.outputs]).float()
     model = one_process(result)
+    # one process on the pipeline's kind of device (its first), in fp32
+    here = torch.device("cuda", 0) if result.job.device == "cuda" else torch.device("cpu")
+    on = model.to(here)
+    xs = x.to(here)
     with torch.no_grad():
-        want = model(x)
-        batch_s = _timed(lambda: model(x))
-        request_s = _timed(lambda: model(x[:1]))
-    ort = onnx_runtime.run(model, x)
+        want = on(xs).cpu()
+        batch_s = _timed(lambda: on(xs), here)
+        request_s = _timed(lambda: on(xs[:1]), here)
+    ort = onnx_runtime.run(model.cpu(), x)
     step = result.summary["step_time"]
     table = Table(title=f"inference, batch {len(x)}: the last step's inputs")
     for col in ("runtime", "batch", "samples/s", "one request", "largest |difference|"):
@@ -65,7 +72,7 @@ def compare(result: JobResult) -> float:
     gap = float((pipeline - want).abs().max())
     rows = [
         (f"pipecast ({result.job.world} ranks)", step, "-", gap),
-        ("PyTorch, one process", batch_s, human_seconds(request_s), 0.0),
+        (f"PyTorch, one process ({here.type})", batch_s, human_seconds(request_s), 0.0),
         (f"ONNX Runtime ({ort.provider})", ort.batch_seconds,
          human_seconds(ort.request_seconds), float((ort.outputs - want).abs().max())),
     ]  # fmt: skip

@@ -11,6 +11,7 @@ from rich.table import Table
 from pipecast.cli.common import (
     add_workload_args,
     count_arg,
+    gib_arg,
     margin_arg,
     methods_arg,
     output_file,
@@ -81,6 +82,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="fraction of GPU memory kept free (default 0.1)",
     )
     p.add_argument(
+        "--memory-limit",
+        type=gib_arg,
+        default=0.0,
+        metavar="GiB",
+        help="plan for GPUs of this much memory instead of the ones at hand (strategies "
+        "that do not fit may keep their activations on the host)",
+    )
+    p.add_argument(
         "--epoch-samples",
         type=count_arg("--epoch-samples", 1),
         default=0,
@@ -133,6 +142,7 @@ def run(args: argparse.Namespace) -> int:
         autocast=args.autocast,
         optimizer=args.optimizer,
         memory_margin=args.memory_margin,
+        memory_limit=int(args.memory_limit * 2**30),
         methods=args.methods,
         cuda_graphs=args.cuda_graphs,
         epoch_samples=args.epoch_samples,
@@ -253,7 +263,8 @@ def print_recommendation(rec: Recommendation, top: int) -> None:
             human_seconds(pred.step_time),
             samples_rate(pred.samples_per_second),
             human_seconds(rec.epoch_time(pred)),
-            human_bytes(pred.peak_memory),
+            human_bytes(pred.peak_memory)
+            + (f" + {human_bytes(pred.peak_host_memory)} host" if pred.peak_host_memory else ""),
             f"{t.bubble_fraction:.0%}",
             f"{pred.comm_fraction:.0%}",
         ]
@@ -268,15 +279,20 @@ def print_recommendation(rec: Recommendation, top: int) -> None:
 
 def print_validation(measured: list[Measured]) -> None:
     table = Table(title="validation: predicted against measured")
-    for col in ("strategy", "predicted", "measured", "error", "run to run"):
+    columns = ("strategy", "predicted", "measured", "error", "run to run", "peak memory: "
+               "predicted", "measured")  # fmt: skip
+    for col in columns:
         table.add_column(col, justify="left" if col == "strategy" else "right")
     for m in measured:
+        peak = max(m.peak_allocated, default=0)
         table.add_row(
             m.prediction.strategy.label(),
             human_seconds(m.prediction.step_time),
             human_seconds(m.step_time),
             f"{m.error:+.1%}",
             f"{m.spread:.0%}" if len(m.rounds) > 1 else "",
+            human_bytes(m.prediction.peak_memory),
+            human_bytes(peak) if peak else "-",
         )
     console.print(table)
     if measured:

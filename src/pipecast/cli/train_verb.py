@@ -93,6 +93,14 @@ def add_run_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
             help="scale the gradients to this global L2 norm over all stages when above it",
         )
     p.add_argument("--recompute", choices=("none", "all", "all-but-last"), default="none")
+    if not inference:
+        p.add_argument(
+            "--offload",
+            choices=("none", "activations"),
+            default="none",
+            help="activations: keep what the forward saves for the backward in pinned host "
+            "memory (eager: no CUDA graphs)",
+        )
     p.add_argument(
         "--cuda-graphs",
         action=argparse.BooleanOptionalAction,
@@ -228,6 +236,7 @@ def _config(args: argparse.Namespace) -> RunConfig:
         clip_grad_norm=getattr(args, "clip_grad_norm", 0.0),
         loss_scale=getattr(args, "loss_scale", None),
         recompute=args.recompute,
+        offload=getattr(args, "offload", "none"),
         timeout_s=args.timeout,
         cuda_graphs=args.cuda_graphs,
     )
@@ -251,6 +260,7 @@ def _write_traces(args: argparse.Namespace, result: JobResult, profile: Profile 
             microbatches=args.micro_batches,
             partition=",".join(map(str, job.partition.boundaries)),
             recompute=args.recompute,
+            offload=job.config.offload,
             cuda_graphs=graphs.enabled(job.plan, job.config, job.device),
         )
         predicted = predict(
@@ -288,7 +298,7 @@ def _follow(args: argparse.Namespace, path: str, pick: int) -> Chosen:
     args.gpus, args.replicas = s.gpus, s.replicas
     args.schedule, args.micro_batches = c.schedule, s.microbatches
     args.batch, args.partition = c.batch, c.partition
-    args.recompute, args.cuda_graphs = s.recompute, s.cuda_graphs
+    args.recompute, args.cuda_graphs, args.offload = s.recompute, s.cuda_graphs, s.offload
     args.dtype, args.autocast, args.optimizer = c.dtype, c.autocast, c.optimizer
     args.device = "cuda" if c.device.startswith("cuda") else "cpu"
     console.print(f"running {c.label} (predicted {human_seconds(c.predicted)} a step) from {path}")

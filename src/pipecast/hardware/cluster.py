@@ -36,6 +36,10 @@ class Link:
         return 0.0 if nbytes <= 0 else self.latency + nbytes / self.bandwidth
 
 
+HOST_LINK = Link(latency=10e-6, bandwidth=20e9)
+"""Device-host copies where nothing was measured: 20 GB/s, a PCIe 4.0 x16 slot's usual."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Cluster:
     """Nodes of identical GPUs. Ranks are numbered node by node."""
@@ -93,6 +97,10 @@ class Cluster:
     a bucket)."""
     ddp_buffer_host: float = 0.0
     """... and per buffer tensor (broadcast from rank 0 before every forward)."""
+    host_link: Link = HOST_LINK
+    """Copies between a GPU and pinned host memory on a stream of their own while the GPU
+    computes (the slower of the two directions): what offloaded activations cost. The
+    default is a PCIe 4.0 x16 slot's usual rate; the probe measures it."""
 
     def host_factor(
         self, busy: int, profiled_issue: float = 0.0, profiled_on: str | None = None
@@ -133,7 +141,11 @@ class Cluster:
             )
         if self.memory_bytes <= 0:
             raise ConfigError(f"GPU memory must be positive, got {self.memory_bytes} bytes")
-        for label, link in (("intra-node", self.intra), ("inter-node", self.inter)):
+        for label, link in (
+            ("intra-node", self.intra),
+            ("inter-node", self.inter),
+            ("host", self.host_link),
+        ):
             if link.bandwidth <= 0 or link.latency < 0:
                 raise ConfigError(
                     f"{label} link needs bandwidth > 0 and latency >= 0, got "
@@ -207,6 +219,7 @@ class Cluster:
                 "ddp_param_host": self.ddp_param_host,
                 "ddp_buffer_host": self.ddp_buffer_host,
                 "pairs": [[a, b, _link_json(link)] for (a, b), link in self.pairs.items()],
+                "host_link": _link_json(self.host_link),
             },
         )
 
@@ -268,6 +281,7 @@ def cluster_from_dict(doc: dict[str, Any], source: str = "<dict>") -> Cluster:
             ddp_param_host=parse_seconds(doc.get("ddp_param_host", 0.0)),
             ddp_buffer_host=parse_seconds(doc.get("ddp_buffer_host", 0.0)),
             pairs={(int(a), int(b)): link(v, f"pair {a}-{b}") for a, b, v in doc.get("pairs", [])},
+            host_link=link(doc["host_link"], "host_link") if "host_link" in doc else HOST_LINK,
         )
     except KeyError as exc:
         raise DataError(f"{source} describes no cluster: missing {exc}") from None

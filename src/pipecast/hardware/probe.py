@@ -17,8 +17,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from pipecast.hardware import devices, host_probe, hostspeed
-from pipecast.hardware.cluster import Cluster, Link
+from pipecast.hardware import devices, host_link, host_probe, hostspeed
+from pipecast.hardware.cluster import HOST_LINK, Cluster, Link
 from pipecast.hardware.fit import fit_link
 from pipecast.runtime.launch import Backend, Context, spawn
 
@@ -133,6 +133,11 @@ def _probe_rank(ctx: Context, options: ProbeOptions) -> dict[str, Any]:
         "ddp": host_probe.ddp_overhead(ctx) if options.runtime and gpu else {},
         "memory": devices.total_memory(ctx.device),
         "name": devices.name(ctx.device),
+        "host_link": host_link.samples(
+            ctx,
+            min_bytes=min(MIB, options.max_bytes // 4),
+            max_bytes=min(64 * MIB, options.max_bytes),
+        ),
     }
 
 
@@ -163,6 +168,7 @@ def summarize_probe(per_rank: list[dict[str, Any]], name: str = "probed") -> Pro
     else:
         intra = Link(latency=5e-6, bandwidth=1e10)
     world = len(per_rank)
+    host = host_link.fitted([r["host_link"] for r in per_rank if "host_link" in r])
     contention, issue = per_rank[0].get("host_readings", ({}, {}))
     ddp = per_rank[0].get("ddp", {})
     return ProbeResult(
@@ -188,6 +194,7 @@ def summarize_probe(per_rank: list[dict[str, Any]], name: str = "probed") -> Pro
             ddp_step_host=ddp.get("step", 0.0),
             ddp_param_host=ddp.get("param", 0.0),
             ddp_buffer_host=ddp.get("buffer", 0.0),
+            host_link=host or HOST_LINK,
         ),
         p2p=p2p,
         allreduce=allreduce,

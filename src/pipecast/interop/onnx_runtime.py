@@ -70,10 +70,12 @@ def export(model: nn.Module, example: torch.Tensor, path: Path) -> Path:
 
 
 def _median_seconds(fn: Any, repeats: int, warmup: int) -> float:
+    """After `warmup` runs, the median of `repeats` runs, or of as many as fit in 10 s (at
+    least 2)."""
     for _ in range(warmup):
         fn()
-    times = []
-    for _ in range(repeats):
+    times: list[float] = []
+    while len(times) < repeats and (len(times) < 2 or sum(times) < 10.0):
         began = time.perf_counter()
         fn()
         times.append(time.perf_counter() - began)

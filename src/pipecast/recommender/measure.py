@@ -67,6 +67,7 @@ def job_for(
             **{
                 **config.__dict__,
                 "recompute": pred.strategy.recompute,
+                "offload": pred.strategy.offload,
                 "cuda_graphs": pred.strategy.cuda_graphs,
             }
         ),

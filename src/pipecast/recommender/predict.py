@@ -70,6 +70,11 @@ class Prediction:
         return max(self.timeline.peak_memory)
 
     @property
+    def peak_host_memory(self) -> int:
+        """Pinned host bytes the busiest rank holds (offloaded activations; 0: none)."""
+        return max(self.timeline.peak_host_memory, default=0)
+
+    @property
     def fits(self) -> bool:
         return self.peak_memory <= self.memory_limit
 
@@ -183,6 +188,7 @@ def predict(
         cuda_graphs=strategy.cuda_graphs,
         ddp=ddp,
         clip=clip,
+        offload=strategy.offload,
     )
     timeline = simulate(plan, costs)
     if runtime and not ddp and strategy.gpus > 1 and cluster.step_overhead:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import contextlib
+from dataclasses import dataclass, field, replace
 
 from pipecast.errors import ConfigError, PipecastError
 from pipecast.hardware.cluster import Cluster
@@ -100,6 +101,15 @@ def recommend(
         except PipecastError as exc:
             rejected.append(Rejected(strategy=strategy, reason=str(exc).splitlines()[0]))
             continue
+        if not pred.fits and strategy.recompute != "all":
+            # what does not fit may with its saved activations on the host (eagerly)
+            moved = replace(strategy, offload="activations", cuda_graphs=False)
+            with contextlib.suppress(PipecastError):
+                offloaded = predict(
+                    profile, cluster, moved, batch, optimizer=optimizer, memory_margin=memory_margin
+                )
+                if offloaded.fits:
+                    fits.append(offloaded)
         if pred.fits:
             fits.append(pred)
             if strategy.recompute == "none":

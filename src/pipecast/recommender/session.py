@@ -58,6 +58,8 @@ class Request:
     autocast: bool = False
     optimizer: Optimizer = "sgd"
     memory_margin: float = 0.1
+    memory_limit: int = 0
+    """Bytes per GPU to plan for instead of the cluster's own (0: the cluster's)."""
     methods: tuple[str, ...] = ("balanced",)
     cuda_graphs: bool | None = None
     """Predict strategies replayed as CUDA graphs (None: on GPUs, as the runtime runs them;
@@ -309,6 +311,8 @@ def recommend_for(request: Request, events: Events | None = None) -> Outcome:
         )
     profile, psource = _profile(r, elsewhere, target, here, ev)
     cluster, csource = _cluster(r, ev, defaulted=request.cluster is None)
+    if r.memory_limit:
+        cluster = replace(cluster, memory_bytes=r.memory_limit)
     if ev.calibrated is not None:
         ev.calibrated(profile, psource, cluster, csource)
     graphed = r.cuda_graphs if r.cuda_graphs is not None else profile.device != "cpu"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from pipecast.training import Recompute
+from pipecast.training import Offload, Recompute
 
 Kind = Literal["single", "data", "pipeline", "hybrid"]
 
@@ -25,6 +25,9 @@ class Strategy:
     partition: str = "balanced"
     """Partition method, or explicit boundaries '0,4,10,21,40'."""
     recompute: Recompute = "none"
+    offload: Offload = "none"
+    """Saved activations in pinned host memory (pipecast.training.Offload); such a step
+    runs eagerly."""
     cuda_graphs: bool = False
     """Stages replayed as CUDA graphs after the first step (pipecast's runtime on GPUs)."""
 
@@ -48,6 +51,8 @@ class Strategy:
             text += f", M={self.microbatches}, {self.partition}"
         if self.recompute != "none":
             text += f", recompute {self.recompute}"
+        if self.offload != "none":
+            text += f", {self.offload} on the host"
         if self.cuda_graphs:
             text += ", CUDA graphs"
         return text

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from pipecast.errors import ConfigError
-from pipecast.training import LR_SCHEDULES, LrSchedule, Optimizer, Recompute
+from pipecast.training import LR_SCHEDULES, LrSchedule, Offload, Optimizer, Recompute
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,6 +34,9 @@ class RunConfig:
     at most this (as torch.nn.utils.clip_grad_norm_ over the whole model); 0: no clipping."""
     recompute: Recompute = "none"
     """Activation recomputation: none, all micro-batches, or all but the last (GPipe)."""
+    offload: Offload = "none"
+    """'activations': what the forward saves for the backward waits in pinned host memory
+    (pipecast.runtime.offload); such a run is eager."""
     timeout_s: float = 300.0
     """Longest any wait may take before every rank reports where it is and the run stops."""
     record_events: bool = True

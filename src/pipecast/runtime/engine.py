@@ -41,6 +41,7 @@ from pipecast.runtime.config import RunConfig
 from pipecast.runtime.events import ActionClock, StepMarks
 from pipecast.runtime.gradients import LossScaler, clip_global_norm
 from pipecast.runtime.graphs import Shapes, StepGraphs
+from pipecast.runtime.offload import HostActivations
 from pipecast.runtime.send_plan import post_positions
 from pipecast.runtime.shape_agreement import ShapeAgreement
 from pipecast.runtime.stage import StageModule
@@ -146,6 +147,11 @@ class PipelineEngine:
                 f"given {sorted(stages)}"
             )
         self.plan, self.stages, self.config, self.device = plan, stages, config, device
+        self.offload = (
+            HostActivations(device)
+            if config.offload == "activations" and not plan.forward_only
+            else None
+        )
         self.rank, self.replica, self.replicas = pipeline_rank, replica, replicas
         self.loss_fn = loss_fn
         self.scaler = LossScaler(
@@ -514,13 +520,22 @@ class PipelineEngine:
             weights = st.stash()
             st.version_log.append((a.mb, st.version))
         cuts: list[Cut] = []
+        saving = (
+            self.offload.saving()
+            if self.offload is not None and not recompute
+            else contextlib.nullcontext()
+        )
         if plan.forward_only:
             with torch.no_grad():
                 out = st.forward(x)
         elif plan.split_backward and self.config.cut_backward and leaf is not None and not weights:
-            out, cuts = st.forward_cut(leaf, recompute=recompute)
+            with saving:
+                out, cuts = st.forward_cut(leaf, recompute=recompute)
         else:
-            out = st.forward(leaf if leaf is not None else x, recompute=recompute, weights=weights)
+            with saving:
+                out = st.forward(
+                    leaf if leaf is not None else x, recompute=recompute, weights=weights
+                )
         return out, _Micro(leaf=leaf, out=out, weights=weights, cuts=cuts)
 
     def _flush_deferred(self) -> None:

@@ -61,6 +61,8 @@ def unsupported(plan: Plan, config: RunConfig, device: str) -> str | None:
         return "CUDA graphs need --device cuda"
     if plan.async_updates:
         return "PipeDream's stashed weights change every micro-batch and can't be graphed"
+    if config.offload != "none" and not plan.forward_only:
+        return "offloaded activations are copied through host memory, which a graph can't"
     return None
 
 

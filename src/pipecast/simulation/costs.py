@@ -14,7 +14,7 @@ from pipecast.hardware.cluster import CPU_PROBE_RANKS, Cluster
 from pipecast.partition.types import Partition
 from pipecast.profile.types import BlockCost, Profile, StageCost
 from pipecast.simulation.issue import fitted, span
-from pipecast.training import Optimizer, Recompute
+from pipecast.training import Offload, Optimizer, Recompute
 
 BUCKET_BYTES = 25 * 2**20
 """torch DDP's default gradient bucket: DDP all-reduces each as soon as its gradients are
@@ -57,6 +57,20 @@ class StageTimes:
     backward_input_span: float = 0.0
     backward_weight_span: float = 0.0
     backward_span: float = 0.0
+    to_host: float = 0.0
+    """Offloaded activations: seconds to copy one micro-batch's saved tensors to the host
+    (on a stream of its own, beside the forward)."""
+    from_host: float = 0.0
+    """... and back to the device (on the compute stream, as the backward needs them)."""
+    restored_bytes: int = 0
+    """Offloaded activations back on the device at once during a backward: the largest
+    block's, as autograd unpacks each block's tensors when it reaches the block and frees
+    them after (0: all of the stage's)."""
+
+    @property
+    def offloaded_bytes(self) -> int:
+        """What the forward saves beyond the received input, which the runtime holds."""
+        return max(0, self.activation_bytes - self.input_bytes)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,6 +94,10 @@ class Costs:
     overlap_comm: bool = True
     """Transfers run beside compute (separate stream); False: the sender waits."""
     recompute: Recompute = "none"
+    offload: Offload = "none"
+    """Where saved activations live (pipecast.training.Offload): 'activations' charges
+    StageTimes.to_host beside each forward and from_host in each backward, and keeps only the
+    received input on the GPU."""
     optimizer: Optimizer = "sgd"
     grad_bytes_factor: float = 1.0
     host_overhead: float = 0.0
@@ -133,6 +151,7 @@ def costs_from_profile(
     cuda_graphs: bool = False,
     ddp: bool = False,
     clip: bool = False,
+    offload: Offload = "none",
 ) -> Costs:
     """Costs of `partition` at `micro_batch` on `cluster` (replica 0's devices carry the
     pipeline's transfers; each stage's replicas all-reduce its gradients), `cuda_graphs`:
@@ -142,7 +161,8 @@ def costs_from_profile(
     (the probe's ddp_* terms: buffers broadcast before the forward, each block's parameter
     hooks as the backward reaches it), each all-reduce bucket started during the backward
     as its gradients are ready, and the buckets holding a second copy of the gradients.
-    `clip`: the gradients are clipped to their global norm (Costs.clip_sync)."""
+    `clip`: the gradients are clipped to their global norm (Costs.clip_sync). `offload`:
+    saved activations copied to and from the host over `cluster.host_link`."""
     stages = []
     busy = len({d for st in partition.stages for d in st.devices})
     slow = cluster.host_factor(
@@ -197,6 +217,17 @@ def costs_from_profile(
         if not cuda_graphs:  # a graphed action is one launch
             blocks = [profile.cost(i, micro_batch) for i in range(st.start, st.stop)]
             times = _with_spans(times, blocks, hooks, slow, before, first=index == 0)
+        if offload == "activations":
+            out = times.offloaded_bytes
+            largest = max(
+                profile.cost(i, micro_batch).saved_bytes for i in range(st.start, st.stop)
+            )
+            times = replace(
+                times,
+                to_host=cluster.host_link.time(out),
+                from_host=cluster.host_link.time(out),
+                restored_bytes=min(largest, out),
+            )
         stages.append(times)
     fwd, bwd = [], []
     for s in range(partition.num_stages - 1):
@@ -224,6 +255,7 @@ def costs_from_profile(
         grad_bytes_factor=2.0 if ddp else 1.0,
         overlap_comm=overlap_comm,
         recompute=recompute,
+        offload=offload,
         optimizer=optimizer,
         host_overhead=0.0 if cpu else cluster.host_overhead,  # on CPU: in the stage times
         cuda_graphs=cuda_graphs,

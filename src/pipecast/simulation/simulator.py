@@ -39,6 +39,9 @@ class _Rank:
     host: float = 0.0
     """When the host has issued everything so far."""
     host_busy: float = 0.0
+    host_memory: int = 0
+    """Pinned host bytes of offloaded activations."""
+    host_peak: int = 0
     head: int = 0
     busy: float = 0.0
     memory: int = 0
@@ -53,10 +56,24 @@ class _Rank:
     transfer completes on the device)."""
 
 
+def _recomputed(mb: int, costs: Costs, plan: Plan) -> bool:
+    """Whether micro-batch `mb`'s forward is run again in its backward."""
+    return costs.recompute == "all" or (
+        costs.recompute == "all-but-last" and mb < plan.num_microbatches - 1
+    )
+
+
 def _recomputes(action: Action, costs: Costs, plan: Plan) -> bool:
-    return action.kind in ("B", "BW") and (
-        costs.recompute == "all"
-        or (costs.recompute == "all-but-last" and action.mb < plan.num_microbatches - 1)
+    return action.kind in ("B", "BW") and _recomputed(action.mb, costs, plan)
+
+
+def _offloads(action: Action, costs: Costs, plan: Plan) -> bool:
+    """Whether `action`'s micro-batch keeps its saved activations on the host: offloaded
+    training where the forward keeps them (a recomputed one keeps only its input)."""
+    return (
+        costs.offload == "activations"
+        and not plan.forward_only
+        and not _recomputed(action.mb, costs, plan)
     )
 
 
@@ -85,6 +102,11 @@ def _duration(action: Action, st: StageTimes, costs: Costs, plan: Plan) -> float
     )
     if plan.async_updates and action.kind == "BW":
         seconds += st.optimizer
+    if _offloads(action, costs, plan):
+        if action.kind == "F":  # the copies out run beside it; the slower of the two binds
+            seconds = max(seconds, st.to_host)
+        elif action.kind in ("B", "BW"):  # the copies back run before the ops that need them
+            seconds += st.from_host
     return seconds
 
 
@@ -162,10 +184,8 @@ def _held(action: Action, st: StageTimes, costs: Costs, plan: Plan) -> int:
     """Bytes a micro-batch keeps on its stage from F until its last backward action."""
     if plan.forward_only:
         return 0
-    recompute = costs.recompute == "all" or (
-        costs.recompute == "all-but-last" and action.mb < plan.num_microbatches - 1
-    )
-    held = st.input_bytes if recompute else st.activation_bytes
+    keeps_input = _recomputed(action.mb, costs, plan) or _offloads(action, costs, plan)
+    held = st.input_bytes if keeps_input else st.activation_bytes
     if plan.async_updates:
         held += st.param_bytes  # the stashed weight version
     return held
@@ -254,7 +274,15 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
                     transient += st.output_bytes + st.input_bytes
                 if a.kind in ("B", "BW") and costs.recompute != "none":
                     transient += st.activation_bytes
+                elif a.kind in ("B", "BW") and _offloads(a, costs, plan):
+                    transient += st.restored_bytes or st.offloaded_bytes  # brought back
                 state.peak = max(state.peak, state.memory + transient)
+                if _offloads(a, costs, plan):
+                    if a.kind == "F":
+                        state.host_memory += st.offloaded_bytes
+                        state.host_peak = max(state.host_peak, state.host_memory)
+                    elif a.kind in ("W", "BW"):
+                        state.host_memory -= st.offloaded_bytes
                 if a.kind == "B":
                     state.memory += st.held_bytes
                 if a.kind == "W":
@@ -301,6 +329,7 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
         peak_memory=tuple(static[i] + r.peak for i, r in enumerate(ranks)),
         exposed_comm=exposed_comm,
         host_busy=tuple(r.host_busy for r in ranks),
+        peak_host_memory=tuple(r.host_peak for r in ranks) if costs.offload != "none" else (),
     )
 
 

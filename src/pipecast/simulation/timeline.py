@@ -61,6 +61,9 @@ class Timeline:
     """Step time that would disappear if transfers and all-reduces were free."""
     host_busy: tuple[float, ...] = ()
     """Seconds each rank's host spent issuing work."""
+    peak_host_memory: tuple[int, ...] = ()
+    """Bytes of pinned host memory each rank holds at its peak (offloaded activations;
+    empty: none)."""
 
     @property
     def num_ranks(self) -> int:

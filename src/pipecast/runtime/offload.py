@@ -1,0 +1,65 @@
+"""Saved activations in pinned host memory (RunConfig.offload = 'activations').
+
+While a stage's forward runs, every tensor autograd saves for the backward is copied to
+pinned host memory on a copy stream of its own, beside the compute; the device memory is
+released once its copy is done (the caching allocator waits for the copy stream, through
+record_stream). The backward brings each tensor back on the compute stream when autograd
+unpacks it. Parameters, views of them and the stage's received input stay where they are:
+the device holds them anyway. On CPU ranks the
+"host" copy is a plain copy, so the same path runs, and is tested, without a GPU.
+
+The simulator prices the same thing (pipecast.simulation.costs, StageTimes.to_host and
+from_host): the copies out overlap the forward, the copies back add to the backward.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+
+class HostActivations:
+    """The pack and unpack hooks of one rank."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None  # type: ignore[no-untyped-call]
+        self.moved_bytes = 0
+        """Bytes copied to the host so far (for the run's report)."""
+
+    def pack(self, tensor: torch.Tensor) -> Any:
+        if (
+            (tensor.is_leaf and tensor.requires_grad)  # a weight, or the received input
+            or isinstance(tensor._base, nn.Parameter)  # a weight's transpose, saved by a matmul
+            or tensor.device.type != self.device.type
+        ):
+            return tensor
+        if self.stream is None:
+            host = tensor.detach().clone()
+        else:
+            host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+            self.stream.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(self.stream):
+                host.copy_(tensor.detach(), non_blocking=True)
+            tensor.record_stream(self.stream)  # freed only once the copy is done
+        self.moved_bytes += tensor.numel() * tensor.element_size()
+        return (host, tensor.device, tensor.requires_grad)
+
+    def unpack(self, packed: Any) -> torch.Tensor:
+        if isinstance(packed, torch.Tensor):
+            return packed
+        host, device, _ = packed
+        if self.stream is not None:
+            torch.cuda.current_stream(device).wait_stream(self.stream)
+        back: torch.Tensor = host.to(device, non_blocking=True)
+        return back
+
+    @contextlib.contextmanager
+    def saving(self) -> Iterator[None]:
+        """Autograd saves to the host inside this block."""
+        with torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack):
+            yield

@@ -1,0 +1,43 @@
+"""The recommender and activations on the host: offered only where the strategy does not
+fit without them, and the answer where nothing else fits."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from tests.profile.helpers import shipped_profile
+
+from pipecast.cli.main import main
+from pipecast.hardware.presets import preset
+from pipecast.recommender.predict import Prediction
+from pipecast.recommender.rank import recommend
+
+
+def _ranked(gib: float) -> list[Prediction]:
+    cluster = replace(preset("h200-nvlink"), memory_bytes=int(gib * 2**30))
+    return list(recommend(shipped_profile("resnet18", "h200"), cluster, 256, gpus=2).ranked)
+
+
+def test_with_memory_to_spare_the_fastest_keeps_its_activations() -> None:
+    ranked = _ranked(140)
+    assert ranked[0].strategy.offload == "none"
+    assert all(p.strategy.offload == "none" for p in ranked)
+
+
+def test_when_nothing_fits_as_it_is_activations_go_to_the_host() -> None:
+    """ResNet-18 at batch 256 over 2 GPUs of 0.2 GiB (0.18 usable): every plain strategy
+    needs more; with its activations on the host, data parallelism accumulating 64 fits."""
+    ranked = _ranked(0.2)
+    assert ranked and all(p.strategy.offload == "activations" for p in ranked)
+    best = ranked[0]
+    assert best.fits and not best.strategy.cuda_graphs
+    assert best.peak_host_memory > 0
+    plain = replace(best.strategy, offload="none")
+    assert plain not in {p.strategy for p in ranked}
+
+
+def test_a_memory_limit_that_is_not_a_size_stops_before_anything_runs() -> None:
+    with pytest.raises(SystemExit) as stop:
+        main(["recommend", "--model", "lenet5", "--memory-limit", "0"])
+    assert stop.value.code == 2

@@ -1,0 +1,65 @@
+"""How the simulator prices activations kept on the host (Costs.offload): the copies out
+overlap the forward, the copies back lengthen the backward, and the GPU holds only the
+received input between them while the host holds the rest."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from pipecast.schedule.generators import make_plan
+from pipecast.simulation.costs import Costs, StageTimes
+from pipecast.simulation.simulator import simulate
+
+
+def _stage(to_host: float) -> StageTimes:
+    return StageTimes(
+        forward=1.0, backward_input=1.0, backward_weight=1.0, backward=2.0,
+        activation_bytes=100, input_bytes=10, to_host=to_host, from_host=0.5,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(("to_host", "forward"), [(3.0, 3.0), (0.25, 1.0)])
+def test_one_stage_step_and_memory(to_host: float, forward: float) -> None:
+    """One micro-batch: the forward takes the longer of itself and its copies out (3 s of
+    copies bind; 0.25 s hide), the backward its 2 s and 0.5 s of copies back."""
+    plan = make_plan("1f1b", 1, 1)
+    plain = simulate(plan, Costs(stages=(_stage(to_host),)))
+    moved = simulate(plan, Costs(stages=(_stage(to_host),), offload="activations"))
+    assert plain.step_time == pytest.approx(3.0)
+    assert moved.step_time == pytest.approx(forward + 2.0 + 0.5)
+    assert plain.peak_memory[0] - moved.peak_memory[0] == 0  # all 100 back for the backward
+    assert moved.peak_host_memory == (90,)
+    assert plain.peak_host_memory == ()
+
+
+def test_micro_batches_in_flight_leave_their_activations_on_the_host() -> None:
+    """GPipe, 1 stage, 4 micro-batches: all four forwards before any backward. The GPU holds
+    four inputs (40) and, in a backward, one micro-batch's activations brought back (90)
+    and the input's gradient (10): 140, against 400 kept and 10; the host holds 4 x 90."""
+    plan = make_plan("gpipe", 1, 4)
+    st = _stage(0.25)
+    plain = simulate(plan, Costs(stages=(st,)))
+    moved = simulate(plan, Costs(stages=(st,), offload="activations"))
+    assert plain.peak_memory[0] == 410
+    assert moved.peak_memory[0] == 140
+    assert moved.peak_host_memory == (360,)
+
+
+def test_recomputed_micro_batches_keep_nothing_to_move() -> None:
+    plan = make_plan("gpipe", 1, 4)
+    st = replace(_stage(3.0), forward=1.0)
+    both = simulate(plan, Costs(stages=(st,), offload="activations", recompute="all"))
+    only = simulate(plan, Costs(stages=(st,), recompute="all"))
+    assert both.step_time == pytest.approx(only.step_time)
+    assert both.peak_host_memory == (0,)
+
+
+def test_a_backward_brings_back_one_block_at_a_time() -> None:
+    """With the largest block's 30 bytes back at once instead of all 90, one micro-batch
+    peaks at its input, those 30 and the input's gradient: 50, against 110 kept."""
+    plan = make_plan("1f1b", 1, 1)
+    st = replace(_stage(0.25), restored_bytes=30)
+    assert simulate(plan, Costs(stages=(st,))).peak_memory[0] == 110
+    assert simulate(plan, Costs(stages=(st,), offload="activations")).peak_memory[0] == 50
