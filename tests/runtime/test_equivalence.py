@@ -60,6 +60,17 @@ def _inplace_model() -> nn.Sequential:
     )
 
 
+def _batch_norm_model() -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv2d(1, 4, 3, padding=1),
+        nn.BatchNorm2d(4),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(4 * 28 * 28, 10),
+    )
+
+
 def _segmented_model() -> nn.Sequential:
     """Blocks of 8 weight tensors, so a stage runs as several graphs under a split backward
     (pipecast.profile.segments), one of them after an in-place ReLU the cut must move past."""
@@ -115,6 +126,9 @@ def _jobs() -> dict[str, TrainJob]:
             LENET, schedule, 2, 4, bounds, batch=12, config=config
         )
     jobs["inference"] = pipeline_job(LENET, "forward-only", 2, 3, [0, 6, 12], batch=12, steps=2)
+    jobs["inference-bn"] = pipeline_job(
+        LENET, "forward-only", 2, 3, [0, 3, 5], batch=12, steps=1, model=_batch_norm_model()
+    )
     return jobs
 
 
@@ -228,6 +242,22 @@ def test_zero_bubble_over_stages_cut_into_segments(recompute: str) -> None:
     # the same 1e-5 to 4e-5 on the first convolution's bias
     assert_close(merged(result, "grads"), want_grads, rtol=1e-4)
     assert_close(merged(result, "params"), want_params, rtol=1e-4)
+
+
+@pytest.mark.slow
+def test_inference_runs_batch_norm_on_its_running_statistics() -> None:
+    """Inference is eval mode: batch norm normalises with its running statistics, so every
+    micro-batch of 4 gets what one process in eval mode gives the batch (in training mode
+    each would be normalised by its own 4 samples' statistics)."""
+    result = _results()["inference-bn"]
+    (got,) = [r.outputs for r in result.reports if r.outputs]
+    x, _ = synthetic_batch(LENET.spec, 12, seed=0)
+    model = _batch_norm_model().eval()
+    with torch.no_grad():
+        want = model(x)
+        trained = _batch_norm_model().train()(x[:4])
+    assert torch.allclose(torch.cat(got), want, rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(got[0], trained, rtol=1e-3, atol=1e-3)
 
 
 @pytest.mark.slow

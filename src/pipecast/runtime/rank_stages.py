@@ -73,6 +73,8 @@ def build_stages(
     for s, blocks in _slices(job, ctx, job.plan.stages_of(pipeline_rank), model).items():
         stages[s] = StageModule(s, blocks, ctx.device, job.config, first=s == 0, last=s == last)
         stages[s].start = job.partition.stages[s].start
+        if job.plan.forward_only:  # inference: batch norm's running statistics, no dropout
+            stages[s].module.eval()
     modules = {s: st.module for s, st in stages.items()}
     assert all(isinstance(m, nn.Sequential) for m in modules.values())
     found = ties.find_ties(
