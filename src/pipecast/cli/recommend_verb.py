@@ -82,6 +82,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="fraction of GPU memory kept free (default 0.1)",
     )
     p.add_argument(
+        "--serve",
+        action="store_true",
+        help="the fastest way to serve the model: inference (forward only) on --batch "
+        "samples; --batch 1 ranks by one request's latency",
+    )
+    p.add_argument(
         "--memory-limit",
         type=gib_arg,
         default=0.0,
@@ -143,6 +149,7 @@ def run(args: argparse.Namespace) -> int:
         optimizer=args.optimizer,
         memory_margin=args.memory_margin,
         memory_limit=int(args.memory_limit * 2**30),
+        serve=args.serve,
         methods=args.methods,
         cuda_graphs=args.cuda_graphs,
         epoch_samples=args.epoch_samples,
@@ -158,7 +165,8 @@ def run(args: argparse.Namespace) -> int:
         print_validation(outcome.measured)
     outcome.save(args.output)
     where = f" on {outcome.request.gpus} x {outcome.target}" if outcome.elsewhere else ""
-    console.print(f"run it{where}: pipecast train --recommendation {args.output} --steps 100")
+    verb = "infer" if args.serve else "train"
+    console.print(f"run it{where}: pipecast {verb} --recommendation {args.output} --steps 100")
     return 0
 
 

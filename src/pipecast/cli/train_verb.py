@@ -35,17 +35,16 @@ from pipecast.training import LR_SCHEDULES
 
 def add_run_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
     add_workload_args(p, required=False)
-    if not inference:
-        p.add_argument(
-            "--recommendation",
-            metavar="FILE",
-            help="run what `pipecast recommend` wrote here: its workload, batch, precision, "
-            "optimizer, GPUs, schedule, micro-batches and partition (the measured fastest "
-            "where it validated, else the predicted fastest)",
-        )
-        p.add_argument(
-            "--pick", type=int, default=0, help="with --recommendation: the N-th of its ranking"
-        )
+    p.add_argument(
+        "--recommendation",
+        metavar="FILE",
+        help="run what `pipecast recommend` wrote here: its workload, batch, precision, "
+        "optimizer, GPUs, schedule, micro-batches and partition (the measured fastest "
+        "where it validated, else the predicted fastest)",
+    )
+    p.add_argument(
+        "--pick", type=int, default=0, help="with --recommendation: the N-th of its ranking"
+    )
     p.add_argument(
         "--gpus", type=count_arg("--gpus", 1), default=2, help="processes (GPUs, or CPU ranks)"
     )
@@ -163,8 +162,7 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "recommendation", None):
         followed = _follow(args, args.recommendation, args.pick)
     elif args.model is None:
-        also = "" if args.inference else " (or --recommendation FILE)"
-        raise ConfigError(f"--model is required{also}")
+        raise ConfigError("--model is required (or --recommendation FILE)")
     workload = workload_from_args(args)
     schedule = "forward-only" if args.inference else args.schedule
     if getattr(args, "mode", "") == "latency":

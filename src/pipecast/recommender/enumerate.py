@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from pipecast.recommender.strategy import Strategy
+from pipecast.recommender.strategy import Kind, Strategy
 from pipecast.training import Recompute
 
 PIPELINE_SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-v")
@@ -50,12 +50,17 @@ def strategies(
     schedules: Sequence[str] = PIPELINE_SCHEDULES,
     methods: Sequence[str] = ("balanced",),
     recompute: bool = True,
+    serving: bool = False,
 ) -> Iterator[Strategy]:
     """Every single-GPU, data-parallel, pipeline and hybrid strategy on up to `gpus` GPUs.
 
     Micro-batch counts are powers of two that divide the batch: up to MORE_ACCUMULATION,
     in rising order, for accumulation (see ACCUMULATION), and S, 2S, 4S, 8S for pipelines
-    of S stages."""
+    of S stages. `serving`: inference, every strategy running forward only (replicas each
+    serve their share of the batch; no recomputation, nothing to update)."""
+    if serving:
+        yield from _serving(gpus, batch, blocks, methods)
+        return
     for g in gpu_counts(gpus):
         share = batch // g if batch % g == 0 else 0
         for m in _divisors_pow2(share, MORE_ACCUMULATION) if share else []:
@@ -88,3 +93,30 @@ def strategies(
                                 partition=method,
                                 recompute=rc,
                             )
+
+
+def _serving(gpus: int, batch: int, blocks: int, methods: Sequence[str]) -> Iterator[Strategy]:
+    """Forward-only strategies: one device or replicas, each running its share in 1-8
+    micro-batches; pipelines of S stages over 1 (one request's latency), S, 2S, 4S or 8S."""
+    for g in gpu_counts(gpus):
+        share = batch // g if batch % g == 0 else 0
+        for m in _divisors_pow2(share, ACCUMULATION) if share else []:
+            kind: Kind = "single" if g == 1 else "data"
+            yield Strategy(kind=kind, replicas=g, microbatches=m, schedule="forward-only")
+        for stages in (s for s in gpu_counts(g) if 2 <= s <= blocks and g % s == 0):
+            replicas = g // stages
+            if batch % replicas:
+                continue
+            per_replica = batch // replicas
+            for m in dict.fromkeys((1, stages, 2 * stages, 4 * stages, 8 * stages)):
+                if per_replica % m:
+                    continue
+                for method in methods:
+                    yield Strategy(
+                        kind="pipeline" if replicas == 1 else "hybrid",
+                        stages=stages,
+                        replicas=replicas,
+                        schedule="forward-only",
+                        microbatches=m,
+                        partition=method,
+                    )

@@ -143,7 +143,8 @@ def partition_for(
 
 def plan_for(strategy: Strategy) -> Plan:
     if strategy.kind in ("single", "data"):
-        return make_plan("1f1b", 1, strategy.microbatches)
+        serving = strategy.schedule == "forward-only"
+        return make_plan("forward-only" if serving else "1f1b", 1, strategy.microbatches)
     return make_plan(strategy.schedule, strategy.stages, strategy.microbatches)
 
 

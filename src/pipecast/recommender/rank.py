@@ -69,10 +69,12 @@ def recommend(
     methods: tuple[str, ...] = ("balanced",),
     schedules: tuple[str, ...] | None = None,
     cuda_graphs: bool | None = None,
+    serving: bool = False,
 ) -> Recommendation:
     """Rank every strategy on up to `gpus` GPUs (default: the whole cluster), as the runtime
     runs them: on GPUs (a GPU's profile) with every action replayed as a CUDA graph, on CPU
-    ranks eagerly; `cuda_graphs` True or False insists on one or the other."""
+    ranks eagerly; `cuda_graphs` True or False insists on one or the other. `serving`:
+    the fastest way to run inference on `batch` samples (forward only)."""
     if cuda_graphs is None:
         cuda_graphs = profile.device != "cpu"
     gpus = gpus or cluster.world
@@ -82,7 +84,9 @@ def recommend(
         raise ConfigError(f"batch must be at least 1, got {batch}")
     check_margin(memory_margin)
     check_methods(methods)
-    kwargs = {"schedules": schedules} if schedules else {}
+    kwargs: dict[str, object] = {"schedules": schedules} if schedules else {}
+    if serving:
+        kwargs = {"serving": True}
     fits, rejected = [], []
     without_recompute: set[Strategy] = set()
     accumulated: set[tuple[str, int, bool]] = set()  # one GPU or data parallel, fitted
@@ -101,7 +105,7 @@ def recommend(
         except PipecastError as exc:
             rejected.append(Rejected(strategy=strategy, reason=str(exc).splitlines()[0]))
             continue
-        if not pred.fits and strategy.recompute != "all":
+        if not pred.fits and strategy.recompute != "all" and not serving:
             # what does not fit may with its saved activations on the host (eagerly)
             moved = replace(strategy, offload="activations", cuda_graphs=False)
             with contextlib.suppress(PipecastError):

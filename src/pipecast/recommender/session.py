@@ -60,6 +60,8 @@ class Request:
     memory_margin: float = 0.1
     memory_limit: int = 0
     """Bytes per GPU to plan for instead of the cluster's own (0: the cluster's)."""
+    serve: bool = False
+    """Rank ways to run inference (forward only) on the batch instead of training steps."""
     methods: tuple[str, ...] = ("balanced",)
     cuda_graphs: bool | None = None
     """Predict strategies replayed as CUDA graphs (None: on GPUs, as the runtime runs them;
@@ -332,6 +334,7 @@ def recommend_for(request: Request, events: Events | None = None) -> Outcome:
         epoch_samples=r.epoch_samples,
         methods=r.methods,
         cuda_graphs=r.cuda_graphs,
+        serving=r.serve,
     )
     if ev.ranked is not None:
         ev.ranked(rec)

@@ -36,14 +36,16 @@ class Strategy:
         return self.stages * self.replicas
 
     def label(self) -> str:
+        # serving runs a replica's share in micro-batches; training accumulates them
+        chunks = "micro-batches" if self.schedule == "forward-only" else "accumulate"
         if self.kind == "single":
             text = "one device" + (
-                f", accumulate {self.microbatches}" if self.microbatches > 1 else ""
+                f", {chunks} {self.microbatches}" if self.microbatches > 1 else ""
             )
         elif self.kind == "data":
             text = f"data parallel x{self.replicas}"
             if self.microbatches > 1:
-                text += f", accumulate {self.microbatches}"
+                text += f", {chunks} {self.microbatches}"
         else:
             text = f"{self.schedule} {self.stages} stages"
             if self.replicas > 1:
