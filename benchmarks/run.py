@@ -49,16 +49,23 @@ SUITES = ("runtime", "accuracy", "anchors", "quick", "studies", "thesis")
 
 
 def _profiles(
-    out: Path, dry: bool, resume: bool, items: list[accuracy_suite.Profiled], **quick: Any
+    out: Path, dry: bool, items: list[accuracy_suite.Profiled], deadline: float, **quick: Any
 ) -> dict[str, Profile]:
-    """A suite's profiles, each saved as it is taken (a resumed run keeps them)."""
+    """A suite's profiles, each saved as it is taken: a rerun with the same --out keeps
+    them, and one past its `deadline` (time.time(); 0: none) stops between two, to resume
+    there."""
     device, dtype = ("cpu", "fp32") if dry else ("cuda", "bf16")
     found = {}
-    for item in items:
+    for done, item in enumerate(items):
         path = out / f"profile_{item.name}.json"
-        if resume and path.exists():
+        if path.exists():  # written whole (Profile.save), so complete
             found[item.workload.key] = Profile.load(str(path))
             continue
+        if deadline and time.time() > deadline:
+            raise SystemExit(
+                f"out of --budget while profiling: {done} of {len(items)} profiles are in "
+                f"{out}; run the same command again to go on from there"
+            )
         began = time.time()
         options = ProfileOptions(micro_batches=item.sizes, device=device, dtype=dtype, **quick)  # type: ignore[arg-type]
         prof = profile_model(
@@ -74,9 +81,9 @@ def _profiles(
     return found
 
 
-def _cluster(out: Path, gpus: int, dry: bool, resume: bool) -> Cluster:
+def _cluster(out: Path, gpus: int, dry: bool) -> Cluster:
     path = out / "cluster.json"
-    if resume and path.exists():
+    if path.exists():  # written whole (Cluster.save)
         return Cluster.load(str(path))
     options = ProbeOptions(
         devices=gpus,
@@ -90,9 +97,10 @@ def _cluster(out: Path, gpus: int, dry: bool, resume: bool) -> Cluster:
 
 
 def configurations(
-    suite: str, out: Path, gpus: int, dry: bool, resume: bool
+    suite: str, out: Path, gpus: int, dry: bool, deadline: float = 0.0
 ) -> tuple[list[BenchConfig], dict[str, dict[str, object]]]:
-    """The suite's configurations and, where it predicts, their predictions."""
+    """The suite's configurations and, where it predicts, their predictions (from profiles
+    taken until `deadline`, see _profiles)."""
     if suite == "quick":
         return quick(), {}
     if suite == "anchors":
@@ -104,14 +112,14 @@ def configurations(
             return [replace(c, device="cpu", dtype="fp32", steps=2, warmup=1, cuda_graphs=False)
                     for c in studies(2, gpt=TINY_GPT, vgg=TINY_VGG)], {}  # fmt: skip
         return studies(gpus), {}
-    cluster = _cluster(out, gpus, dry, resume)
+    cluster = _cluster(out, gpus, dry)
     if suite == "thesis":
         items = [
             accuracy_suite.Profiled(f"{w.model}_{w.dataset}", w, sizes)
             for w, sizes in thesis.workloads(gpus, dry)
         ]
         # the cells run eager: no graph times; fewer repeats, as the cells are many
-        profiles = _profiles(out, dry, resume, items, repeats=3, graph_times=False)
+        profiles = _profiles(out, dry, items, deadline, repeats=3, graph_times=False)
         configs = thesis.configurations(profiles, cluster, gpus, dry=dry)
         predicted: dict[str, dict[str, object]] = predictions(configs, profiles, cluster)  # type: ignore[assignment]
         for c in configs:  # the thesis's equations beside the simulator
@@ -119,7 +127,7 @@ def configurations(
             if eq is not None and c.key in predicted:
                 predicted[c.key]["thesis_step_time"] = eq
         return configs, predicted
-    profiles = _profiles(out, dry, resume, accuracy_suite.workloads(dry))
+    profiles = _profiles(out, dry, accuracy_suite.workloads(dry), deadline)
     configs = accuracy_suite.configurations(profiles, cluster, gpus, dry=dry)
     return configs, predictions(configs, profiles, cluster)  # type: ignore[return-value]
 
@@ -142,23 +150,22 @@ def main(argv: list[str] | None = None) -> int:
     if not dry and gpus < 1:
         parser.error("this suite needs GPUs: none here (use --dry-run)")
     out: Path = args.out
-    resume = (out / "bench.sqlite").exists()
     out.mkdir(parents=True, exist_ok=True)
     names = [torch.cuda.get_device_name(i) for i in range(gpus)] if not dry else ["cpu"]
     env = {"torch": torch.__version__, "gpus": gpus, "names": names, "suite": args.suite}
     (out / "environment.json").write_text(json.dumps(env, indent=1) + "\n")
-    configs, predicted = configurations(args.suite, out, gpus, dry, resume)
+    deadline = began + args.budget if args.budget else 0.0
+    configs, predicted = configurations(args.suite, out, gpus, dry, deadline)
     configs = [c for c in configs if c.gpus <= gpus]
     if args.skip:
         configs = [c for c in configs if not re.search(args.skip, c.label())]
-    deadline = began + args.budget if args.budget else None
     print(f"{len(configs)} configurations on {gpus} x {names[0]}", flush=True)
     run_suite(
         configs,
         str(out / "bench.sqlite"),
         predicted=predicted,  # type: ignore[arg-type]
         timeout_s=150,
-        deadline=deadline,
+        deadline=deadline or None,
         rounds=args.rounds,
     )
     (out / "report.md").write_text(report.render(out / "bench.sqlite", suite=args.suite))
