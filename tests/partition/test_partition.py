@@ -237,3 +237,22 @@ def test_loop_and_v_placements_are_split_optimally(placement: str, ranks: int, k
     assert part.placement == placement
     got = analyze(p, part, GPU, 8).slowest
     assert got == pytest.approx(_brute_force_slowest(p, k, placement=placement, ranks=ranks))
+
+
+def test_recomputed_and_offloaded_stages_keep_their_inputs_in_flight() -> None:
+    """Blocks saving 1000 bytes (their inputs among them) and passing on 100, stage [1, 4)
+    first of 2 under 1F1B (2 micro-batches in flight): kept as they are, 2 x 3000;
+    recomputed, 2 received inputs and one micro-batch's 3000 rebuilt; offloaded, 2 inputs
+    and the largest block's 1000 brought back."""
+    from pipecast.partition.methods import _Arrays, stage_memory_row
+
+    profile = make_profile([1.0] * 4, out_bytes=[100] * 4, saved=[1000] * 4, params=[0] * 4)
+    arrays = _Arrays(profile, 8)
+
+    def kept(**how: str) -> float:
+        setting = Setting(micro_batch=8, microbatches=4, schedule="1f1b", **how)  # type: ignore[arg-type]
+        return float(stage_memory_row(arrays, 4, 0, 2, setting)[1] - arrays.peak[1:4].max())
+
+    assert kept() == 2 * 3000
+    assert kept(recompute="all") == 2 * 100 + 3000
+    assert kept(offload="activations") == 2 * 100 + 1000

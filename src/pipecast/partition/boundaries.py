@@ -13,7 +13,7 @@ from pipecast.partition.methods import METHODS, Setting, partition
 from pipecast.partition.types import Partition, Placement, from_boundaries
 from pipecast.profile.types import Profile
 from pipecast.schedule.generators import stages_per_rank
-from pipecast.training import Optimizer
+from pipecast.training import Offload, Optimizer, Recompute
 
 PLACEMENT: dict[str, Placement] = {"interleaved": "loop", "zb-v": "v"}
 """Schedules that hold several stages per device, and how they place them."""
@@ -53,6 +53,8 @@ def split(
     microbatches: int,
     optimizer: Optimizer = "sgd",
     memory_margin: float = 0.1,
+    recompute: Recompute = "none",
+    offload: Offload = "none",
 ) -> Partition:
     """The pipeline's stages over `ranks` devices (times `replicas`): boundaries `how` names
     ('0,10,40'), or the partition method `how` for this schedule and micro-batching."""
@@ -74,6 +76,8 @@ def split(
         schedule=schedule,
         optimizer=optimizer,
         memory_margin=memory_margin,
+        recompute=recompute,
+        offload=offload,
         placement=placement,
         ranks=ranks,
         replicas=replicas,

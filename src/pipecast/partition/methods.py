@@ -21,7 +21,7 @@ from pipecast.partition.balance import RowCost, additive_row, min_max_split
 from pipecast.partition.memory import in_flight, static_bytes
 from pipecast.partition.types import Partition, Placement, from_boundaries
 from pipecast.profile.types import Profile
-from pipecast.training import Optimizer
+from pipecast.training import Offload, Optimizer, Recompute
 
 Method = Literal["blocks", "params", "forward", "memory", "compute", "balanced"]
 METHODS: tuple[Method, ...] = ("blocks", "params", "forward", "memory", "compute", "balanced")
@@ -38,6 +38,10 @@ class Setting:
     optimizer: Optimizer = "sgd"
     memory_margin: float = 0.1
     """Fraction of device memory kept free (allocator fragmentation, CUDA context)."""
+    recompute: Recompute = "none"
+    offload: Offload = "none"
+    """What a micro-batch keeps between its forward and its backward: a recomputed or
+    offloaded one only its input (see stage_memory_row)."""
     placement: Placement = "one"
     ranks: int | None = None
     """Devices in the pipeline (placement 'loop'/'v': fewer than stages)."""
@@ -91,7 +95,19 @@ def stage_memory_row(
     stash = flight if setting.schedule == "pipedream" else 0
     peak = np.maximum.accumulate(a.peak[:stop][::-1])[::-1]  # max over [i, stop)
     factor = static_bytes(1.0, setting.optimizer, stashed_versions=stash)
-    return np.asarray(factor * params + activation * flight + peak, dtype=float)
+    kept = activation * flight
+    if flight and (setting.recompute != "none" or setting.offload != "none"):
+        # as the simulator holds them: a recomputed or offloaded micro-batch keeps its
+        # received input; one micro-batch's activations come back for its backward (all of
+        # them recomputed, the largest block's from the host); GPipe's last micro-batch,
+        # not recomputed under all-but-last, keeps all of its own
+        received = np.where(starts > 0, a.out[np.maximum(starts - 1, 0)], 0)
+        block = np.diff(a.saved)[:stop]
+        largest = np.maximum.accumulate(block[::-1])[::-1]
+        back = activation if setting.recompute != "none" else largest
+        last = activation if setting.recompute == "all-but-last" else received
+        kept = received * (flight - 1) + last + back
+    return np.asarray(factor * params + kept + peak, dtype=float)
 
 
 def _memory_limit(cluster: Cluster, setting: Setting, stages: int) -> float:

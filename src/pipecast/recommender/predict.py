@@ -138,6 +138,8 @@ def partition_for(
         microbatches=strategy.microbatches,
         optimizer=optimizer,
         memory_margin=memory_margin,
+        recompute=strategy.recompute,
+        offload=strategy.offload,
     )
 
 

@@ -90,6 +90,10 @@ def recommend(
     fits, rejected = [], []
     without_recompute: set[Strategy] = set()
     accumulated: set[tuple[str, int, bool]] = set()  # one GPU or data parallel, fitted
+
+    def predicted(s: Strategy) -> Prediction:
+        return predict(profile, cluster, s, batch, optimizer=optimizer, memory_margin=memory_margin)
+
     todo = strategies(gpus, batch, blocks=profile.num_blocks, methods=methods, **kwargs)  # type: ignore[arg-type]
     for strategy in graphed(todo) if cuda_graphs else todo:
         base = Strategy(**{**strategy.to_dict(), "recompute": "none"})
@@ -98,22 +102,21 @@ def recommend(
         whole = (strategy.kind, strategy.replicas, strategy.cuda_graphs)
         if strategy.microbatches > ACCUMULATION and whole in accumulated:
             continue  # more accumulation only where fewer micro-batches did not fit
+
         try:
-            pred = predict(
-                profile, cluster, strategy, batch, optimizer=optimizer, memory_margin=memory_margin
-            )
+            pred: Prediction | None = predicted(strategy)
         except PipecastError as exc:
             rejected.append(Rejected(strategy=strategy, reason=str(exc).splitlines()[0]))
-            continue
-        if not pred.fits and strategy.recompute != "all" and not serving:
-            # what does not fit may with its saved activations on the host (eagerly)
-            moved = replace(strategy, offload="activations", cuda_graphs=False)
+            pred = None
+        if (pred is None or not pred.fits) and strategy.recompute != "all" and not serving:
+            # what does not fit (or finds no split that fits) may, with its saved
+            # activations on the host, eagerly
             with contextlib.suppress(PipecastError):
-                offloaded = predict(
-                    profile, cluster, moved, batch, optimizer=optimizer, memory_margin=memory_margin
-                )
+                offloaded = predicted(replace(strategy, offload="activations", cuda_graphs=False))
                 if offloaded.fits:
                     fits.append(offloaded)
+        if pred is None:
+            continue
         if pred.fits:
             fits.append(pred)
             if strategy.recompute == "none":
