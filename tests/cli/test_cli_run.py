@@ -211,3 +211,28 @@ def test_infer_compares_with_onnxruntime(
     assert max(rows["pipecast"]) <= 1e-5 and max(rows["ONNX Runtime"]) <= 1e-5
     assert main([*args, "--mode", "latency"]) == 0
     assert "batch 1 in 1 micro-batches" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    importlib.util.find_spec("deepspeed") is None, reason="deepspeed is not installed"
+)
+def test_infer_compares_with_deepspeed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["infer", "--model", "lenet5", "--gpus", "2", "--partition", "0,6,12", "--steps",
+            "1", "--warmup-steps", "0", "--batch", "8", "--micro-batches", "2", "--out-dir",
+            str(tmp_path), "--compare", "deepspeed"]  # fmt: skip
+    assert main(args) == 0
+    (row,) = [line for line in capsys.readouterr().out.splitlines() if "DeepSpeed" in line]
+    assert float(row.split("│")[-2]) <= 1e-5
+
+
+def test_compare_with_a_runtime_not_installed_stops_before_running(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "deepspeed" else real(name)
+    )
+    assert main(["infer", "--model", "lenet5", "--compare", "deepspeed"]) == 2
+    err = capsys.readouterr().err
+    assert "--compare deepspeed: deepspeed is not installed" in err

@@ -1,11 +1,7 @@
-"""`pipecast infer --compare onnxruntime`: the pipeline's outputs and speed beside one
-process and ONNX Runtime, on the same weights and the same last batch."""
+"""`pipecast infer --compare onnxruntime|deepspeed`: the pipeline's outputs and speed beside
+one process and other runtimes, on the same weights and the same last batch."""
 
 from __future__ import annotations
-
-import statistics
-import time
-from collections.abc import Callable
 
 import torch
 from rich.table import Table
@@ -13,7 +9,8 @@ from rich.table import Table
 from pipecast.cli.console import console, human_seconds
 from pipecast.data.synthetic import synthetic_batch
 from pipecast.hardware import devices
-from pipecast.interop import onnx_runtime
+from pipecast.interop import deepspeed_inference, onnx_runtime
+from pipecast.interop.timed_run import TimedRun, median_seconds
 from pipecast.runtime.run import JobResult
 
 
@@ -38,48 +35,53 @@ def one_process(result: JobResult) -> torch.nn.Module:
     return model.float().eval()
 
 
-def _timed(fn: Callable[[], object], device: torch.device) -> float:
-    """Median seconds of `fn` after one warm-up: 10 runs, or as many as fit in 10 s."""
-    fn()
-    times: list[float] = []
-    while len(times) < 10 and (len(times) < 2 or sum(times) < 10.0):
-        began = time.perf_counter()
-        fn()
-        devices.synchronize(device)
-        times.append(time.perf_counter() - began)
-    return statistics.median(times)
+def _torch(model: torch.nn.Module, x: torch.Tensor, here: torch.device) -> TimedRun:
+    """One process, on the pipeline's kind of device (its first), in fp32."""
+    on, xs = model.to(here), x.to(here)
+
+    def answer(batch: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            out: torch.Tensor = on(batch)
+        devices.synchronize(here)
+        return out
+
+    return TimedRun(
+        runtime=f"PyTorch, one process ({here.type})",
+        batch=len(x),
+        batch_seconds=median_seconds(lambda: answer(xs), warmup=1),
+        request_seconds=median_seconds(lambda: answer(xs[:1]), warmup=1),
+        outputs=answer(xs).cpu(),
+    )
 
 
-def compare(result: JobResult) -> float:
-    """Print the three runtimes' batch time, samples/s and one-request latency, and each
-    one's largest output difference from one process; return the pipeline's."""
+RUNTIMES = {"onnxruntime": onnx_runtime.run, "deepspeed": deepspeed_inference.run}
+"""--compare's runtimes: each takes the model (fp32, CPU) and the inputs."""
+
+
+def compare(result: JobResult, runtimes: list[str]) -> float:
+    """Print the pipeline's, one process's and each of `runtimes`' batch time, samples/s,
+    one-request latency and output difference from one process; return the pipeline's
+    relative difference."""
     x = last_batch(result)
     pipeline = torch.cat([o for r in result.reports if r.outputs for o in r.outputs]).float()
     model = one_process(result)
-    # one process on the pipeline's kind of device (its first), in fp32
     here = torch.device("cuda", 0) if result.job.device == "cuda" else torch.device("cpu")
-    on = model.to(here)
-    xs = x.to(here)
-    with torch.no_grad():
-        want = on(xs).cpu()
-        batch_s = _timed(lambda: on(xs), here)
-        request_s = _timed(lambda: on(xs[:1]), here)
-    ort = onnx_runtime.run(model.cpu(), x)
-    step = result.summary["step_time"]
+    reference = _torch(model, x, here)
+    want = reference.outputs
+    others = [RUNTIMES[name](model.cpu(), x) for name in dict.fromkeys(runtimes)]
     table = Table(title=f"inference, batch {len(x)}: the last step's inputs")
     columns = ("runtime", "batch", "samples/s", "one request", "largest |difference|",
                "relative")  # fmt: skip
     for col in columns:
         table.add_column(col, justify="right")
-    rows = [
-        (f"pipecast ({result.job.world} ranks, {result.job.config.dtype})", step, "-", pipeline),
-        (f"PyTorch, one process ({here.type})", batch_s, human_seconds(request_s), want),
-        (f"ONNX Runtime ({ort.provider})", ort.batch_seconds,
-         human_seconds(ort.request_seconds), ort.outputs),
-    ]  # fmt: skip
+    job = result.job
+    rows = [(f"pipecast ({job.world} ranks, {job.config.dtype})", result.summary["step_time"],
+             "-", pipeline)]  # fmt: skip
+    rows += [(r.runtime, r.batch_seconds, human_seconds(r.request_seconds), r.outputs)
+             for r in (reference, *others)]  # fmt: skip
     scale = float(want.norm())
     for name, seconds, request, out in rows:
-        gap = (out - want).float()
+        gap = (out.float() - want).float()
         table.add_row(name, human_seconds(seconds), f"{len(x) / seconds:,.1f}", request,
                       f"{float(gap.abs().max()):.2e}",
                       f"{float(gap.norm()) / scale:.1e}" if scale else "-")  # fmt: skip

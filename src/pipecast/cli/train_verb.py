@@ -116,9 +116,12 @@ def add_run_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
         )
         p.add_argument(
             "--compare",
-            choices=("onnxruntime",),
-            help="also run the model, with the pipeline's weights, in ONNX Runtime on the "
-            "last step's inputs: speed and the largest output difference",
+            choices=("onnxruntime", "deepspeed"),
+            action="append",
+            default=[],
+            help="also run the model, with the pipeline's weights, in ONNX Runtime or "
+            "DeepSpeed's inference engine (repeatable) on the last step's inputs: speed and "
+            "the output difference",
         )
     p.add_argument("--timeout", type=float, default=300.0, help="seconds any wait may take")
     p.add_argument("--out-dir", type=output_dir, default="pipecast-out", help="where traces go")
@@ -167,6 +170,7 @@ def run(args: argparse.Namespace) -> int:
     schedule = "forward-only" if args.inference else args.schedule
     if getattr(args, "mode", "") == "latency":
         args.batch, args.micro_batches = 1, 1
+    _check_installed(getattr(args, "compare", []))
     cp = _checkpointing(args)
     with console.status(
         "planning (quick profile and partition)" if args.partition == "auto" else "planning"
@@ -207,7 +211,7 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "compare", None):
         from pipecast.cli.infer_compare import compare  # onnxruntime: imported when asked
 
-        compare(result)
+        compare(result, args.compare)
     if followed is not None and followed.predicted > 0:
         measured = result.summary["step_time"]
         console.print(
@@ -220,6 +224,22 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"checkpoint: {last.path} ({last.step} steps{took})")
     _write_traces(args, result, profile)
     return 0
+
+
+INSTALL = {
+    "onnxruntime": "pip install 'pipecast[onnx]'",
+    "deepspeed": "pip install --no-build-isolation deepspeed",
+}
+"""What --compare's runtimes need, and how to install it."""
+
+
+def _check_installed(runtimes: list[str]) -> None:
+    """Before anything runs: every runtime --compare names can be imported."""
+    import importlib.util
+
+    for name in runtimes:
+        if importlib.util.find_spec(name) is None:
+            raise ConfigError(f"--compare {name}: {name} is not installed ({INSTALL[name]})")
 
 
 def _config(args: argparse.Namespace) -> RunConfig:

@@ -2,8 +2,8 @@
 
 The model goes through torch.onnx's exporter (torch.export-based) with a dynamic batch
 dimension, in fp32 (ONNX Runtime's kernels for bf16 are few), and runs in an
-InferenceSession on CUDA where ONNX Runtime has that provider, else on the CPU. A batch and
-a single request are each timed as the median of repeated runs after warm-up runs.
+InferenceSession on CUDA where ONNX Runtime has that provider, else on the CPU. Timed as
+pipecast.interop.timed_run says.
 """
 
 from __future__ import annotations
@@ -12,11 +12,8 @@ import contextlib
 import importlib
 import io
 import logging
-import statistics
 import tempfile
-import time
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,23 +21,7 @@ import torch
 from torch import nn
 
 from pipecast.errors import ConfigError
-
-
-@dataclass(frozen=True)
-class OrtRun:
-    provider: str
-    """The execution provider the session ran on."""
-    batch: int
-    batch_seconds: float
-    """Median seconds for the whole batch."""
-    request_seconds: float
-    """Median seconds for one sample alone: the latency of one request."""
-    outputs: torch.Tensor
-    """The batch's outputs."""
-
-    @property
-    def samples_per_second(self) -> float:
-        return self.batch / self.batch_seconds
+from pipecast.interop.timed_run import TimedRun, median_seconds
 
 
 def _ort() -> Any:
@@ -69,20 +50,7 @@ def export(model: nn.Module, example: torch.Tensor, path: Path) -> Path:
     return path
 
 
-def _median_seconds(fn: Any, repeats: int, warmup: int) -> float:
-    """After `warmup` runs, the median of `repeats` runs, or of as many as fit in 10 s (at
-    least 2)."""
-    for _ in range(warmup):
-        fn()
-    times: list[float] = []
-    while len(times) < repeats and (len(times) < 2 or sum(times) < 10.0):
-        began = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - began)
-    return statistics.median(times)
-
-
-def run(model: nn.Module, inputs: torch.Tensor, *, repeats: int = 10, warmup: int = 3) -> OrtRun:
+def run(model: nn.Module, inputs: torch.Tensor) -> TimedRun:
     """Export `model` and run `inputs` through ONNX Runtime: the outputs and the timings."""
     ort = _ort()
     model = model.float().eval().cpu()
@@ -95,10 +63,10 @@ def run(model: nn.Module, inputs: torch.Tensor, *, repeats: int = 10, warmup: in
     name = session.get_inputs()[0].name
     whole, one = {name: x.numpy()}, {name: x[:1].numpy()}
     out = session.run(None, whole)[0]
-    return OrtRun(
-        provider=session.get_providers()[0],
+    return TimedRun(
+        runtime=f"ONNX Runtime ({session.get_providers()[0]})",
         batch=len(x),
-        batch_seconds=_median_seconds(lambda: session.run(None, whole), repeats, warmup),
-        request_seconds=_median_seconds(lambda: session.run(None, one), repeats, warmup),
+        batch_seconds=median_seconds(lambda: session.run(None, whole)),
+        request_seconds=median_seconds(lambda: session.run(None, one)),
         outputs=torch.from_numpy(out),
     )
