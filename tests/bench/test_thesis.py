@@ -83,3 +83,24 @@ def test_picks_and_errors_read_back_from_a_store() -> None:
     assert "**1 of 1**" in lines[0] and "equations' pick in 0 of 1" in lines[0]
     assert "median 10.0%" in lines[1]  # |+10%| and |-10%|
     assert "median 25.0%, worst 50.0%" in lines[2]  # |-50%| and |0%|
+
+
+def _single(microbatches: int, step: float) -> Row:
+    cfg = BenchConfig(suite="studies", system="single", microbatches=microbatches, gpus=1,
+                      batch=128, workload=Workload(model="vgg16", dataset="imagenet"))  # fmt: skip
+    return Row(
+        key=str(microbatches), suite="studies", status="ok", config=cfg.to_dict(),
+        environment={}, measured={"step_time": step}, predicted=None, error=None,
+    )  # fmt: skip
+
+
+def test_the_gpipe_study_micro_batch_table_beside_a_store() -> None:
+    """One GPU's VGG16 at 2 and 32 micro-batches, 50 and 150 ms: 3.00x, beside the study's
+    565.858 and 867.52 ms (1.53x); the claim (time grows with M) holds."""
+    rows = [_single(2, 0.05), _single(32, 0.15)]
+    table = studies.table_4_1(rows)
+    assert table[1] == ["2", "565.9 ms", "1.00", "50.00 ms", "1.00"]
+    assert table[-1] == ["32", "867.5 ms", "1.53", "150.00 ms", "3.00"]
+    assert table[2][3:] == ["-", "-"]  # M=4 not measured
+    (claim,) = [c for c in studies.claims(rows) if "Table 4.1" in c[0]]
+    assert claim[2:] == ["1.53x from 2 to 32", "3.00x", "yes"]
