@@ -8,9 +8,21 @@ from typing import Literal
 
 Optimizer = Literal["sgd", "momentum", "adam"]
 Recompute = Literal["none", "all", "all-but-last"]
-Offload = Literal["none", "activations"]
-"""Where what the forward saves for the backward lives: on the GPU, or in pinned host
-memory (copied out on a stream of its own during the forward, back during the backward)."""
+Offload = Literal["none", "activations", "optimizer", "both"]
+"""What lives in host memory instead of the GPU's: what the forward saves for the backward
+(copied out on a stream of its own during the forward, back during the backward), the
+optimizer's state (stepped by the host on its own copy of the weights), or both."""
+OFFLOADS: tuple[Offload, ...] = ("none", "activations", "optimizer", "both")
+
+
+def offloads_activations(offload: str) -> bool:
+    return offload in ("activations", "both")
+
+
+def offloads_optimizer(offload: str) -> bool:
+    return offload in ("optimizer", "both")
+
+
 LrSchedule = Literal["constant", "linear", "cosine"]
 LR_SCHEDULES: tuple[LrSchedule, ...] = ("constant", "linear", "cosine")
 

@@ -60,3 +60,19 @@ def test_recomputation_where_it_fits_offload_where_nothing_else_does() -> None:
     assert roomier.strategy.recompute == "all" and roomier.strategy.offload == "none"
     tight = _gpt(2.0)
     assert tight.strategy.offload == "activations" and tight.fits
+
+
+def test_adam_state_goes_to_the_host_where_the_weights_alone_fit() -> None:
+    """4 GiB of weights under Adam on one GPU of 12 GiB (10.8 usable): weights, gradients
+    and Adam's 8 GiB of state need 16; with the state on the host, 8 fit. Moving the
+    activations too would only add copies."""
+    from tests.partition.test_partition import make_profile
+
+    from pipecast.hardware.presets import describe
+
+    profile = make_profile([1e-3] * 4, params=[2**30] * 4)
+    one = describe(gpus_per_node=1, memory="12GiB")
+    rec = recommend(profile, one, 8, optimizer="adam")
+    assert rec.best.strategy.offload == "optimizer"
+    assert all(p.strategy.offload in ("optimizer", "both") for p in rec.ranked)
+    assert recommend(profile, one, 8).best.strategy.offload == "none"  # SGD keeps no state

@@ -107,10 +107,11 @@ def _jobs() -> dict[str, TrainJob]:
             LENET, schedule, 2, 4, bounds, batch=12, config=config
         )
     for schedule, optimizer in OPTIMIZERS:
-        config = RunConfig(lr=0.01, timeout_s=60, optimizer=optimizer)  # type: ignore[arg-type]
-        jobs[f"optimizer-{optimizer}"] = pipeline_job(
-            LENET, schedule, 2, 4, [0, 5, 12], batch=12, config=config, steps=3
-        )
+        for offload in ("none", "optimizer"):
+            config = RunConfig(lr=0.01, timeout_s=60, optimizer=optimizer, offload=offload)  # type: ignore[arg-type]
+            jobs[f"optimizer-{optimizer}-{offload}"] = pipeline_job(
+                LENET, schedule, 2, 4, [0, 5, 12], batch=12, config=config, steps=3
+            )
     jobs["inplace"] = pipeline_job(
         LENET, "1f1b", 3, 4, [0, 1, 4, 7], batch=8, model=_inplace_model()
     )
@@ -209,9 +210,12 @@ def _optimizer_reference(optimizer: str, steps: int) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("offload", ["none", "optimizer"])
 @pytest.mark.parametrize(("schedule", "optimizer"), OPTIMIZERS)
-def test_stateful_optimizers_match_one_process(schedule: str, optimizer: str) -> None:
-    result = _results()[f"optimizer-{optimizer}"]
+def test_stateful_optimizers_match_one_process(schedule: str, optimizer: str, offload: str) -> None:
+    """Each stage's optimizer, on the device or stepping a copy of its weights on the host,
+    takes the steps one process takes."""
+    result = _results()[f"optimizer-{optimizer}-{offload}"]
     got, want = merged(result, "params"), _optimizer_reference(optimizer, 3)
     if optimizer == "momentum":
         assert_close(got, want, rtol=1e-4)

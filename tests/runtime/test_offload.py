@@ -37,3 +37,32 @@ def test_parameters_are_not_moved() -> None:
     t = torch.randn(3)
     packed = hooks.pack(t)
     assert packed is not t and torch.equal(hooks.unpack(packed), t)
+
+
+def test_an_optimizer_on_the_host_steps_its_own_copy_and_copies_back() -> None:
+    """Adam on the host: its state belongs to the host's copies, not to the module's
+    weights; a step there moves the module's weights as Adam on them would; the checkpoint
+    still names the state by the module's parameters."""
+    from pipecast.runtime.checkpoint import stage_state
+    from pipecast.runtime.config import RunConfig
+    from pipecast.runtime.stage import StageModule
+
+    def stage(offload: str) -> StageModule:
+        config = RunConfig(optimizer="adam", lr=0.01, offload=offload)  # type: ignore[arg-type]
+        return StageModule(0, _model(), torch.device("cpu"), config, first=True, last=True)
+
+    x = torch.randn(5, 8)
+    plain, hosted = stage("none"), stage("optimizer")
+    assert hosted.optimizer is not None and hosted.host_params is not None
+    stepped = [q for g in hosted.optimizer.param_groups for q in g["params"]]
+    assert not any(q is p for q, p in zip(stepped, hosted.params, strict=True))
+    for st in (plain, hosted):
+        for _ in range(2):
+            st.module(x).square().sum().backward()
+            st.step()
+            st.zero_grad(set_to_none=True)
+    for a, b in zip(plain.params, hosted.params, strict=True):
+        assert torch.equal(a, b) and b.grad is None
+    assert set(stage_state(hosted.module, hosted.optimizer, 0)["optimizer"]) == {
+        n for n, _ in hosted.module.named_parameters()
+    }

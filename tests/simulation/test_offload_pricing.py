@@ -63,3 +63,26 @@ def test_a_backward_brings_back_one_block_at_a_time() -> None:
     st = replace(_stage(0.25), restored_bytes=30)
     assert simulate(plan, Costs(stages=(st,))).peak_memory[0] == 110
     assert simulate(plan, Costs(stages=(st,), offload="activations")).peak_memory[0] == 50
+
+
+def test_an_optimizer_on_the_host_trades_its_state_for_copies_and_a_host_step() -> None:
+    """Adam on one GPU, 4 GiB of weights: on the host, its 8 GiB of state leave the GPU and
+    the host holds weights, gradients and state (16 GiB); the step gains the gradients'
+    copy out, the weights' copy back and the host's pass over them."""
+    from tests.partition.test_partition import make_profile
+
+    from pipecast.hardware.presets import describe
+    from pipecast.recommender.predict import predict
+    from pipecast.recommender.strategy import Strategy
+
+    gib = 2**30
+    profile = make_profile([1e-3] * 4, params=[gib] * 4)
+    gpu = describe(gpus_per_node=1, memory="80GiB")
+    plain, hosted = (
+        predict(profile, gpu, Strategy(kind="single", offload=o), 8, optimizer="adam")  # type: ignore[arg-type]
+        for o in ("none", "optimizer")
+    )
+    assert plain.peak_memory - hosted.peak_memory == 8 * gib
+    assert hosted.peak_host_memory == 16 * gib and plain.peak_host_memory == 0
+    copies = 2 * gpu.host_link.time(4 * gib) + 4 * gib / gpu.host_optimizer_rate
+    assert hosted.step_time - plain.step_time == pytest.approx(copies)

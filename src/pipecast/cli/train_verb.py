@@ -95,10 +95,11 @@ def add_run_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
     if not inference:
         p.add_argument(
             "--offload",
-            choices=("none", "activations"),
+            choices=("none", "activations", "optimizer", "both"),
             default="none",
             help="activations: keep what the forward saves for the backward in pinned host "
-            "memory (eager: no CUDA graphs)",
+            "memory (eager: no CUDA graphs); optimizer: step the optimizer on the host, its "
+            "state there; both",
         )
     p.add_argument(
         "--cuda-graphs",

@@ -97,6 +97,10 @@ class Cluster:
     a bucket)."""
     ddp_buffer_host: float = 0.0
     """... and per buffer tensor (broadcast from rank 0 before every forward)."""
+    host_optimizer_rate: float = 2e9
+    """Bytes of weights per second an Adam step covers on the host, the optimizer's state
+    there (what an offloaded optimizer's step costs beside the copies); the probe measures
+    it, 2 GB/s where nothing was measured."""
     host_link: Link = HOST_LINK
     """Copies between a GPU and pinned host memory on a stream of their own while the GPU
     computes (the slower of the two directions): what offloaded activations cost. The
@@ -220,6 +224,7 @@ class Cluster:
                 "ddp_buffer_host": self.ddp_buffer_host,
                 "pairs": [[a, b, _link_json(link)] for (a, b), link in self.pairs.items()],
                 "host_link": _link_json(self.host_link),
+                "host_optimizer_rate": self.host_optimizer_rate,
             },
         )
 
@@ -282,6 +287,7 @@ def cluster_from_dict(doc: dict[str, Any], source: str = "<dict>") -> Cluster:
             ddp_buffer_host=parse_seconds(doc.get("ddp_buffer_host", 0.0)),
             pairs={(int(a), int(b)): link(v, f"pair {a}-{b}") for a, b, v in doc.get("pairs", [])},
             host_link=link(doc["host_link"], "host_link") if "host_link" in doc else HOST_LINK,
+            host_optimizer_rate=parse_rate(doc.get("host_optimizer_rate", 2e9)),
         )
     except KeyError as exc:
         raise DataError(f"{source} describes no cluster: missing {exc}") from None

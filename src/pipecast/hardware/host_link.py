@@ -72,3 +72,20 @@ def fitted(per_rank: list[dict[str, list[list[float]]]]) -> Link | None:
         if len({s for s, _ in rows}) > 1
     ]
     return min(links, key=lambda link: link.bandwidth) if links else None
+
+
+def optimizer_rate(nbytes: int = 64 * MIB, repeats: int = 3) -> float:
+    """Bytes of fp32 weights per second one Adam step covers on this host (every rank at
+    once, as offloaded optimizers step together): Cluster.host_optimizer_rate."""
+    weight = torch.nn.Parameter(torch.zeros(nbytes // 4))
+    weight.grad = torch.full_like(weight, 1e-3)
+    adam = torch.optim.Adam([weight], lr=1e-3)
+    adam.step()  # its state, allocated once
+    times = []
+    for _ in range(repeats):
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            dist.barrier()
+        began = time.perf_counter()
+        adam.step()
+        times.append(time.perf_counter() - began)
+    return nbytes / statistics.median(times)

@@ -133,6 +133,7 @@ def _probe_rank(ctx: Context, options: ProbeOptions) -> dict[str, Any]:
         "ddp": host_probe.ddp_overhead(ctx) if options.runtime and gpu else {},
         "memory": devices.total_memory(ctx.device),
         "name": devices.name(ctx.device),
+        "host_optimizer_rate": host_link.optimizer_rate(min(64 * MIB, options.max_bytes)),
         "host_link": host_link.samples(
             ctx,
             min_bytes=min(MIB, options.max_bytes // 4),
@@ -195,6 +196,10 @@ def summarize_probe(per_rank: list[dict[str, Any]], name: str = "probed") -> Pro
             ddp_param_host=ddp.get("param", 0.0),
             ddp_buffer_host=ddp.get("buffer", 0.0),
             host_link=host or HOST_LINK,
+            host_optimizer_rate=min(
+                (r["host_optimizer_rate"] for r in per_rank if "host_optimizer_rate" in r),
+                default=2e9,
+            ),
         ),
         p2p=p2p,
         allreduce=allreduce,

@@ -21,7 +21,13 @@ from pipecast.partition.balance import RowCost, additive_row, min_max_split
 from pipecast.partition.memory import in_flight, static_bytes
 from pipecast.partition.types import Partition, Placement, from_boundaries
 from pipecast.profile.types import Profile
-from pipecast.training import Offload, Optimizer, Recompute
+from pipecast.training import (
+    Offload,
+    Optimizer,
+    Recompute,
+    offloads_activations,
+    offloads_optimizer,
+)
 
 Method = Literal["blocks", "params", "forward", "memory", "compute", "balanced"]
 METHODS: tuple[Method, ...] = ("blocks", "params", "forward", "memory", "compute", "balanced")
@@ -94,9 +100,10 @@ def stage_memory_row(
     flight = in_flight(setting.schedule, position, stages, setting.microbatches)
     stash = flight if setting.schedule == "pipedream" else 0
     peak = np.maximum.accumulate(a.peak[:stop][::-1])[::-1]  # max over [i, stop)
-    factor = static_bytes(1.0, setting.optimizer, stashed_versions=stash)
+    state = "sgd" if offloads_optimizer(setting.offload) else setting.optimizer  # on the host
+    factor = static_bytes(1.0, state, stashed_versions=stash)
     kept = activation * flight
-    if flight and (setting.recompute != "none" or setting.offload != "none"):
+    if flight and (setting.recompute != "none" or offloads_activations(setting.offload)):
         # as the simulator holds them: a recomputed or offloaded micro-batch keeps its
         # received input; one micro-batch's activations come back for its backward (all of
         # them recomputed, the largest block's from the host); GPipe's last micro-batch,

@@ -12,7 +12,7 @@ from pipecast.profile.types import Profile
 from pipecast.recommender.enumerate import ACCUMULATION, graphed, strategies
 from pipecast.recommender.predict import Prediction, predict
 from pipecast.recommender.strategy import Strategy
-from pipecast.training import Optimizer
+from pipecast.training import OPTIMIZER_STATE, Optimizer
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -111,10 +111,11 @@ def recommend(
         if (pred is None or not pred.fits) and strategy.recompute != "all" and not serving:
             # what does not fit (or finds no split that fits) may, with its saved
             # activations on the host, eagerly
-            with contextlib.suppress(PipecastError):
-                offloaded = predicted(replace(strategy, offload="activations", cuda_graphs=False))
-                if offloaded.fits:
-                    fits.append(offloaded)
+            for moved in offloaded(strategy, optimizer):
+                with contextlib.suppress(PipecastError):
+                    other = predicted(moved)
+                    if other.fits:
+                        fits.append(other)
         if pred is None:
             continue
         if pred.fits:
@@ -138,6 +139,18 @@ def recommend(
     return Recommendation(
         ranked=ranked, rejected=tuple(rejected), batch=batch, epoch_samples=epoch_samples
     )
+
+
+def offloaded(strategy: Strategy, optimizer: Optimizer) -> list[Strategy]:
+    """`strategy` with its activations, its optimizer's state (where it has some), or both
+    on the host; a step that copies activations runs eagerly."""
+    out = [replace(strategy, offload="activations", cuda_graphs=False)]
+    if OPTIMIZER_STATE[optimizer]:
+        out += [
+            replace(strategy, offload="optimizer"),
+            replace(strategy, offload="both", cuda_graphs=False),
+        ]
+    return out
 
 
 def nothing_fits(rejected: list[Rejected], gpus: int, cluster: Cluster) -> str:

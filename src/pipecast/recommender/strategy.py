@@ -8,6 +8,11 @@ from typing import Any, Literal
 from pipecast.training import Offload, Recompute
 
 Kind = Literal["single", "data", "pipeline", "hybrid"]
+HOSTED = {
+    "activations": "activations",
+    "optimizer": "optimizer state",
+    "both": "activations and optimizer state",
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,7 +59,7 @@ class Strategy:
         if self.recompute != "none":
             text += f", recompute {self.recompute}"
         if self.offload != "none":
-            text += f", {self.offload} on the host"
+            text += f", {HOSTED[self.offload]} on the host"
         if self.cuda_graphs:
             text += ", CUDA graphs"
         return text

@@ -116,7 +116,10 @@ def stage_state(
     params = {n: t.detach().cpu().clone() for n, t in module.state_dict().items()}
     state: dict[str, dict[str, Any]] = {}
     if optimizer is not None:
-        name_of = {id(p): n for n, p in module.named_parameters()}
+        # by position: an optimizer on the host steps copies of the module's parameters
+        names = [n for n, p in module.named_parameters() if p.requires_grad]
+        flat = [q for group in optimizer.param_groups for q in group["params"]]
+        name_of = {id(q): names[i] for i, q in enumerate(flat)}
         for p, s in optimizer.state.items():
             state[name_of[id(p)]] = {
                 k: v.detach().cpu().clone() if isinstance(v, torch.Tensor) else v

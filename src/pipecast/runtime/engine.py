@@ -49,6 +49,7 @@ from pipecast.runtime.watchdog import Watchdog
 from pipecast.schedule.action import Action, Plan
 from pipecast.schedule.validate import validate
 from pipecast.simulation.timeline import Event
+from pipecast.training import offloads_activations
 
 LossFn = Callable[[torch.Tensor, Any], torch.Tensor]
 
@@ -149,7 +150,7 @@ class PipelineEngine:
         self.plan, self.stages, self.config, self.device = plan, stages, config, device
         self.offload = (
             HostActivations(device)
-            if config.offload == "activations" and not plan.forward_only
+            if offloads_activations(config.offload) and not plan.forward_only
             else None
         )
         self.rank, self.replica, self.replicas = pipeline_rank, replica, replicas
@@ -314,8 +315,8 @@ class PipelineEngine:
                 )
             self.watchdog.at(None, "optimizer step")
             for st in self.stages.values():
-                if st.optimizer is not None and not skipped:
-                    st.optimizer.step()
+                if not skipped:
+                    st.step()
         return norm, skipped, scale
 
     def _tick(
@@ -482,8 +483,8 @@ class PipelineEngine:
 
     def zero_grad(self) -> None:
         for st in self.stages.values():
-            if st.optimizer is not None:  # a graph accumulates into .grad's own memory
-                st.optimizer.zero_grad(set_to_none=self._graphs is None)
+            # a graph accumulates into .grad's own memory
+            st.zero_grad(set_to_none=self._graphs is None)
 
     # ---- pieces ------------------------------------------------------------------------
 
@@ -609,8 +610,7 @@ class PipelineEngine:
         named = dict(st.module.named_parameters())
         for name, stashed in micro.weights.items():
             named[name].grad = stashed.grad
-        if st.optimizer is not None:
-            st.optimizer.step()
-            st.optimizer.zero_grad(set_to_none=True)
+        st.step()
+        st.zero_grad(set_to_none=True)
         st.version += 1
         micro.weights = None

@@ -24,6 +24,7 @@ from pipecast.profile.measure import needs_input_copy
 from pipecast.profile.segments import segments
 from pipecast.runtime.backward import Cut
 from pipecast.runtime.config import RunConfig
+from pipecast.training import offloads_optimizer
 
 _INPLACE_ERROR = "leaf Variable that requires grad is being used in an in-place operation"
 
@@ -67,7 +68,19 @@ class StageModule:
             blocks = blocks.to(devices.DTYPES[config.dtype])
         self.module = blocks.to(device)
         self.params = [p for p in self.module.parameters() if p.requires_grad]
-        self.optimizer = make_optimizer(self.params, config) if self.params else None
+        self.host_params: list[nn.Parameter] | None = None
+        """With the optimizer on the host (RunConfig.offload): its copy of the weights, in
+        the same order as `params`, which it steps and copies back."""
+        stepped: list[nn.Parameter] = self.params
+        if offloads_optimizer(config.offload) and self.params:
+            pin = device.type == "cuda"
+            self.host_params = [
+                nn.Parameter(p.detach().to("cpu", copy=True).pin_memory() if pin
+                             else p.detach().to("cpu", copy=True))
+                for p in self.params
+            ]  # fmt: skip
+            stepped = self.host_params
+        self.optimizer = make_optimizer(stepped, config) if self.params else None
         self.copy_input = bool(len(blocks)) and needs_input_copy(blocks[0])
         self.parts = _parts(self.module)
         """The stage's segments (pipecast.profile.segments), each run as its own autograd graph
@@ -79,6 +92,39 @@ class StageModule:
         """Weight updates applied so far (PipeDream's weight version)."""
         self.version_log: list[tuple[int, int]] = []
         """(micro-batch, weight version its forward used), PipeDream only."""
+
+    def step(self) -> None:
+        """The optimizer's step. On the host: the gradients copied out, the host's copy of
+        the weights stepped there, and copied back."""
+        if self.optimizer is None:
+            return
+        if self.host_params is None:
+            self.optimizer.step()
+            return
+        for p, h in zip(self.params, self.host_params, strict=True):
+            h.grad = None if p.grad is None else p.grad.detach().to("cpu", h.dtype)
+        self.optimizer.step()
+        with torch.no_grad():
+            for p, h in zip(self.params, self.host_params, strict=True):
+                p.copy_(h, non_blocking=True)
+
+    def zero_grad(self, *, set_to_none: bool) -> None:
+        if self.optimizer is None:
+            return
+        self.optimizer.zero_grad(set_to_none=set_to_none)
+        if self.host_params is not None:  # the device's own gradients
+            for p in self.params:
+                if set_to_none:
+                    p.grad = None
+                elif p.grad is not None:
+                    p.grad.zero_()
+
+    def weights_changed(self) -> None:
+        """The weights were set from outside (a checkpoint): the host's copy follows."""
+        if self.host_params is not None:
+            with torch.no_grad():
+                for p, h in zip(self.params, self.host_params, strict=True):
+                    h.copy_(p)
 
     @contextlib.contextmanager
     def _precision(self) -> Iterator[None]:

@@ -245,6 +245,7 @@ def _resume(
         st.version = checkpoint.load_stage(
             saved, st.module, st.optimizer, bounds.start, bounds.stop
         )
+        st.weights_changed()
     if saved.meta.get("layout") == job.layout:
         checkpoint.load_rank(saved, ctx.rank, ctx.device)
     return saved.step

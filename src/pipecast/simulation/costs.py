@@ -14,7 +14,13 @@ from pipecast.hardware.cluster import CPU_PROBE_RANKS, Cluster
 from pipecast.partition.types import Partition
 from pipecast.profile.types import BlockCost, Profile, StageCost
 from pipecast.simulation.issue import fitted, span
-from pipecast.training import Offload, Optimizer, Recompute
+from pipecast.training import (
+    Offload,
+    Optimizer,
+    Recompute,
+    offloads_activations,
+    offloads_optimizer,
+)
 
 BUCKET_BYTES = 25 * 2**20
 """torch DDP's default gradient bucket: DDP all-reduces each as soon as its gradients are
@@ -217,7 +223,12 @@ def costs_from_profile(
         if not cuda_graphs:  # a graphed action is one launch
             blocks = [profile.cost(i, micro_batch) for i in range(st.start, st.stop)]
             times = _with_spans(times, blocks, hooks, slow, before, first=index == 0)
-        if offload == "activations":
+        if offloads_optimizer(offload):  # grads out, the host's step, weights back
+            moved = cluster.host_link.time(c.param_bytes)
+            times = replace(
+                times, optimizer=2 * moved + c.param_bytes / cluster.host_optimizer_rate
+            )
+        if offloads_activations(offload):
             out = times.offloaded_bytes
             largest = max(
                 profile.cost(i, micro_batch).saved_bytes for i in range(st.start, st.stop)

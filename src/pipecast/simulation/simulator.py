@@ -30,7 +30,7 @@ from pipecast.schedule.action import Action, Plan
 from pipecast.schedule.validate import dependencies
 from pipecast.simulation.costs import Costs, StageTimes
 from pipecast.simulation.timeline import Event, Timeline
-from pipecast.training import OPTIMIZER_STATE
+from pipecast.training import OPTIMIZER_STATE, offloads_activations, offloads_optimizer
 
 
 @dataclass
@@ -71,7 +71,7 @@ def _offloads(action: Action, costs: Costs, plan: Plan) -> bool:
     """Whether `action`'s micro-batch keeps its saved activations on the host: offloaded
     training where the forward keeps them (a recomputed one keeps only its input)."""
     return (
-        costs.offload == "activations"
+        offloads_activations(costs.offload)
         and not plan.forward_only
         and not _recomputed(action.mb, costs, plan)
     )
@@ -200,12 +200,17 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
         )
     ranks = [_Rank() for _ in range(plan.num_ranks)]
     static = [0] * plan.num_ranks
+    host = [0] * plan.num_ranks  # the optimizer's copy of the weights and its state
+    on_host = offloads_optimizer(costs.offload) and not plan.forward_only
     for s, r in enumerate(plan.stage_to_rank):
         st = costs.stages[s]
+        per_param = OPTIMIZER_STATE[costs.optimizer]
         factor = 1.0 + (
-            0.0 if plan.forward_only else costs.grad_bytes_factor + OPTIMIZER_STATE[costs.optimizer]
+            0.0 if plan.forward_only else costs.grad_bytes_factor + (0.0 if on_host else per_param)
         )
         static[r] += int(st.param_bytes * factor)
+        if on_host:
+            host[r] += int(st.param_bytes * (2.0 + per_param))  # weights, gradients, state
         static[r] += st.batch_bytes * plan.num_microbatches  # the step's batch, held throughout
     for r in range(plan.num_ranks):  # the default stream's library workspaces
         static[r] += max((costs.stages[s].kept_workspace for s in plan.stages_of(r)), default=0)
@@ -329,7 +334,9 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
         peak_memory=tuple(static[i] + r.peak for i, r in enumerate(ranks)),
         exposed_comm=exposed_comm,
         host_busy=tuple(r.host_busy for r in ranks),
-        peak_host_memory=tuple(r.host_peak for r in ranks) if costs.offload != "none" else (),
+        peak_host_memory=tuple(h + r.host_peak for h, r in zip(host, ranks, strict=True))
+        if costs.offload != "none"
+        else (),
     )
 
 
