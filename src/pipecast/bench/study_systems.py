@@ -25,21 +25,19 @@ from pipecast.bench.timing import barrier, gather_peaks, timed_steps
 from pipecast.data.loss import loss_for
 from pipecast.data.synthetic import synthetic_batch
 from pipecast.errors import ConfigError
+from pipecast.extras import require
 from pipecast.hardware import devices
 from pipecast.models.workload import Workload
 from pipecast.runtime.launch import Context
+
+STUDIES_EXTRA = "pip install 'pipecast[studies]'"
 
 CHECKPOINT = {"none": "never", "all-but-last": "except_last", "all": "always"}
 """pipecast's recompute setting -> torchgpipe's checkpoint mode (its default: except_last)."""
 
 
 def _require(package: str) -> Any:
-    try:
-        return importlib.import_module(package)
-    except ImportError as exc:
-        raise ConfigError(
-            f"{package} is not installed here ({exc}): pip install 'pipecast[studies]'"
-        ) from None
+    return require(package, needed_by=f"the {package} baseline", install=STUDIES_EXTRA)
 
 
 def counts(boundaries: list[int]) -> list[int]:

@@ -15,6 +15,7 @@ from pipecast.api import make_job
 from pipecast.cli.common import add_workload_args, count_arg, output_dir, workload_from_args
 from pipecast.cli.console import console, human_bytes, human_seconds, progress
 from pipecast.errors import ConfigError
+from pipecast.extras import check_installed
 from pipecast.hardware.load import default_cluster
 from pipecast.models.sources import file_stem
 from pipecast.profile.types import Profile
@@ -227,20 +228,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-INSTALL = {
-    "onnxruntime": "pip install 'pipecast[onnx]'",
-    "deepspeed": "pip install --no-build-isolation deepspeed",
-}
-"""What --compare's runtimes need, and how to install it."""
-
-
 def _check_installed(runtimes: list[str]) -> None:
-    """Before anything runs: every runtime --compare names can be imported."""
-    import importlib.util
+    """Before anything runs: every runtime --compare names is installed."""
+    from pipecast.interop import deepspeed_inference, onnx_runtime
 
+    install = {"onnxruntime": onnx_runtime.INSTALL, "deepspeed": deepspeed_inference.INSTALL}
     for name in runtimes:
-        if importlib.util.find_spec(name) is None:
-            raise ConfigError(f"--compare {name}: {name} is not installed ({INSTALL[name]})")
+        check_installed(name, needed_by=f"--compare {name}", install=install[name])
 
 
 def _config(args: argparse.Namespace) -> RunConfig:

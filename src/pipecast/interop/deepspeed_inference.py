@@ -4,23 +4,20 @@ in fp32, without its kernel injection (which replaces only the transformer layer
 
 from __future__ import annotations
 
-import importlib
 import logging
 
 import torch
 from torch import nn
 
-from pipecast.errors import ConfigError
+from pipecast.extras import require
 from pipecast.interop.timed_run import TimedRun, median_seconds
+
+INSTALL = "pip install --no-build-isolation deepspeed"
+"""DeepSpeed's sdist imports torch while it builds."""
 
 
 def run(model: nn.Module, inputs: torch.Tensor) -> TimedRun:
-    try:
-        ds = importlib.import_module("deepspeed")
-    except ImportError:
-        raise ConfigError(
-            "--compare deepspeed needs DeepSpeed: pip install --no-build-isolation deepspeed"
-        ) from None
+    ds = require("deepspeed", needed_by="--compare deepspeed", install=INSTALL)
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
     engine = ds.init_inference(
         model.float().eval(), dtype=torch.float32, replace_with_kernel_inject=False

@@ -9,29 +9,20 @@ pipecast.interop.timed_run says.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import io
 import logging
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
 
-from pipecast.errors import ConfigError
+from pipecast.extras import require
 from pipecast.interop.timed_run import TimedRun, median_seconds
 
-
-def _ort() -> Any:
-    try:
-        return importlib.import_module("onnxruntime")
-    except ImportError:
-        raise ConfigError(
-            "--compare onnxruntime needs onnxruntime, onnx and onnxscript: "
-            "pip install 'pipecast[onnx]'"
-        ) from None
+INSTALL = "pip install 'pipecast[onnx]'"
+"""onnxruntime, with onnx and onnxscript for torch.onnx's exporter."""
 
 
 def export(model: nn.Module, example: torch.Tensor, path: Path) -> Path:
@@ -40,19 +31,21 @@ def export(model: nn.Module, example: torch.Tensor, path: Path) -> Path:
     quiet = logging.getLogger("torch.onnx")
     level = quiet.level
     quiet.setLevel(logging.ERROR)  # it notes every optional package it does not find
-    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # and narrates its passes
-        torch.onnx.export(
-            model, (example,), str(path), dynamo=True, input_names=["x"],
-            output_names=["y"], dynamic_shapes=({0: batch},),
-        )  # fmt: skip
-    quiet.setLevel(level)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # and narrates its passes
+            torch.onnx.export(
+                model, (example,), str(path), dynamo=True, input_names=["x"],
+                output_names=["y"], dynamic_shapes=({0: batch},),
+            )  # fmt: skip
+    finally:
+        quiet.setLevel(level)
     return path
 
 
 def run(model: nn.Module, inputs: torch.Tensor) -> TimedRun:
     """Export `model` and run `inputs` through ONNX Runtime: the outputs and the timings."""
-    ort = _ort()
+    ort = require("onnxruntime", needed_by="--compare onnxruntime", install=INSTALL)
     model = model.float().eval().cpu()
     x = inputs.detach().float().cpu()
     providers = [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider")

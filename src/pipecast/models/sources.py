@@ -19,6 +19,7 @@ from torch import nn
 
 from pipecast.data.spec import DatasetSpec
 from pipecast.errors import ConfigError
+from pipecast.extras import require
 from pipecast.models.capture import capture
 from pipecast.models.user import as_sequential
 
@@ -47,16 +48,11 @@ def default_dataset(name: str) -> str:
     return DEFAULT_DATASET[library] if library else "mnist"
 
 
+MODELS_EXTRA = "pip install 'pipecast[models]'"
+
+
 def _import(library: str) -> ModuleType:
-    package = LIBRARIES[library]
-    try:
-        return importlib.import_module(package)
-    except Exception as exc:  # a missing extra, or a wheel that cannot load here
-        raise ConfigError(
-            f"--model {library}:... needs {package}, which cannot be imported here "
-            f"({type(exc).__name__}: {str(exc).splitlines()[0][:120]}): "
-            f"pip install 'pipecast[models]'"
-        ) from None
+    return require(LIBRARIES[library], needed_by=f"--model {library}:...", install=MODELS_EXTRA)
 
 
 class LogitsOnly(nn.Module):
