@@ -54,9 +54,15 @@ def workloads(dry: bool = False) -> list[Profiled]:
     ]
 
 
-def _balanced(prof: Profile, cluster: Cluster, stages: int, mb: int, m: int) -> tuple[int, ...]:
-    setting = Setting(micro_batch=mb, microbatches=m, schedule="1f1b", memory_margin=0.1)
-    return tuple(partition(prof, cluster, stages, setting, "balanced").boundaries)
+def balanced_split(
+    prof: Profile, cluster: Cluster, stages: int, mb: int, m: int, schedule: str = "1f1b"
+) -> tuple[int, ...]:
+    """pipecast's balanced split into `stages` for `m` micro-batches of `mb` (planned on
+    this machine's kind of GPU even where the configuration needs more of them than it
+    has: such configurations are planned, then dropped)."""
+    setting = Setting(micro_batch=mb, microbatches=m, schedule=schedule, memory_margin=0.1)
+    plan = replace(cluster, gpus_per_node=max(cluster.gpus_per_node, stages))
+    return tuple(partition(prof, plan, stages, setting, "balanced").boundaries)
 
 
 def configurations(
@@ -68,8 +74,6 @@ def configurations(
     prof = {name: profiles[w.key] for name, w in by_name.items()}
     vgg, gpt, r50, vggc = (by_name[n] for n in ("vgg16", "gpt", "resnet50", "vgg16_cifar"))
     thesis = [w for n, w in by_name.items() if n not in ("vgg16", "gpt", "resnet50", "vgg16_cifar")]
-    # partitions for configurations wider than this machine are still planned (then dropped)
-    plan = replace(cluster, gpus_per_node=max(cluster.gpus_per_node, 4))
     gb, vb, rb, wide = (16, 16, 16, 2) if dry else (32, 128, 128, min(4, gpus))
     if dry:
         anchor = anchors(
@@ -77,16 +81,16 @@ def configurations(
             gpus=2, gpt=gpt, vgg=vgg, gpt_batch=gb, vgg_batch=vb,
         )  # fmt: skip
     else:
-        anchor = anchors(vgg_pipecast=_balanced(prof["vgg16"], plan, 4, 16, 8))
+        anchor = anchors(vgg_pipecast=balanced_split(prof["vgg16"], cluster, 4, 16, 8))
     extra: list[BenchConfig] = []
     base = BenchConfig(suite="accuracy", system="single", workload=r50, gpus=1, batch=rb)
     pipe = replace(base, system="pipecast", tags={"split": "pipecast"})
     for k in (2, wide):
         extra.append(replace(base, system="ddp", gpus=k))
         for schedule, m in (("1f1b", k), ("1f1b", 2 * k), ("zb-h1", 2 * k)):
-            split = _balanced(prof["resnet50"], plan, k, rb // m, m)
+            split = balanced_split(prof["resnet50"], cluster, k, rb // m, m)
             extra.append(replace(pipe, gpus=k, schedule=schedule, microbatches=m, boundaries=split))
-    half = _balanced(prof["resnet50"], plan, wide // 2, rb // 4, 2)
+    half = balanced_split(prof["resnet50"], cluster, wide // 2, rb // 4, 2)
     extra.append(replace(pipe, gpus=wide, replicas=2, microbatches=2, boundaries=half))
     g2 = BenchConfig(suite="accuracy", system="ddp", workload=gpt, gpus=2, batch=gb)
     gsplit = (0, prof["gpt"].num_blocks // 2, prof["gpt"].num_blocks)
@@ -96,12 +100,12 @@ def configurations(
         replace(g2, system="pipecast", schedule="zb-h1", microbatches=8, boundaries=gsplit),
     ]
     v2 = BenchConfig(suite="accuracy", system="ddp", workload=vgg, gpus=2, batch=vb)
-    vsplit = _balanced(prof["vgg16"], plan, 2, vb // 8, 8)
+    vsplit = balanced_split(prof["vgg16"], cluster, 2, vb // 8, 8)
     extra += [v2, replace(v2, system="pipecast", microbatches=8, boundaries=vsplit), base]
     splits = {
         1: (0, prof["vgg16_cifar"].num_blocks),
-        2: _balanced(prof["vgg16_cifar"], plan, 2, 16, 8),
-        wide: _balanced(prof["vgg16_cifar"], plan, wide, 16, 8),
+        2: balanced_split(prof["vgg16_cifar"], cluster, 2, 16, 8),
+        wide: balanced_split(prof["vgg16_cifar"], cluster, wide, 16, 8),
     }
     seeds = gpipe_study(
         vggc, splits, 16 if dry else 128, microbatches=(1, 4) if dry else (1, 4, 16, 32)
@@ -111,7 +115,7 @@ def configurations(
             suite="seeds", system="single", workload=w, gpus=1, batch=16 if dry else 128,
             tags={"study": "thesis"},
         )  # fmt: skip
-        split = _balanced(profiles[w.key], plan, wide, 4 if dry else 32, 4)
+        split = balanced_split(profiles[w.key], cluster, wide, 4 if dry else 32, 4)
         seeds += [
             replace(t, system="ddp", gpus=wide),
             replace(t, system="pipecast", gpus=wide, microbatches=4, boundaries=split),

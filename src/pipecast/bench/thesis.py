@@ -14,11 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from pipecast.bench.accuracy_suite import balanced_split
 from pipecast.bench.config import BenchConfig
 from pipecast.bench.store import Row
 from pipecast.hardware.cluster import Cluster
 from pipecast.models.workload import Workload
-from pipecast.partition import Setting, partition
 from pipecast.profile.types import Profile
 from pipecast.simulation import closed_form
 
@@ -73,13 +73,6 @@ def workloads(gpus: int, dry: bool = False) -> list[tuple[Workload, tuple[int, .
     return out
 
 
-def split(profile: Profile, cluster: Cluster, stages: int, batch: int, m: int) -> tuple[int, ...]:
-    """pipecast's balanced split for GPipe at this batch."""
-    setting = Setting(micro_batch=batch // m, microbatches=m, schedule="gpipe", memory_margin=0.1)
-    plan = replace(cluster, gpus_per_node=max(cluster.gpus_per_node, stages))
-    return tuple(partition(profile, plan, stages, setting, "balanced").boundaries)
-
-
 def configurations(
     profiles: dict[str, Profile], cluster: Cluster, gpus: int, *, dry: bool = False
 ) -> list[BenchConfig]:
@@ -93,7 +86,8 @@ def configurations(
             steps=2 if dry else 4, warmup=1 if dry else 2,
         )  # fmt: skip
         gp = replace(base, system="pipecast", batch=gbatch, schedule="gpipe", microbatches=m,
-                     boundaries=split(profiles[w.key], cluster, gpus, gbatch, m))  # fmt: skip
+                     boundaries=balanced_split(profiles[w.key], cluster, gpus, gbatch // m, m,
+                                               "gpipe"))  # fmt: skip
         tg = replace(gp, system="torchgpipe", boundaries=(), balance="time",
                      recompute="all-but-last")  # fmt: skip
         out += [base, gp, tg]
