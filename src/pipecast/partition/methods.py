@@ -66,7 +66,8 @@ class _Arrays:
         bw[-1] += lb
         self.forward = np.concatenate([[0.0], np.cumsum(f)])
         self.compute = np.concatenate([[0.0], np.cumsum(f + bw)])
-        self.saved = np.concatenate([[0.0], np.cumsum([c.saved_bytes for c in costs])])
+        self.block_saved = np.array([c.saved_bytes for c in costs], dtype=float)
+        self.saved = np.concatenate([[0.0], np.cumsum(self.block_saved)])
         self.params = np.concatenate([[0.0], np.cumsum([b.param_bytes for b in profile.blocks])])
         self.out = np.array([c.output_bytes for c in costs], dtype=float)
         self.input_counted = np.array([b.input_counted for b in profile.blocks])
@@ -109,8 +110,7 @@ def stage_memory_row(
         # them recomputed, the largest block's from the host); GPipe's last micro-batch,
         # not recomputed under all-but-last, keeps all of its own
         received = np.where(starts > 0, a.out[np.maximum(starts - 1, 0)], 0)
-        block = np.diff(a.saved)[:stop]
-        largest = np.maximum.accumulate(block[::-1])[::-1]
+        largest = np.maximum.accumulate(a.block_saved[:stop][::-1])[::-1]  # max over [i, stop)
         back = activation if setting.recompute != "none" else largest
         last = activation if setting.recompute == "all-but-last" else received
         kept = received * (flight - 1) + last + back

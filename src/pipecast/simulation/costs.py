@@ -220,8 +220,8 @@ def costs_from_profile(
             host_backward=c.host_backward * slow + hooks_total,
             kept_workspace=c.kept_workspace,
         )
+        blocks = [profile.cost(i, micro_batch) for i in range(st.start, st.stop)]
         if not cuda_graphs:  # a graphed action is one launch
-            blocks = [profile.cost(i, micro_batch) for i in range(st.start, st.stop)]
             times = _with_spans(times, blocks, hooks, slow, before, first=index == 0)
         if offloads_optimizer(offload):  # grads out, the host's step, weights back
             moved = cluster.host_link.time(c.param_bytes)
@@ -230,9 +230,7 @@ def costs_from_profile(
             )
         if offloads_activations(offload):
             out = times.offloaded_bytes
-            largest = max(
-                profile.cost(i, micro_batch).saved_bytes for i in range(st.start, st.stop)
-            )
+            largest = max(b.saved_bytes for b in blocks)
             times = replace(
                 times,
                 to_host=cluster.host_link.time(out),
