@@ -277,12 +277,13 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
                     # the gradient received for the stage's output and the one it computes
                     # for its input, held until its send completes
                     transient += st.output_bytes + st.input_bytes
+                offloaded = _offloads(a, costs, plan)
                 if a.kind in ("B", "BW") and costs.recompute != "none":
                     transient += st.activation_bytes
-                elif a.kind in ("B", "BW") and _offloads(a, costs, plan):
+                elif a.kind in ("B", "BW") and offloaded:
                     transient += st.restored_bytes or st.offloaded_bytes  # brought back
                 state.peak = max(state.peak, state.memory + transient)
-                if _offloads(a, costs, plan):
+                if offloaded:
                     if a.kind == "F":
                         state.host_memory += st.offloaded_bytes
                         state.host_peak = max(state.host_peak, state.host_memory)
