@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipecast.bench.accuracy import comparisons, summary
-from pipecast.bench.store import Store
+from pipecast.bench.store import Row, Store
 from pipecast.data.registry import epoch_samples
 from pipecast.report import studies
 
@@ -128,8 +128,8 @@ def runtime_verdict(rows: Sequence[Measured], gpus: int) -> list[str]:
     return lines
 
 
-def accuracy_verdict(store: Path) -> list[str]:
-    s = summary(comparisons(Store(store).rows()))
+def accuracy_verdict(records: Sequence[Row]) -> list[str]:
+    s = summary(comparisons(records))
     return [
         f"- {s['configurations']} configurations: median |error| {s['median_abs_error']:.1%}, "
         f"worst {s['worst_abs_error']:.1%}, {s['within_20_percent']} within 20%",
@@ -139,9 +139,9 @@ def accuracy_verdict(store: Path) -> list[str]:
     ]
 
 
-def _store_rows(store: Path) -> tuple[list[Measured], dict[str, object]]:
+def _store_rows(records: Sequence[Row]) -> tuple[list[Measured], dict[str, object]]:
     rows, env = [], {}
-    for r in Store(store).rows():
+    for r in records:
         env = r.environment or env
         if r.status != "ok" or not r.measured:
             continue
@@ -161,12 +161,12 @@ def _store_rows(store: Path) -> tuple[list[Measured], dict[str, object]]:
     return rows, env
 
 
-def failures(store: Path) -> list[str]:
+def failures(records: Sequence[Row]) -> list[str]:
     """One line per configuration that did not run, with its error's first line."""
     from pipecast.bench.config import BenchConfig
 
     out = []
-    for r in Store(store).rows():
+    for r in records:
         if r.status != "ok":
             error = (r.error or r.status).strip().splitlines() or [r.status]
             out.append(f"- {BenchConfig.from_dict(r.config).label()}: {error[-1][:200]}")
@@ -215,14 +215,14 @@ def studies_verdict(rows: Sequence[Measured]) -> list[str]:
     return lines
 
 
-def thesis_verdict(store: Path) -> list[str]:
+def thesis_verdict(records: Sequence[Row]) -> list[str]:
     """seeds/004's Table 8.1 / 8.2 cells beside pipecast's, and both models' errors."""
-    table, lines = studies.thesis_table(Store(store).rows())
+    table, lines = studies.thesis_table(records)
     return [*studies.markdown(table), "", *(f"- {line}" for line in lines)]
 
 
-def table_4_1(store: Path) -> list[str]:
-    table = studies.table_4_1(Store(store).rows())
+def table_4_1(records: Sequence[Row]) -> list[str]:
+    table = studies.table_4_1(records)
     if not table:
         return []
     head = "**seeds/000 Table 4.1: one split of VGG16, batch 128, over micro-batches**"
@@ -260,11 +260,13 @@ def render(
 ) -> str:
     """The report's Markdown."""
     env: dict[str, object] = {}
+    records: list[Row] = []  # the store's, read once
     if traces is not None:
         rows = _trace_rows(traces)
     else:
         assert store is not None
-        rows, env = _store_rows(store)
+        records = list(Store(store).rows())
+        rows, env = _store_rows(records)
     gpus = max(int(str(env.get("gpus", env.get("devices", 0))) or 0), _widest(rows))
     names = env.get("names") or ([env["card"]] if "card" in env else [])
     head = [
@@ -277,13 +279,13 @@ def render(
     verdict: list[str] = []
     if suite == "runtime":
         verdict = runtime_verdict(rows, gpus)
-    elif suite == "accuracy" and store is not None:
-        verdict = accuracy_verdict(store)
+    elif suite == "accuracy":
+        verdict = accuracy_verdict(records)
     elif suite == "studies":
-        verdict = studies_verdict(rows) + (table_4_1(store) if store is not None else [])
-    elif suite == "thesis" and store is not None:
-        verdict = thesis_verdict(store)
-    if store is not None and (failed := failures(store)):
+        verdict = studies_verdict(rows) + table_4_1(records)
+    elif suite == "thesis":
+        verdict = thesis_verdict(records)
+    if failed := failures(records):
         verdict += ["", "Did not run:", *failed]
     body = [*head, "", "## Result", "", *table(rows), ""]
     if verdict or notes:
