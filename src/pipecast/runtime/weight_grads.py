@@ -64,10 +64,15 @@ def _reduced(grad: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
     return grad.sum_to_size(param.shape)
 
 
-def _mat2_grad(grad: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor) -> torch.Tensor:
+def _column_major(shape: Sequence[int], stride: Sequence[int]) -> bool:
+    return len(shape) == 2 and stride[0] == 1 and stride[1] == shape[0]
+
+
+def _mat2_grad(grad: torch.Tensor, mat1: torch.Tensor, column_major: bool) -> torch.Tensor:
     """mm_mat2_backward: the gradient of `mat2` in `mat1 @ mat2`, column-major where mat2 is
-    (a transposed weight), as autograd computes it."""
-    if mat2.dim() == 2 and mat2.stride(0) == 1 and mat2.stride(1) == mat2.shape[0]:
+    (a transposed weight), as autograd computes it. Only mat2's layout matters, not its
+    values (a streamed weight's storage may be elsewhere: pipecast.runtime.weight_stream)."""
+    if column_major:
         result: torch.Tensor = grad.t().mm(mat1).t()
         return result
     result = mat1.t().mm(grad)
@@ -86,9 +91,10 @@ def _matmul(
         if bias_slot is not None and _leaf(edges[bias_slot]) is p:
             out.append(_reduced(grad, p))
         elif mat1 is not None and _through_transpose(edges[mat2_slot]) is p:
-            out.append(_mat2_grad(grad, mat1, p.t()).t())
+            transposed = _column_major(p.shape[::-1], p.stride()[::-1])
+            out.append(_mat2_grad(grad, mat1, transposed).t())
         elif mat1 is not None and _leaf(edges[mat2_slot]) is p:
-            out.append(_mat2_grad(grad, mat1, p))
+            out.append(_mat2_grad(grad, mat1, _column_major(p.shape, p.stride())))
         else:
             return None
     return out
