@@ -8,19 +8,25 @@ from typing import Literal
 
 Optimizer = Literal["sgd", "momentum", "adam"]
 Recompute = Literal["none", "all", "all-but-last"]
-Offload = Literal["none", "activations", "optimizer", "both"]
+Offload = Literal["none", "activations", "optimizer", "both", "weights", "all"]
 """What lives in host memory instead of the GPU's: what the forward saves for the backward
 (copied out on a stream of its own during the forward, back during the backward), the
-optimizer's state (stepped by the host on its own copy of the weights), or both."""
-OFFLOADS: tuple[Offload, ...] = ("none", "activations", "optimizer", "both")
+optimizer's state (stepped by the host on its own copy of the weights), or both; 'weights':
+the optimizer and the weights, which stream in a block at a time as the blocks run
+(Harmony's swap); 'all': weights, optimizer and activations."""
+OFFLOADS: tuple[Offload, ...] = ("none", "activations", "optimizer", "both", "weights", "all")
 
 
 def offloads_activations(offload: str) -> bool:
-    return offload in ("activations", "both")
+    return offload in ("activations", "both", "all")
 
 
 def offloads_optimizer(offload: str) -> bool:
-    return offload in ("optimizer", "both")
+    return offload in ("optimizer", "both", "weights", "all")
+
+
+def offloads_weights(offload: str) -> bool:
+    return offload in ("weights", "all")
 
 
 LrSchedule = Literal["constant", "linear", "cosine"]

@@ -256,3 +256,20 @@ def test_recomputed_and_offloaded_stages_keep_their_inputs_in_flight() -> None:
     assert kept() == 2 * 3000
     assert kept(recompute="all") == 2 * 100 + 3000
     assert kept(offload="activations") == 2 * 100 + 1000
+
+
+def test_streamed_weights_leave_the_gradients_and_two_blocks_per_stage() -> None:
+    """Blocks of 100, 400, 200 and 300 bytes of weights, stage [1, 4) under SGD: kept, its
+    900 of weights and 900 of gradients; streamed, the gradients and twice its largest
+    block (800)."""
+    from pipecast.partition.methods import _Arrays, stage_memory_row
+
+    profile = make_profile([1.0] * 4, saved=[0] * 4, params=[100, 400, 200, 300])
+    arrays = _Arrays(profile, 8)
+
+    def row(offload: str) -> float:
+        setting = Setting(micro_batch=8, offload=offload)  # type: ignore[arg-type]
+        return float(stage_memory_row(arrays, 4, 0, 1, setting)[1])
+
+    assert row("optimizer") - row("weights") == 900 - 800
+    assert row("none") - row("weights") == 900 - 800

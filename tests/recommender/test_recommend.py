@@ -47,8 +47,13 @@ def test_memory_drops_strategies_and_says_why() -> None:
     p = make_profile([1e-3] * 8, params=[2**30 // 2] * 8)  # 4 GiB of weights: 8 GiB with grads
     rec = recommend(p, small, 32)
     # one GPU and data parallelism hold all 8 GiB of weights and gradients on one 4 GiB
-    # GPU, two stages 4 GiB: only pipelines over all four GPUs fit
-    assert rec.ranked and all(pred.strategy.stages == 4 for pred in rec.ranked)
+    # GPU, two stages 4 GiB: only pipelines over all four GPUs fit as they are; fewer GPUs
+    # only with the weights streamed from the host (the gradients stay: 4 GiB on one)
+    assert rec.ranked and all(
+        pred.strategy.stages == 4 or pred.strategy.offload in ("weights", "all")
+        for pred in rec.ranked
+    )
+    assert all(pred.strategy.stages >= 2 for pred in rec.ranked)
     assert any("GiB per GPU" in r.reason for r in rec.rejected)
     assert all(pred.peak_memory <= pred.memory_limit for pred in rec.ranked)
     tiny = describe(gpus_per_node=2, memory="1GiB")

@@ -17,6 +17,7 @@ from torch import nn
 from pipecast.data.loss import loss_for
 from pipecast.data.synthetic import synthetic_batch
 from pipecast.models import Workload
+from pipecast.recommender.strategy import Strategy
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.job import TrainJob
 from pipecast.runtime.run import JobResult
@@ -39,12 +40,14 @@ RECOMPUTE = [
 ]
 OPTIMIZERS = [("1f1b", "momentum"), ("zb-h1", "adam")]
 OFFLOAD = [
-    ("1f1b", "none", [0, 6, 12]),
-    ("zb-h1", "none", [0, 6, 12]),
-    ("gpipe", "all-but-last", [0, 6, 12]),
+    ("1f1b", "none", [0, 6, 12], "activations"),
+    ("zb-h1", "none", [0, 6, 12], "activations"),
+    ("gpipe", "all-but-last", [0, 6, 12], "activations"),
+    ("gpipe", "none", [0, 6, 12], "all"),
 ]
 """Activations on the host: alone under one backward and a split one, and beside GPipe's
-recomputation (the last micro-batch offloads, the others recompute)."""
+recomputation (the last micro-batch offloads, the others recompute); and beside streamed
+weights."""
 
 
 def _inplace_model() -> nn.Sequential:
@@ -107,7 +110,7 @@ def _jobs() -> dict[str, TrainJob]:
             LENET, schedule, 2, 4, bounds, batch=12, config=config
         )
     for schedule, optimizer in OPTIMIZERS:
-        for offload in ("none", "optimizer"):
+        for offload in ("none", "optimizer", "weights"):
             config = RunConfig(lr=0.01, timeout_s=60, optimizer=optimizer, offload=offload)  # type: ignore[arg-type]
             jobs[f"optimizer-{optimizer}-{offload}"] = pipeline_job(
                 LENET, schedule, 2, 4, [0, 5, 12], batch=12, config=config, steps=3
@@ -121,16 +124,38 @@ def _jobs() -> dict[str, TrainJob]:
             LENET, "zb-h1", 2, 4, [0, 1, 8], batch=8, model=_segmented_model(), config=config,
             steps=2,
         )  # fmt: skip
-    for schedule, recompute, bounds in OFFLOAD:
-        config = RunConfig(lr=0.1, timeout_s=60, recompute=recompute, offload="activations")  # type: ignore[arg-type]
-        jobs[f"offload-{schedule}"] = pipeline_job(
+    for schedule, recompute, bounds, offload in OFFLOAD:
+        config = RunConfig(lr=0.1, timeout_s=60, recompute=recompute, offload=offload)  # type: ignore[arg-type]
+        jobs[f"offload-{schedule}-{offload}"] = pipeline_job(
             LENET, schedule, 2, 4, bounds, batch=12, config=config
         )
+    strategy, bounds = _recommended_for_small_gpus()
+    config = RunConfig(lr=0.1, timeout_s=60, offload=strategy.offload)
+    jobs["recommended-offload"] = pipeline_job(
+        LENET, strategy.schedule, strategy.stages, strategy.microbatches, bounds, batch=12,
+        config=config,
+    )  # fmt: skip
     jobs["inference"] = pipeline_job(LENET, "forward-only", 2, 3, [0, 6, 12], batch=12, steps=2)
     jobs["inference-bn"] = pipeline_job(
         LENET, "forward-only", 2, 3, [0, 3, 5], batch=12, steps=1, model=_batch_norm_model()
     )
     return jobs
+
+
+@functools.cache
+def _recommended_for_small_gpus() -> tuple[Strategy, list[int]]:
+    """What `recommend` answers for LeNet's 12 blocks priced as 1 GiB of weights each, on 2
+    GPUs of 10 GiB (9 usable): no stage holds its 6 GiB of weights and 6 of gradients;
+    streamed, it holds the gradients and two blocks' weights, 8 GiB."""
+    from tests.partition.test_partition import make_profile
+
+    from pipecast.hardware.presets import describe
+    from pipecast.recommender.rank import recommend
+
+    profile = make_profile([1e-3] * 12, params=[2**30] * 12)
+    best = recommend(profile, describe(gpus_per_node=2, memory="10GiB"), 12, gpus=2).best
+    bounds = [st.start for st in best.partition.stages] + [12]
+    return best.strategy, bounds
 
 
 @functools.cache
@@ -176,12 +201,24 @@ def test_hybrid_two_by_two_matches_single_process() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "job",
-    [f"recompute-{s}" for s, _, _ in RECOMPUTE] + [f"offload-{s}" for s, _, _ in OFFLOAD],
+    [f"recompute-{s}" for s, _, _ in RECOMPUTE] + [f"offload-{s}-{o}" for s, _, _, o in OFFLOAD],
 )
 def test_recomputed_and_offloaded_activations_match(job: str) -> None:
     """What the backward uses, recomputed or brought back from the host, is what one process
     keeps."""
     result = _results()[job]
+    want_params, want_grads = _reference()
+    assert_close(merged(result, "grads"), want_grads)
+    assert_close(merged(result, "params"), want_params)
+
+
+@pytest.mark.slow
+def test_the_strategy_recommended_for_too_small_gpus_trains_as_one_process() -> None:
+    """The issue's case on CPU ranks: below what every plain strategy needs, `recommend`
+    answers with the weights on the host, and running its answer gives one process's step."""
+    strategy, _ = _recommended_for_small_gpus()
+    assert strategy.offload in ("weights", "all") and strategy.kind == "pipeline"
+    result = _results()["recommended-offload"]
     want_params, want_grads = _reference()
     assert_close(merged(result, "grads"), want_grads)
     assert_close(merged(result, "params"), want_params)
@@ -206,11 +243,11 @@ def _optimizer_reference(optimizer: str, steps: int) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("offload", ["none", "optimizer"])
+@pytest.mark.parametrize("offload", ["none", "optimizer", "weights"])
 @pytest.mark.parametrize(("schedule", "optimizer"), OPTIMIZERS)
 def test_stateful_optimizers_match_one_process(schedule: str, optimizer: str, offload: str) -> None:
-    """Each stage's optimizer, on the device or stepping a copy of its weights on the host,
-    takes the steps one process takes."""
+    """Each stage's optimizer, on the device or stepping a copy of its weights on the host
+    (which, streamed, is the only copy), takes the steps one process takes."""
     result = _results()[f"optimizer-{optimizer}-{offload}"]
     got, want = merged(result, "params"), _optimizer_reference(optimizer, 3)
     if optimizer == "momentum":

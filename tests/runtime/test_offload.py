@@ -66,3 +66,46 @@ def test_an_optimizer_on_the_host_steps_its_own_copy_and_copies_back() -> None:
     assert set(stage_state(hosted.module, hosted.optimizer, 0)["optimizer"]) == {
         n for n, _ in hosted.module.named_parameters()
     }
+
+
+def test_streamed_weights_leave_two_blocks_on_the_device_and_the_same_gradients() -> None:
+    """Four blocks streamed from host copies: each block's forward finds its weights in
+    place and at most two blocks' storage exists at once, in the forward and in the
+    backward (which brings back what the forward released); the gradients are the plain
+    ones. Each block's weights came in twice (forward and backward) but the last block's,
+    still in place when the backward begins."""
+    from pipecast.runtime.weight_stream import WeightStream, hooks_of
+
+    def blocks() -> nn.Sequential:
+        torch.manual_seed(0)
+        return nn.Sequential(*(nn.Sequential(nn.Linear(6, 6), nn.Tanh()) for _ in range(4)))
+
+    x = torch.randn(3, 6)
+    plain, streamed = blocks(), blocks()
+    plain(x).square().sum().backward()
+    params = list(streamed.parameters())
+    host = [p.detach().clone() for p in params]
+    stream = WeightStream(list(streamed), params, host, torch.device("cpu"))
+    resident: list[int] = []
+
+    def count(*_: object) -> None:
+        resident.append(sum(1 for b in stream.blocks if b.resident))
+
+    for block in streamed:
+        block.register_forward_hook(count)
+    pack, unpack = hooks_of(stream, None)
+
+    def counted(saved: object) -> torch.Tensor:
+        out = unpack(saved)
+        count()
+        return out
+
+    assert not any(p.untyped_storage().size() for p in params)
+    with torch.autograd.graph.saved_tensors_hooks(pack, counted):
+        out = streamed(x)
+    out.square().sum().backward()
+    assert len(resident) > 4 and max(resident) == 2
+    for a, b in zip(plain.parameters(), streamed.parameters(), strict=True):
+        assert a.grad is not None and b.grad is not None
+        assert torch.equal(a.grad, b.grad)
+    assert stream.moved_bytes == 7 * (6 * 6 + 6) * 4

@@ -86,3 +86,30 @@ def test_an_optimizer_on_the_host_trades_its_state_for_copies_and_a_host_step() 
     assert hosted.peak_host_memory == 16 * gib and plain.peak_host_memory == 0
     copies = 2 * gpu.host_link.time(4 * gib) + 4 * gib / gpu.host_optimizer_rate
     assert hosted.step_time - plain.step_time == pytest.approx(copies)
+
+
+def test_streamed_weights_leave_the_gradients_and_two_blocks() -> None:
+    """Four blocks of 1 GiB under Adam on one GPU, streamed: against the optimizer alone on
+    the host, the GPU gives back the weights but two blocks' (4 GiB less 2); the forward
+    and the backward each take at least the copy of the 4 GiB in, and the step copies the
+    gradients out but no weights back."""
+    from tests.partition.test_partition import make_profile
+
+    from pipecast.hardware.presets import describe
+    from pipecast.recommender.predict import predict
+    from pipecast.recommender.strategy import Strategy
+
+    gib = 2**30
+    profile = make_profile([1e-3] * 4, params=[gib] * 4)
+    gpu = describe(gpus_per_node=1, memory="80GiB")
+    hosted, streamed = (
+        predict(profile, gpu, Strategy(kind="single", offload=o), 8, optimizer="adam")  # type: ignore[arg-type]
+        for o in ("optimizer", "weights")
+    )
+    assert hosted.peak_memory - streamed.peak_memory == 2 * gib
+    assert streamed.peak_host_memory == hosted.peak_host_memory == 16 * gib
+    moved = gpu.host_link.time(4 * gib)
+    took = {e.kind: e.end - e.start for e in streamed.timeline.events}
+    assert took["F"] == pytest.approx(moved) and took["BW"] == pytest.approx(moved)
+    plain = {e.kind: e.end - e.start for e in hosted.timeline.events}
+    assert plain["optimizer"] - took["optimizer"] == pytest.approx(moved)  # no weights back

@@ -31,7 +31,7 @@ from pipecast.runtime.launch import under_torchrun
 from pipecast.runtime.run import JobResult, run_job
 from pipecast.runtime.worker import StepProgress
 from pipecast.schedule.generators import SCHEDULES
-from pipecast.training import LR_SCHEDULES
+from pipecast.training import LR_SCHEDULES, OFFLOADS
 
 
 def add_run_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
@@ -96,11 +96,12 @@ def add_run_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
     if not inference:
         p.add_argument(
             "--offload",
-            choices=("none", "activations", "optimizer", "both"),
+            choices=OFFLOADS,
             default="none",
             help="activations: keep what the forward saves for the backward in pinned host "
             "memory (eager: no CUDA graphs); optimizer: step the optimizer on the host, its "
-            "state there; both",
+            "state there; both; weights: the optimizer and the weights on the host, streamed "
+            "in a block at a time (eager, no recomputation); all: weights and activations",
         )
     p.add_argument(
         "--cuda-graphs",

@@ -27,6 +27,7 @@ from pipecast.training import (
     Recompute,
     offloads_activations,
     offloads_optimizer,
+    offloads_weights,
 )
 
 Method = Literal["blocks", "params", "forward", "memory", "compute", "balanced"]
@@ -68,7 +69,8 @@ class _Arrays:
         self.compute = np.concatenate([[0.0], np.cumsum(f + bw)])
         self.block_saved = np.array([c.saved_bytes for c in costs], dtype=float)
         self.saved = np.concatenate([[0.0], np.cumsum(self.block_saved)])
-        self.params = np.concatenate([[0.0], np.cumsum([b.param_bytes for b in profile.blocks])])
+        self.block_params = np.array([b.param_bytes for b in profile.blocks], dtype=float)
+        self.params = np.concatenate([[0.0], np.cumsum(self.block_params)])
         self.out = np.array([c.output_bytes for c in costs], dtype=float)
         self.input_counted = np.array([b.input_counted for b in profile.blocks])
         self.peak = np.array([c.peak_bytes for c in costs], dtype=float)
@@ -114,7 +116,11 @@ def stage_memory_row(
         back = activation if setting.recompute != "none" else largest
         last = activation if setting.recompute == "all-but-last" else received
         kept = received * (flight - 1) + last + back
-    return np.asarray(factor * params + kept + peak, dtype=float)
+    weights = factor * params
+    if offloads_weights(setting.offload):  # the gradients, and two blocks' weights at once
+        window = 2 * np.maximum.accumulate(a.block_params[:stop][::-1])[::-1]
+        weights = (factor - 1.0) * params + np.minimum(window, params)
+    return np.asarray(weights + kept + peak, dtype=float)
 
 
 def _memory_limit(cluster: Cluster, setting: Setting, stages: int) -> float:

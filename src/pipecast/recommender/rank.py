@@ -12,7 +12,7 @@ from pipecast.profile.types import Profile
 from pipecast.recommender.enumerate import ACCUMULATION, graphed, strategies
 from pipecast.recommender.predict import Prediction, predict
 from pipecast.recommender.strategy import Strategy
-from pipecast.training import OPTIMIZER_STATE, Optimizer
+from pipecast.training import OPTIMIZER_STATE, Optimizer, offloads_weights
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,12 +110,16 @@ def recommend(
             pred = None
         if (pred is None or not pred.fits) and strategy.recompute != "all" and not serving:
             # what does not fit (or finds no split that fits) may, with its saved
-            # activations on the host, eagerly
+            # activations on the host, eagerly; streaming the weights only adds copies,
+            # so only where nothing lighter fits
+            hosted = []
             for moved in offloaded(strategy, optimizer):
                 with contextlib.suppress(PipecastError):
                     other = predicted(moved)
                     if other.fits:
-                        fits.append(other)
+                        hosted.append(other)
+            light = [p for p in hosted if not offloads_weights(p.strategy.offload)]
+            fits += light or hosted
         if pred is None:
             continue
         if pred.fits:
@@ -143,13 +147,17 @@ def recommend(
 
 def offloaded(strategy: Strategy, optimizer: Optimizer) -> list[Strategy]:
     """`strategy` with its activations, its optimizer's state (where it has some), or both
-    on the host; a step that copies activations runs eagerly."""
+    on the host; and, where nothing is recomputed and the updates are synchronous, with its
+    weights streamed from the host too. A step that copies activations or weights runs
+    eagerly."""
     out = [replace(strategy, offload="activations", cuda_graphs=False)]
     if OPTIMIZER_STATE[optimizer]:
         out += [
             replace(strategy, offload="optimizer"),
             replace(strategy, offload="both", cuda_graphs=False),
         ]
+    if strategy.recompute == "none" and strategy.schedule != "pipedream":
+        out += [replace(strategy, offload=o, cuda_graphs=False) for o in ("weights", "all")]
     return out
 
 

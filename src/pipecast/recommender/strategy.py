@@ -12,6 +12,8 @@ HOSTED = {
     "activations": "activations",
     "optimizer": "optimizer state",
     "both": "activations and optimizer state",
+    "weights": "weights (streamed) and optimizer state",
+    "all": "weights (streamed), activations and optimizer state",
 }
 
 
@@ -31,8 +33,8 @@ class Strategy:
     """Partition method, or explicit boundaries '0,4,10,21,40'."""
     recompute: Recompute = "none"
     offload: Offload = "none"
-    """Saved activations in pinned host memory (pipecast.training.Offload); such a step
-    runs eagerly."""
+    """What waits in pinned host memory (pipecast.training.Offload); a step that copies
+    activations or weights runs eagerly."""
     cuda_graphs: bool = False
     """Stages replayed as CUDA graphs after the first step (pipecast's runtime on GPUs)."""
 

@@ -6,7 +6,14 @@ from dataclasses import dataclass
 from typing import Literal
 
 from pipecast.errors import ConfigError
-from pipecast.training import LR_SCHEDULES, LrSchedule, Offload, Optimizer, Recompute
+from pipecast.training import (
+    LR_SCHEDULES,
+    LrSchedule,
+    Offload,
+    Optimizer,
+    Recompute,
+    offloads_weights,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,7 +43,9 @@ class RunConfig:
     """Activation recomputation: none, all micro-batches, or all but the last (GPipe)."""
     offload: Offload = "none"
     """'activations': what the forward saves for the backward waits in pinned host memory
-    (pipecast.runtime.offload); such a run is eager."""
+    (pipecast.runtime.offload); such a run is eager. 'optimizer': the host steps its own
+    copy of the weights; 'weights': that copy is the only one, streamed onto the device a
+    block at a time (pipecast.runtime.weight_stream); 'both' and 'all' add the activations."""
     timeout_s: float = 300.0
     """Longest any wait may take before every rank reports where it is and the run stops."""
     record_events: bool = True
@@ -81,6 +90,11 @@ class RunConfig:
             raise ConfigError(f"the timeout must be above 0 seconds, got {self.timeout_s}")
         if self.bucket_bytes < 1:
             raise ConfigError(f"bucket_bytes must be at least 1, got {self.bucket_bytes}")
+        if offloads_weights(self.offload) and self.recompute != "none":
+            raise ConfigError(
+                "streamed weights (offload 'weights' or 'all') can't be recomputed: use "
+                "recompute 'none', or offload 'both' beside recomputation"
+            )
         if self.lr_warmup < 0 or self.lr_min < 0 or self.clip_grad_norm < 0:
             raise ConfigError(
                 "lr_warmup, lr_min and clip_grad_norm must be 0 or more, got "

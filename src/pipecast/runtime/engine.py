@@ -46,10 +46,11 @@ from pipecast.runtime.send_plan import post_positions
 from pipecast.runtime.shape_agreement import ShapeAgreement
 from pipecast.runtime.stage import StageModule
 from pipecast.runtime.watchdog import Watchdog
+from pipecast.runtime.weight_stream import hooks_of
 from pipecast.schedule.action import Action, Plan
 from pipecast.schedule.validate import validate
 from pipecast.simulation.timeline import Event
-from pipecast.training import offloads_activations
+from pipecast.training import offloads_activations, offloads_weights
 
 LossFn = Callable[[torch.Tensor, Any], torch.Tensor]
 
@@ -140,6 +141,11 @@ class PipelineEngine:
             raise ConfigError(
                 "PipeDream's asynchronous updates with data-parallel replicas "
                 "are not supported: use replicas=1 or a synchronous schedule"
+            )
+        if plan.async_updates and offloads_weights(config.offload):
+            raise ConfigError(
+                "PipeDream's stashed weight versions can't be streamed from the host: "
+                "use a synchronous schedule or offload 'both'"
             )
         own = set(plan.stages_of(pipeline_rank))
         if set(stages) != own:
@@ -521,11 +527,9 @@ class PipelineEngine:
             weights = st.stash()
             st.version_log.append((a.mb, st.version))
         cuts: list[Cut] = []
-        saving = (
-            self.offload.saving()
-            if self.offload is not None and not recompute
-            else contextlib.nullcontext()
-        )
+        saving: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+        if (self.offload is not None or st.streamed is not None) and not recompute:
+            saving = torch.autograd.graph.saved_tensors_hooks(*hooks_of(st.streamed, self.offload))
         if plan.forward_only:
             with torch.no_grad():
                 out = st.forward(x)

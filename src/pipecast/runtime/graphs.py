@@ -46,7 +46,7 @@ from pipecast.runtime.channels import MessageKey
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.stage import StageModule
 from pipecast.schedule.action import Action, Plan
-from pipecast.training import offloads_activations
+from pipecast.training import offloads_activations, offloads_weights
 
 STAND_IN_ENV = "PIPECAST_GRAPHS_STAND_IN"
 """Set to 1 (tests), CPU ranks take `cuda_graphs` with re-run bodies in place of graphs."""
@@ -64,6 +64,8 @@ def unsupported(plan: Plan, config: RunConfig, device: str) -> str | None:
         return "PipeDream's stashed weights change every micro-batch and can't be graphed"
     if offloads_activations(config.offload) and not plan.forward_only:
         return "offloaded activations are copied through host memory, which a graph can't"
+    if offloads_weights(config.offload):
+        return "streamed weights move in and out of device memory, which a graph can't"
     return None
 
 

@@ -24,7 +24,8 @@ from pipecast.profile.measure import needs_input_copy
 from pipecast.profile.segments import segments
 from pipecast.runtime.backward import Cut
 from pipecast.runtime.config import RunConfig
-from pipecast.training import offloads_optimizer
+from pipecast.runtime.weight_stream import WeightStream
+from pipecast.training import offloads_optimizer, offloads_weights
 
 _INPLACE_ERROR = "leaf Variable that requires grad is being used in an in-place operation"
 
@@ -81,6 +82,11 @@ class StageModule:
             ]  # fmt: skip
             stepped = self.host_params
         self.optimizer = make_optimizer(stepped, config) if self.params else None
+        self.streamed: WeightStream | None = None
+        """With the weights streamed (RunConfig.offload): the device holds a window of
+        blocks' weights, brought in from `host_params` as the blocks run."""
+        if offloads_weights(config.offload) and self.host_params is not None:
+            self.streamed = WeightStream(list(self.module), self.params, self.host_params, device)
         self.copy_input = bool(len(blocks)) and needs_input_copy(blocks[0])
         self.parts = _parts(self.module)
         """The stage's segments (pipecast.profile.segments), each run as its own autograd graph
@@ -104,6 +110,9 @@ class StageModule:
         for p, h in zip(self.params, self.host_params, strict=True):
             h.grad = None if p.grad is None else p.grad.detach().to("cpu", h.dtype)
         self.optimizer.step()
+        if self.streamed is not None:  # the next blocks to run bring the new weights in
+            self.streamed.release_all()
+            return
         with torch.no_grad():
             for p, h in zip(self.params, self.host_params, strict=True):
                 p.copy_(h, non_blocking=True)
@@ -120,11 +129,25 @@ class StageModule:
                     p.grad.zero_()
 
     def weights_changed(self) -> None:
-        """The weights were set from outside (a checkpoint): the host's copy follows."""
+        """The weights were set from outside (a checkpoint, inside `resident`): the host's
+        copy follows."""
         if self.host_params is not None:
             with torch.no_grad():
                 for p, h in zip(self.params, self.host_params, strict=True):
                     h.copy_(p)
+
+    @contextlib.contextmanager
+    def resident(self) -> Iterator[None]:
+        """Every weight on the device inside this block (to save, load or read them), even
+        where they are streamed."""
+        if self.streamed is None:
+            yield
+            return
+        self.streamed.bring_all()
+        try:
+            yield
+        finally:
+            self.streamed.release_all()
 
     @contextlib.contextmanager
     def _precision(self) -> Iterator[None]:

@@ -198,10 +198,11 @@ def run_rank(ctx: Context, job: TrainJob) -> RankReport:
             if job.capture and step == total - 1:
                 report.outputs = [o.detach().cpu().clone() for o in result.outputs]
                 for st in stages.values():  # slices of nn.Sequential keep global names
-                    for name, p in st.module.named_parameters():
-                        report.params[name] = p.detach().cpu().clone()
-                        if p.grad is not None:
-                            report.grads[name] = p.grad.detach().cpu().clone()
+                    with st.resident():
+                        for name, p in st.module.named_parameters():
+                            report.params[name] = p.detach().cpu().clone()
+                            if p.grad is not None:
+                                report.grads[name] = p.grad.detach().cpu().clone()
             engine.zero_grad()
         if final is not None:  # resolved once, outside every timed step
             report.events = final.events
@@ -242,10 +243,11 @@ def _resume(
         engine.scaler.growth = int(saved.meta.get("loss_scale_growth", 0))
     for s, st in stages.items():
         bounds = job.partition.stages[s]
-        st.version = checkpoint.load_stage(
-            saved, st.module, st.optimizer, bounds.start, bounds.stop
-        )
-        st.weights_changed()
+        with st.resident():
+            st.version = checkpoint.load_stage(
+                saved, st.module, st.optimizer, bounds.start, bounds.stop
+            )
+            st.weights_changed()
     if saved.meta.get("layout") == job.layout:
         checkpoint.load_rank(saved, ctx.rank, ctx.device)
     return saved.step
@@ -265,7 +267,8 @@ def _save(
     assert cp is not None
     if replica == 0:
         for s, st in stages.items():
-            state = checkpoint.stage_state(st.module, st.optimizer, st.version)
+            with st.resident():
+                state = checkpoint.stage_state(st.module, st.optimizer, st.version)
             checkpoint.write_stage(cp.dir, done, s, state)
     checkpoint.write_rank(cp.dir, done, ctx.rank, ctx.device)
     _barrier(ctx, f"after writing the checkpoint of step {done}")

@@ -20,6 +20,7 @@ from pipecast.training import (
     Recompute,
     offloads_activations,
     offloads_optimizer,
+    offloads_weights,
 )
 
 BUCKET_BYTES = 25 * 2**20
@@ -72,6 +73,12 @@ class StageTimes:
     """Offloaded activations back on the device at once during a backward: the largest
     block's, as autograd unpacks each block's tensors when it reaches the block and frees
     them after (0: all of the stage's)."""
+    weights_in: float = 0.0
+    """Streamed weights: seconds to bring the stage's weights onto the device, a block at a
+    time beside the compute, for every action that runs its forward or input backward."""
+    window_bytes: int = 0
+    """Streamed weights: weight bytes on the device at once (a block's and the next one's,
+    counted as twice the largest block's)."""
 
     @property
     def offloaded_bytes(self) -> int:
@@ -168,7 +175,8 @@ def costs_from_profile(
     hooks as the backward reaches it), each all-reduce bucket started during the backward
     as its gradients are ready, and the buckets holding a second copy of the gradients.
     `clip`: the gradients are clipped to their global norm (Costs.clip_sync). `offload`:
-    saved activations copied to and from the host over `cluster.host_link`."""
+    saved activations, gradients and weights copied to and from the host over
+    `cluster.host_link`, the optimizer stepped at `cluster.host_optimizer_rate`."""
     stages = []
     busy = len({d for st in partition.stages for d in st.devices})
     slow = cluster.host_factor(
@@ -225,9 +233,16 @@ def costs_from_profile(
             times = _with_spans(times, blocks, hooks, slow, before, first=index == 0)
         if offloads_optimizer(offload):  # grads out, the host's step, weights back
             moved = cluster.host_link.time(c.param_bytes)
-            times = replace(
-                times, optimizer=2 * moved + c.param_bytes / cluster.host_optimizer_rate
-            )
+            step = c.param_bytes / cluster.host_optimizer_rate
+            times = replace(times, optimizer=2 * moved + step)
+            if offloads_weights(offload):  # weights come back as the blocks run instead
+                window = 2 * max(b.param_bytes for b in owned)
+                times = replace(
+                    times,
+                    optimizer=moved + step,
+                    weights_in=moved,
+                    window_bytes=min(window, c.param_bytes),
+                )
         if offloads_activations(offload):
             out = times.offloaded_bytes
             largest = max(b.saved_bytes for b in blocks)

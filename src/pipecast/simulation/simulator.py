@@ -102,6 +102,8 @@ def _duration(action: Action, st: StageTimes, costs: Costs, plan: Plan) -> float
     )
     if plan.async_updates and action.kind == "BW":
         seconds += st.optimizer
+    if action.kind in ("F", "B", "BW"):  # streamed weights come in beside the compute
+        seconds = max(seconds, st.weights_in)
     if _offloads(action, costs, plan):
         if action.kind == "F":  # the copies out run beside it; the slower of the two binds
             seconds = max(seconds, st.to_host)
@@ -208,7 +210,10 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
         factor = 1.0 + (
             0.0 if plan.forward_only else costs.grad_bytes_factor + (0.0 if on_host else per_param)
         )
-        static[r] += int(st.param_bytes * factor)
+        if st.window_bytes:  # streamed: the gradients and a window of the weights
+            static[r] += int(st.param_bytes * (factor - 1.0)) + st.window_bytes
+        else:
+            static[r] += int(st.param_bytes * factor)
         if on_host:
             host[r] += int(st.param_bytes * (2.0 + per_param))  # weights, gradients, state
         static[r] += st.batch_bytes * plan.num_microbatches  # the step's batch, held throughout
