@@ -215,6 +215,55 @@ def studies_verdict(rows: Sequence[Measured]) -> list[str]:
     return lines
 
 
+def offload_verdict(records: Sequence[Row]) -> list[str]:
+    """Per memory limit: the recommended configuration's predicted and measured step time
+    and peak memory per GPU (the busiest rank's, and the worst rank's error), and its
+    throughput against recomputation alone on the same split."""
+    from pipecast.bench.config import BenchConfig
+
+    lines = [
+        "| limit | role | configuration | step predicted | measured | peak predicted | "
+        "measured | worst rank |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    steps: dict[tuple[str, str], float] = {}
+    misses, measured = [], 0
+    for r in records:
+        if r.status != "ok" or not r.measured or not r.predicted:
+            continue
+        cfg = BenchConfig.from_dict(r.config)
+        limit, role = cfg.tags.get("limit", "-"), cfg.tags.get("role", "-")
+        step, pred = r.measured["step_time"], r.predicted["step_time"]
+        steps[(limit, role)] = step
+        want, got = r.predicted["peak_memory"], r.measured["peak_allocated"]
+        memory = "- | - | -"  # CPU ranks: no allocator to read
+        if max(got, default=0):
+            errors = [w / g - 1 for w, g in zip(want, got, strict=True) if g]
+            peak = max(want) / max(got) - 1
+            if role == "recommended":
+                measured += 1
+                if abs(peak) > 0.10:
+                    misses.append(limit)
+            memory = (
+                f"{max(want) / 2**30:.2f} GiB | {max(got) / 2**30:.2f} GiB ({peak:+.1%}) | "
+                f"{max(errors, key=abs):+.1%}"
+            )
+        lines.append(
+            f"| {limit} | {role} | {cfg.label()} | {pred * 1e3:.1f} ms | {step * 1e3:.1f} ms "
+            f"({pred / step - 1:+.1%}) | {memory} |"
+        )
+    for (limit, role), step in steps.items():
+        if role == "recommended" and (limit, "recompute") in steps:
+            ratio = steps[(limit, "recompute")] / step
+            lines.append(
+                f"- {limit}: the recommendation runs at {ratio:.2f}x recomputation's speed"
+            )
+    verdict = "within 10%" if not misses else f"over 10% at {', '.join(misses)}"
+    if not measured:
+        verdict = "not measured (no GPU)"
+    return [*lines, "", f"- peak memory of the recommended configurations: {verdict}"]
+
+
 def thesis_verdict(records: Sequence[Row]) -> list[str]:
     """seeds/004's Table 8.1 / 8.2 cells beside pipecast's, and both models' errors."""
     table, lines = studies.thesis_table(records)
@@ -285,6 +334,8 @@ def render(
         verdict = studies_verdict(rows) + table_4_1(records)
     elif suite == "thesis":
         verdict = thesis_verdict(records)
+    elif suite == "offload":
+        verdict = offload_verdict(records)
     if failed := failures(records):
         verdict += ["", "Did not run:", *failed]
     body = [*head, "", "## Result", "", *table(rows), ""]
@@ -366,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--suite",
         required=True,
-        choices=("runtime", "accuracy", "anchors", "quick", "studies", "thesis"),
+        choices=("runtime", "accuracy", "anchors", "quick", "studies", "thesis", "offload"),
     )
     parser.add_argument("--commit", default="", help="the commit the run measured")
     parser.add_argument("--hardware", default="", help="e.g. h200x2")

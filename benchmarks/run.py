@@ -5,6 +5,7 @@
     python -m benchmarks.run anchors --out /tmp/anchors       # 4 GPUs
     python -m benchmarks.run quick --out /tmp/quick           # CPU ranks, minutes
     python -m benchmarks.run accuracy --dry-run --out /tmp/dry   # the accuracy flow on CPU
+    python -m benchmarks.run offload --gpus 4 --out /tmp/off  # GPT planned for small GPUs
 
 The folder gets bench.sqlite (every configuration as it completes: a rerun with the same
 --out resumes), environment.json, and for `accuracy` the probe (cluster.json) and the
@@ -28,7 +29,7 @@ from typing import Any
 import torch
 
 from benchmarks import report
-from pipecast.bench import accuracy_suite, thesis
+from pipecast.bench import accuracy_suite, offload_suite, thesis
 from pipecast.bench.config import BenchConfig
 from pipecast.bench.predictions import predictions
 from pipecast.bench.runner import run_suite
@@ -38,6 +39,7 @@ from pipecast.hardware.cluster import Cluster
 from pipecast.hardware.probe import ProbeOptions, probe
 from pipecast.models.workload import Workload
 from pipecast.profile.profiler import ProfileOptions, profile_model
+from pipecast.profile.reference import reference_profile
 from pipecast.profile.types import Profile
 
 TINY_GPT = Workload(
@@ -45,7 +47,7 @@ TINY_GPT = Workload(
 )
 TINY_VGG = Workload(model="vgg11", dataset="cifar10")
 
-SUITES = ("runtime", "accuracy", "anchors", "quick", "studies", "thesis")
+SUITES = ("runtime", "accuracy", "anchors", "quick", "studies", "thesis", "offload")
 
 
 def _profiles(
@@ -127,9 +129,29 @@ def configurations(
             if eq is not None and c.key in predicted:
                 predicted[c.key]["thesis_step_time"] = eq
         return configs, predicted
+    if suite == "offload":
+        return _offload(out, cluster, gpus, dry, deadline)
     profiles = _profiles(out, dry, accuracy_suite.workloads(dry), deadline)
     configs = accuracy_suite.configurations(profiles, cluster, gpus, dry=dry)
     return configs, predictions(configs, profiles, cluster)  # type: ignore[return-value]
+
+
+def _offload(
+    out: Path, cluster: Cluster, gpus: int, dry: bool, deadline: float
+) -> tuple[list[BenchConfig], dict[str, dict[str, object]]]:
+    """The offload suite planned from pipecast's own profile of the GPT stack on this GPU
+    kind where it ships one (else one taken here) and this machine's probe."""
+    gpt = TINY_GPT if dry else offload_suite.GPT
+    name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else ""
+    prof = None if dry else reference_profile(gpt, "bf16", name)
+    if prof is None:
+        item = accuracy_suite.Profiled("gpt", gpt, (1, 2) if dry else (1, 2, 4, 8))
+        prof = _profiles(out, dry, [item], deadline)[gpt.key]
+    limits = offload_suite.dry_limits(prof, cluster, gpus) if dry else offload_suite.LIMITS
+    configs = offload_suite.configurations(
+        prof, cluster, gpus, workload=gpt, limits=limits, dry=dry
+    )
+    return configs, predictions(configs, {gpt.key: prof}, cluster)  # type: ignore[return-value]
 
 
 def main(argv: list[str] | None = None) -> int:

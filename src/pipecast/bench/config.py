@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from pipecast.models.workload import Workload
-from pipecast.training import Recompute
+from pipecast.training import Offload, Optimizer, Recompute
 
 System = Literal["pipecast", "torch", "ddp", "single", "torchgpipe", "deepspeed"]
 
@@ -29,6 +29,10 @@ class BenchConfig:
     steps: int = 6
     warmup: int = 2
     recompute: Recompute = "none"
+    offload: Offload = "none"
+    """pipecast only: what waits in host memory (RunConfig.offload)."""
+    optimizer: Optimizer = "sgd"
+    """pipecast only: the optimizer (accuracy runs use Adam whatever this says)."""
     send_timing: Literal["eager", "planned"] = "planned"
     """pipecast only: when sends are posted (see RunConfig)."""
     cut_backward: bool = True
@@ -50,8 +54,9 @@ class BenchConfig:
             del d["cut_backward"]
         if not self.cuda_graphs:
             del d["cuda_graphs"]
-        if not self.balance:
-            del d["balance"]
+        for key, default in (("balance", ""), ("offload", "none"), ("optimizer", "sgd")):
+            if d[key] == default:
+                del d[key]
         return d
 
     @classmethod
@@ -90,5 +95,9 @@ class BenchConfig:
             notes.append("uncut")
         if self.system == "pipecast" and self.cuda_graphs:
             notes.append("graphs")
+        if self.offload != "none":
+            notes.append(f"offload-{self.offload}")
+        if self.optimizer != "sgd":
+            notes.append(self.optimizer)
         text = f"{head} {who} {self.schedule} {rep}{self.stages}st M={self.microbatches}"
         return " ".join([text, *(n for n in notes if n)])

@@ -25,6 +25,7 @@ def strategy_of(cfg: BenchConfig) -> Strategy | None:
                 kind=kind,  # type: ignore[arg-type]
                 replicas=cfg.replicas,
                 microbatches=cfg.microbatches,
+                offload=cfg.offload,
                 cuda_graphs=cfg.cuda_graphs,
             )
         return Strategy(
@@ -35,6 +36,7 @@ def strategy_of(cfg: BenchConfig) -> Strategy | None:
             microbatches=cfg.microbatches,
             partition=",".join(map(str, cfg.boundaries)),
             recompute=cfg.recompute,
+            offload=cfg.offload,
             cuda_graphs=cfg.cuda_graphs,
         )
     return None
@@ -59,6 +61,7 @@ def predictions(
                 strategy,
                 cfg.batch,
                 memory_margin=0.0,
+                optimizer=cfg.optimizer,
                 ddp_buckets=cfg.system == "ddp",
                 runtime=cfg.system == "pipecast",
             )

@@ -55,7 +55,8 @@ def pipecast_job(cfg: BenchConfig, *, capture: bool = False) -> TrainJob:
         config=RunConfig(
             dtype=cfg.dtype,
             recompute=cfg.recompute,
-            optimizer="adam" if cfg.accuracy_steps else "sgd",
+            offload=cfg.offload,
+            optimizer="adam" if cfg.accuracy_steps else cfg.optimizer,
             lr=3e-3 if cfg.accuracy_steps else 1e-4,
             record_events=cfg.device == "cuda",
             send_timing=cfg.send_timing,
