@@ -34,6 +34,10 @@ LR_SCHEDULES: tuple[LrSchedule, ...] = ("constant", "linear", "cosine")
 
 OPTIMIZER_STATE: dict[str, float] = {"sgd": 0.0, "momentum": 1.0, "adam": 2.0}
 """Optimizer state per parameter, in units of the parameter's bytes."""
+OPTIMIZER_TEMPORARY: dict[str, float] = {"sgd": 0.0, "momentum": 0.0, "adam": 1.0}
+"""Device memory a step allocates for its own use, per parameter byte: torch's multi-tensor
+Adam takes the square root of every second moment into a new list before dividing by it;
+SGD, with momentum or without, updates in place."""
 
 
 def learning_rate(

@@ -22,7 +22,12 @@ from pipecast.profile.types import Profile
 from pipecast.recommender.rank import recommend
 from pipecast.training import Optimizer
 
-LIMITS: tuple[tuple[float, Optimizer], ...] = ((3.0, "adam"), (2.0, "sgd"), (1.5, "sgd"))
+LIMITS: tuple[tuple[float, Optimizer], ...] = (
+    (3.0, "adam"),
+    (2.5, "sgd"),
+    (2.0, "sgd"),
+    (1.5, "sgd"),
+)
 """For the GPT stack on 4 GPUs: Adam's state does not fit at 3 GiB (the optimizer goes to
 the host); at 2 GiB only offloaded activations fit, at 1.5 GiB only streamed weights."""
 BATCH = 32

@@ -108,7 +108,7 @@ def recommend(
         except PipecastError as exc:
             rejected.append(Rejected(strategy=strategy, reason=str(exc).splitlines()[0]))
             pred = None
-        if (pred is None or not pred.fits) and strategy.recompute != "all" and not serving:
+        if (pred is None or not pred.fits) and not serving:
             # what does not fit (or finds no split that fits) may, with its saved
             # activations on the host, eagerly; streaming the weights only adds copies,
             # so only where nothing lighter fits
@@ -147,9 +147,12 @@ def recommend(
 
 def offloaded(strategy: Strategy, optimizer: Optimizer) -> list[Strategy]:
     """`strategy` with its activations, its optimizer's state (where it has some), or both
-    on the host; and, where nothing is recomputed and the updates are synchronous, with its
+    on the host (a strategy that recomputes every micro-batch, its optimizer's state
+    alone); and, where nothing is recomputed and the updates are synchronous, with its
     weights streamed from the host too. A step that copies activations or weights runs
     eagerly."""
+    if strategy.recompute == "all":  # nothing saved to move: only the optimizer's state
+        return [replace(strategy, offload="optimizer")] if OPTIMIZER_STATE[optimizer] else []
     out = [replace(strategy, offload="activations", cuda_graphs=False)]
     if OPTIMIZER_STATE[optimizer]:
         out += [

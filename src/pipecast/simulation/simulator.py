@@ -15,7 +15,12 @@ go, then the next, yields exact times, link queueing included, in O(actions).
 Memory is tallied per rank in the host's program order, as the caching allocator counts it:
 a tensor from when the host allocates it to when the host lets go of it. Transfer buffers
 are the exception: NCCL keeps a received or sent gradient until the transfer is done on the
-device, so a host running ahead of its device holds several at once.
+device, so a host running ahead of its device holds several at once. A rank that copies
+activations through pinned host memory does not run ahead: it issues an action only once
+its device is done with the one before (the host waits on its pinned buffers;
+docs/decisions.md, "Offloaded ranks keep pace with their devices"). The optimizer step's own
+temporaries (OPTIMIZER_TEMPORARY) are on top of the weights, gradients and state, after every
+activation is gone.
 
 Two what-if terms, off by default and unused by the predictor, model compute held behind
 sends (Costs.launch_queue, Costs.hold_sends; docs/decisions.md, "Compute held behind sends").
@@ -30,7 +35,12 @@ from pipecast.schedule.action import Action, Plan
 from pipecast.schedule.validate import dependencies
 from pipecast.simulation.costs import Costs, StageTimes
 from pipecast.simulation.timeline import Event, Timeline
-from pipecast.training import OPTIMIZER_STATE, offloads_activations, offloads_optimizer
+from pipecast.training import (
+    OPTIMIZER_STATE,
+    OPTIMIZER_TEMPORARY,
+    offloads_activations,
+    offloads_optimizer,
+)
 
 
 @dataclass
@@ -217,6 +227,10 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
         if on_host:
             host[r] += int(st.param_bytes * (2.0 + per_param))  # weights, gradients, state
         static[r] += st.batch_bytes * plan.num_microbatches  # the step's batch, held throughout
+    stepping = [0] * plan.num_ranks  # the optimizer step's temporaries
+    for s, r in enumerate(plan.stage_to_rank):
+        if not (on_host or plan.forward_only):
+            stepping[r] += int(costs.stages[s].param_bytes * OPTIMIZER_TEMPORARY[costs.optimizer])
     for r in range(plan.num_ranks):  # the default stream's library workspaces
         static[r] += max((costs.stages[s].kept_workspace for s in plan.stages_of(r)), default=0)
     if costs.cuda_graphs:
@@ -233,6 +247,7 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
     remaining = sum(len(a) for a in plan.actions)
     links = _Links(plan, costs, available, link_free, events) if costs.hold_sends else None
     last_stage = plan.num_stages - 1
+    pinned = offloads_activations(costs.offload) and not plan.forward_only
     while remaining:
         progressed = False
         for r, state in enumerate(ranks):
@@ -240,8 +255,9 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
             while state.head < len(actions):
                 a = actions[state.head]
                 issue = state.host
-                if costs.launch_queue and state.head >= costs.launch_queue:
-                    issue = max(issue, state.finishes[state.head - costs.launch_queue])
+                queue = costs.launch_queue or (1 if pinned else 0)
+                if queue and state.head >= queue:
+                    issue = max(issue, state.finishes[state.head - queue])
                 if links is not None:
                     links.posted(a, issue)
                     if state.held_by is not None:
@@ -306,7 +322,7 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
                 elif a.kind == "F" and plan.forward_only:
                     last_backward.setdefault(a.stage, events[-1])
                 state.free = finish
-                if costs.launch_queue:
+                if costs.launch_queue or pinned:
                     state.finishes.append(finish)
                 end[a] = finish
                 available[a] = finish
@@ -337,7 +353,7 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
         events=tuple(events),
         busy=tuple(r.busy for r in ranks),
         compute_span=compute_end - first,
-        peak_memory=tuple(static[i] + r.peak for i, r in enumerate(ranks)),
+        peak_memory=tuple(static[i] + max(r.peak, stepping[i]) for i, r in enumerate(ranks)),
         exposed_comm=exposed_comm,
         host_busy=tuple(r.host_busy for r in ranks),
         peak_host_memory=tuple(h + r.host_peak for h, r in zip(host, ranks, strict=True))
