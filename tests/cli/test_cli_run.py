@@ -236,3 +236,27 @@ def test_compare_with_a_runtime_not_installed_stops_before_running(
     assert main(["infer", "--model", "lenet5", "--compare", "deepspeed"]) == 2
     err = capsys.readouterr().err
     assert "--compare deepspeed: deepspeed is not installed" in err
+
+
+def test_the_comparison_feeds_one_process_what_the_ranks_drew() -> None:
+    """A bf16 run's ranks draw the last step's batch from its seed and round it to bf16;
+    one process and the other runtimes get those very values, not the fp32 draw (on GPUs
+    the draw itself is the device generator's, which differs from the CPU's)."""
+    import torch
+
+    from pipecast.api import make_job
+    from pipecast.cli.infer_compare import last_batch
+    from pipecast.data.synthetic import synthetic_batch
+    from pipecast.models import Workload
+    from pipecast.runtime.config import RunConfig
+    from pipecast.runtime.run import JobResult
+
+    lenet = Workload(model="lenet5", dataset="mnist")
+    job, _ = make_job(
+        lenet, schedule="forward-only", partition="0,6,12", batch=8, microbatches=2, steps=2,
+        warmup_steps=1, config=RunConfig(dtype="bf16"),
+    )  # fmt: skip
+    drawn, _ = synthetic_batch(lenet.spec, 8, seed=job.config.seed + job.total_steps - 1)
+    got = last_batch(JobResult(job, []))
+    assert torch.equal(got, drawn.to(torch.bfloat16).float())
+    assert not torch.equal(got, drawn)

@@ -7,20 +7,19 @@ import torch
 from rich.table import Table
 
 from pipecast.cli.console import console, human_seconds
-from pipecast.data.synthetic import synthetic_batch
 from pipecast.hardware import devices
 from pipecast.interop import deepspeed_inference, onnx_runtime
 from pipecast.interop.timed_run import TimedRun, median_seconds
 from pipecast.runtime.run import JobResult
+from pipecast.runtime.worker import drawn_batch
 
 
 def last_batch(result: JobResult) -> torch.Tensor:
-    """The inputs of the run's last step, drawn again as the ranks drew them (fp32, CPU)."""
+    """The inputs of the run's last step, drawn again as the ranks drew them, on the first
+    of their devices (fp32, CPU)."""
     job = result.job
-    assert job.workload is not None
-    seed = job.config.seed + job.total_steps - 1
-    x, _ = synthetic_batch(job.workload.spec, job.batch, seed=seed)
-    return x
+    device = torch.device("cuda", 0) if job.device == "cuda" else torch.device("cpu")
+    return drawn_batch(job, job.total_steps - 1, device).float().cpu()
 
 
 def one_process(result: JobResult) -> torch.nn.Module:

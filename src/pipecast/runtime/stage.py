@@ -74,14 +74,14 @@ class StageModule:
         the same order as `params`, which it steps and copies back."""
         stepped: list[nn.Parameter] = self.params
         if offloads_optimizer(config.offload) and self.params:
-            pin = device.type == "cuda"
-            self.host_params = [
-                nn.Parameter(p.detach().to("cpu", copy=True).pin_memory() if pin
-                             else p.detach().to("cpu", copy=True))
-                for p in self.params
-            ]  # fmt: skip
+            self.host_params = [nn.Parameter(_pinned_like(p, device)) for p in self.params]
+            with torch.no_grad():
+                for p, h in zip(self.params, self.host_params, strict=True):
+                    h.copy_(p)
             stepped = self.host_params
         self.optimizer = make_optimizer(stepped, config) if self.params else None
+        self.host_grads: list[torch.Tensor] | None = None
+        """With the optimizer on the host: where the gradients land for its step."""
         self.streamed: WeightStream | None = None
         """With the weights streamed (RunConfig.offload): the device holds a window of
         blocks' weights, brought in from `host_params` as the blocks run."""
@@ -107,8 +107,16 @@ class StageModule:
         if self.host_params is None:
             self.optimizer.step()
             return
-        for p, h in zip(self.params, self.host_params, strict=True):
-            h.grad = None if p.grad is None else p.grad.detach().to("cpu", h.dtype)
+        if self.host_grads is None:  # pinned once: a fresh pageable copy each step is slow
+            self.host_grads = [_pinned_like(h, self.device) for h in self.host_params]
+        for p, h, g in zip(self.params, self.host_params, self.host_grads, strict=True):
+            if p.grad is None:
+                h.grad = None
+                continue
+            g.copy_(p.grad.detach(), non_blocking=True)
+            h.grad = g
+        if self.device.type == "cuda":
+            torch.cuda.current_stream(self.device).synchronize()  # the copies have landed
         self.optimizer.step()
         if self.streamed is not None:  # the next blocks to run bring the new weights in
             self.streamed.release_all()
@@ -215,6 +223,12 @@ class StageModule:
             name: p.detach().clone().requires_grad_(True)
             for name, p in self.module.named_parameters()
         }
+
+
+def _pinned_like(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """An empty host tensor shaped as `t`, page-locked where `device` is a GPU (so copies
+    to and from it can overlap the compute)."""
+    return torch.empty(t.shape, dtype=t.dtype, pin_memory=device.type == "cuda")
 
 
 def _parts(module: nn.Sequential) -> list[nn.Module]:

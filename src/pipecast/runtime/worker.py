@@ -117,6 +117,14 @@ class _Data:
         return self._on_device(x), self._on_device(y)
 
 
+def drawn_batch(job: TrainJob, step: int, device: torch.device) -> torch.Tensor:
+    """The inputs the ranks of `job` draw for `step` (on `device`'s kind, in the run's dtype:
+    a GPU's generator draws other numbers than the CPU's from the same seed)."""
+    data = _Data(job, job.spec, device)
+    data.seek(step)
+    return data.batch(step)[0]
+
+
 def run_rank(ctx: Context, job: TrainJob) -> RankReport:
     """The body of one rank (under spawn or torchrun)."""
     job.check()
