@@ -37,6 +37,7 @@ from pipecast.runtime.offload import HostActivations
 
 @dataclass(eq=False)
 class _Block:
+    index: int
     params: list[nn.Parameter]
     host: list[torch.Tensor]
     resident: bool = True
@@ -73,7 +74,7 @@ class WeightStream:
         self.blocks: list[_Block] = []
         for b, block in enumerate(blocks):
             own = [p for p in block.parameters() if owners.get(id(p)) == b and id(p) in copy_of]
-            self.blocks.append(_Block(own, [copy_of[id(p)] for p in own]))
+            self.blocks.append(_Block(b, own, [copy_of[id(p)] for p in own]))
         self._owner: dict[int, int] = {}
         """Storage address of each resident streamed weight -> its block."""
         self.moved_bytes = 0
@@ -89,10 +90,7 @@ class WeightStream:
             if b not in (index, following) and block.resident:
                 self._release(block)
         self._bring(self.blocks[index])
-        block = self.blocks[index]
-        if block.ready is not None:
-            torch.cuda.current_stream(self.device).wait_event(block.ready)
-            block.ready = None
+        self._wait(self.blocks[index])
         if 0 <= following < len(self.blocks):
             self._bring(self.blocks[following])
 
@@ -101,9 +99,7 @@ class WeightStream:
         for block in self.blocks:
             self._bring(block)
         for block in self.blocks:
-            if block.ready is not None:
-                torch.cuda.current_stream(self.device).wait_event(block.ready)
-                block.ready = None
+            self._wait(block)
 
     def release_all(self) -> None:
         """Give back every block's storage (after an optimizer step: the host's weights are
@@ -128,10 +124,9 @@ class WeightStream:
         may be what a queued kernel is still reading before the allocator reused it."""
         if block.resident:
             return
-        b = next(i for i, x in enumerate(self.blocks) if x is block)
         for p in block.params:
             p.untyped_storage().resize_(p.numel() * p.element_size())
-            self._owner[p.untyped_storage().data_ptr()] = b
+            self._owner[p.untyped_storage().data_ptr()] = block.index
         if self.stream is None:
             self._copy(block)
         else:
@@ -149,10 +144,14 @@ class WeightStream:
                     p.copy_(h, non_blocking=True)
                 self.moved_bytes += p.numel() * p.element_size()
 
-    def _release(self, block: _Block) -> None:
-        if block.ready is not None:  # a prefetch never used: finish it before freeing
+    def _wait(self, block: _Block) -> None:
+        """The compute stream waits for the block's copy in, if one is outstanding."""
+        if block.ready is not None:
             torch.cuda.current_stream(self.device).wait_event(block.ready)
             block.ready = None
+
+    def _release(self, block: _Block) -> None:
+        self._wait(block)  # a prefetch never used: finish it before freeing its memory
         for p in block.params:
             self._owner.pop(p.untyped_storage().data_ptr(), None)
             p.untyped_storage().resize_(0)
