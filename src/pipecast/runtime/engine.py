@@ -42,7 +42,7 @@ from pipecast.runtime.events import ActionClock, StepMarks
 from pipecast.runtime.gradients import LossScaler, clip_global_norm
 from pipecast.runtime.graphs import Shapes, StepGraphs
 from pipecast.runtime.offload import HostActivations
-from pipecast.runtime.send_plan import post_positions
+from pipecast.runtime.send_plan import Posting
 from pipecast.runtime.shape_agreement import ShapeAgreement
 from pipecast.runtime.stage import StageModule
 from pipecast.runtime.watchdog import Watchdog
@@ -184,11 +184,9 @@ class PipelineEngine:
         self.clock = ActionClock(device, config.record_events)
         self.watchdog = Watchdog(plan, pipeline_rank, self.global_rank, config.timeout_s)
         self.watchdog.__enter__()
-        self._position = 0
-        self._post_at = (
-            post_positions(plan, pipeline_rank) if config.send_timing == "planned" else {}
+        self.posting = Posting(
+            plan, pipeline_rank, self.channels, planned=config.send_timing == "planned"
         )
-        self._deferred: dict[int, list[tuple[int, tuple[int, str, int], torch.Tensor]]] = {}
         self._last_backward = {s: self._last_backward_index(s) for s in stages}
         graphs.check(plan, config, device.type)
         self.stream = (
@@ -246,14 +244,14 @@ class PipelineEngine:
             )
             total = local_batch * self.replicas
             self.clock.start_step()
-            self._deferred.clear()
+            self.posting.begin_step()
             loop_began = time.perf_counter()
             host_before = loop_began - began
             if graphed:
                 run = self._replay_actions(in_mbs, tg_mbs)
             else:
                 run = self._eager_actions(in_mbs, tg_mbs, total)
-            self._flush_deferred()
+            self.posting.flush()
             host_loop = time.perf_counter() - loop_began
             run.host["transfer"] = self.channels.host_seconds
             norm, skipped, scale = self._finish_step(run.pending_reduce)
@@ -351,9 +349,7 @@ class PipelineEngine:
         local: dict[tuple[str, int, int], torch.Tensor] = {}
         tick = (time.perf_counter(), time.thread_time())
         for position, a in enumerate(plan.actions[self.rank]):
-            self._position = position
-            for dst, key, tensor in self._deferred.pop(position, []):
-                self.channels.send(dst, key, tensor)
+            self.posting.at(position)
             st = self.stages[a.stage]
             if a.kind == "F":
                 x = self._input(a, in_mbs, local)
@@ -418,13 +414,11 @@ class PipelineEngine:
                 g.buffer(("target", last, mb)).copy_(y, non_blocking=True)
         actions = plan.actions[self.rank]
         for position, a in enumerate(actions):
-            self._position = position
-            for dst, key, tensor in self._deferred.pop(position, []):
-                self.channels.send(dst, key, tensor)
+            self.posting.at(position)
             s, mb = a.stage, a.mb
             incoming = self._incoming(a)
             if incoming is not None:
-                self._flush_deferred()  # never wait while holding back what a peer needs
+                self.posting.flush()  # never wait while holding back what a peer needs
                 src, key = incoming
                 what = "activation" if key[1] == "act" else "gradient"
                 self.watchdog.at(a, f"waiting for the {what} of micro-batch {mb} from rank {src}")
@@ -435,10 +429,10 @@ class PipelineEngine:
             self.clock.end(mark, self.global_rank, str(a), a.kind, s, mb)
             if a.kind == "F" and s < last and s + 1 not in self.stages:
                 dst = plan.stage_to_rank[s + 1]
-                self._send(a, dst, (s, "act", mb), g.buffer(("out", s, mb)))
+                self.posting.send(a, dst, (s, "act", mb), g.buffer(("out", s, mb)))
             elif a.kind in ("B", "BW") and s > 0 and s - 1 not in self.stages:
                 dst = plan.stage_to_rank[s - 1]
-                self._send(a, dst, (s, "grad", mb), g.buffer(("gin", s, mb)))
+                self.posting.send(a, dst, (s, "grad", mb), g.buffer(("gin", s, mb)))
             self._reduce_if_done(position, a, run.pending_reduce)
             tick = self._tick(run.host, a.kind, tick)
         if last in self.stages:
@@ -505,7 +499,7 @@ class PipelineEngine:
         if source in self.stages:
             return local.pop(("act", source, a.mb))
         src = self.plan.stage_to_rank[source]
-        self._flush_deferred()
+        self.posting.flush()
         self.watchdog.at(a, f"waiting for the activation of micro-batch {a.mb} from rank {src}")
         return self.channels.recv(src, (source, "act", a.mb))
 
@@ -543,14 +537,6 @@ class PipelineEngine:
                 )
         return out, _Micro(leaf=leaf, out=out, weights=weights, cuts=cuts)
 
-    def _flush_deferred(self) -> None:
-        """Post every deferred send. Called before any blocking receive: a rank never waits
-        while holding back a tensor someone may need, so the waits are exactly those of
-        eager posting, which the validator proves deadlock-free."""
-        for position in sorted(self._deferred):
-            for dst, key, tensor in self._deferred.pop(position):
-                self.channels.send(dst, key, tensor)
-
     def _deliver(
         self,
         a: Action,
@@ -562,16 +548,7 @@ class PipelineEngine:
         if consumer in self.stages:
             local[(kind, a.stage, a.mb)] = tensor
             return
-        self._send(a, self.plan.stage_to_rank[consumer], (a.stage, kind, a.mb), tensor)
-
-    def _send(self, a: Action, dst: int, key: MessageKey, tensor: torch.Tensor) -> None:
-        """Post `a`'s send now, or where the plan says its receiver is about to need it
-        (RunConfig.send_timing)."""
-        post = self._post_at.get(a, self._position + 1)
-        if post <= self._position + 1 or self.channels.with_headers:
-            self.channels.send(dst, key, tensor)
-        else:
-            self._deferred.setdefault(post, []).append((dst, key, tensor))
+        self.posting.send(a, self.plan.stage_to_rank[consumer], (a.stage, kind, a.mb), tensor)
 
     def _output_grad(
         self, a: Action, st: StageModule, local: dict[tuple[str, int, int], torch.Tensor]
@@ -582,7 +559,7 @@ class PipelineEngine:
         if source in self.stages:
             return local.pop(("grad", source, a.mb))
         src = self.plan.stage_to_rank[source]
-        self._flush_deferred()
+        self.posting.flush()
         self.watchdog.at(a, f"waiting for the gradient of micro-batch {a.mb} from rank {src}")
         return self.channels.recv(src, (source, "grad", a.mb))
 

@@ -9,7 +9,9 @@ action that is running at that moment (or at once, if the consumer is already du
 
 from __future__ import annotations
 
-from pipecast.runtime.channels import produced
+import torch
+
+from pipecast.runtime.channels import Channels, MessageKey, produced
 from pipecast.schedule.action import Action, Kind, Plan
 from pipecast.simulation.costs import Costs
 from pipecast.simulation.simulator import simulate
@@ -40,3 +42,41 @@ def post_positions(plan: Plan, rank: int) -> dict[Action, int]:
             post += 1
         out[a] = post
     return out
+
+
+class Posting:
+    """A rank's sends over one step, each posted at its position from `post_positions` (or
+    at once: `planned` False, or while the channels still send shape headers)."""
+
+    def __init__(self, plan: Plan, rank: int, channels: Channels, *, planned: bool) -> None:
+        self.channels = channels
+        self.post_at = post_positions(plan, rank) if planned else {}
+        self.position = 0
+        """The index of the action the rank is running."""
+        self.deferred: dict[int, list[tuple[int, MessageKey, torch.Tensor]]] = {}
+
+    def begin_step(self) -> None:
+        self.position = 0
+        self.deferred.clear()
+
+    def at(self, position: int) -> None:
+        """The rank reaches the action at `position`: post the sends due before it."""
+        self.position = position
+        for dst, key, tensor in self.deferred.pop(position, []):
+            self.channels.send(dst, key, tensor)
+
+    def send(self, a: Action, dst: int, key: MessageKey, tensor: torch.Tensor) -> None:
+        """Post `a`'s send now, or where the plan says its receiver is about to need it."""
+        post = self.post_at.get(a, self.position + 1)
+        if post <= self.position + 1 or self.channels.with_headers:
+            self.channels.send(dst, key, tensor)
+        else:
+            self.deferred.setdefault(post, []).append((dst, key, tensor))
+
+    def flush(self) -> None:
+        """Post every deferred send. Called before any blocking receive: a rank never waits
+        while holding back a tensor someone may need, so the waits are exactly those of
+        eager posting, which the validator proves deadlock-free."""
+        for position in sorted(self.deferred):
+            for dst, key, tensor in self.deferred.pop(position):
+                self.channels.send(dst, key, tensor)
