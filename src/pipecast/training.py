@@ -29,6 +29,25 @@ def offloads_weights(offload: str) -> bool:
     return offload in ("weights", "all")
 
 
+def why_not_streamed(offload: str, recompute: str, async_updates: bool) -> str | None:
+    """Why `offload` can't stream the weights beside this recomputation and these updates
+    (None: it can, or streams none). Checkpoint's own hooks hide the recomputed forward's
+    saved weights from the stream's, and PipeDream's stashed versions are more weights."""
+    if not offloads_weights(offload):
+        return None
+    if recompute != "none":
+        return (
+            "streamed weights (offload 'weights' or 'all') can't be recomputed: use "
+            "recompute 'none', or offload 'both' beside recomputation"
+        )
+    if async_updates:
+        return (
+            "PipeDream's stashed weight versions can't be streamed from the host: "
+            "use a synchronous schedule or offload 'both'"
+        )
+    return None
+
+
 LrSchedule = Literal["constant", "linear", "cosine"]
 LR_SCHEDULES: tuple[LrSchedule, ...] = ("constant", "linear", "cosine")
 

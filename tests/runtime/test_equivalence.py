@@ -154,8 +154,7 @@ def _recommended_for_small_gpus() -> tuple[Strategy, list[int]]:
 
     profile = make_profile([1e-3] * 12, params=[2**30] * 12)
     best = recommend(profile, describe(gpus_per_node=2, memory="10GiB"), 12, gpus=2).best
-    bounds = [st.start for st in best.partition.stages] + [12]
-    return best.strategy, bounds
+    return best.strategy, best.partition.boundaries
 
 
 @functools.cache

@@ -7,19 +7,22 @@ import torch
 from rich.table import Table
 
 from pipecast.cli.console import console, human_seconds
-from pipecast.hardware import devices
 from pipecast.interop import deepspeed_inference, onnx_runtime
-from pipecast.interop.timed_run import TimedRun, median_seconds
+from pipecast.interop.timed_run import TimedRun, timed_module
 from pipecast.runtime.run import JobResult
 from pipecast.runtime.worker import drawn_batch
+
+
+def _first_device(result: JobResult) -> torch.device:
+    """The first of the ranks' devices: where one process runs and the batch is drawn."""
+    return torch.device("cuda", 0) if result.job.device == "cuda" else torch.device("cpu")
 
 
 def last_batch(result: JobResult) -> torch.Tensor:
     """The inputs of the run's last step, drawn again as the ranks drew them, on the first
     of their devices (fp32, CPU)."""
     job = result.job
-    device = torch.device("cuda", 0) if job.device == "cuda" else torch.device("cpu")
-    return drawn_batch(job, job.total_steps - 1, device).float().cpu()
+    return drawn_batch(job, job.total_steps - 1, _first_device(result)).float().cpu()
 
 
 def one_process(result: JobResult) -> torch.nn.Module:
@@ -36,21 +39,8 @@ def one_process(result: JobResult) -> torch.nn.Module:
 
 def _torch(model: torch.nn.Module, x: torch.Tensor, here: torch.device) -> TimedRun:
     """One process, on the pipeline's kind of device (its first), in fp32."""
-    on, xs = model.to(here), x.to(here)
-
-    def answer(batch: torch.Tensor) -> torch.Tensor:
-        with torch.no_grad():
-            out: torch.Tensor = on(batch)
-        devices.synchronize(here)
-        return out
-
-    return TimedRun(
-        runtime=f"PyTorch, one process ({here.type})",
-        batch=len(x),
-        batch_seconds=median_seconds(lambda: answer(xs), warmup=1),
-        request_seconds=median_seconds(lambda: answer(xs[:1]), warmup=1),
-        outputs=answer(xs).cpu(),
-    )
+    runtime = f"PyTorch, one process ({here.type})"
+    return timed_module(runtime, model.to(here), x.to(here), warmup=1)
 
 
 RUNTIMES = {"onnxruntime": onnx_runtime.run, "deepspeed": deepspeed_inference.run}
@@ -63,8 +53,7 @@ def compare(result: JobResult, runtimes: list[str]) -> None:
     x = last_batch(result)
     pipeline = torch.cat([o for r in result.reports if r.outputs for o in r.outputs]).float()
     model = one_process(result)
-    here = torch.device("cuda", 0) if result.job.device == "cuda" else torch.device("cpu")
-    reference = _torch(model, x, here)
+    reference = _torch(model, x, _first_device(result))
     want = reference.outputs
     others = [RUNTIMES[name](model.cpu(), x) for name in dict.fromkeys(runtimes)]
     table = Table(title=f"inference, batch {len(x)}: the last step's inputs")

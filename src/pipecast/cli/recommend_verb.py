@@ -93,7 +93,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=0.0,
         metavar="GiB",
         help="plan for GPUs of this much memory instead of the ones at hand (strategies "
-        "that do not fit may keep their activations on the host)",
+        "that do not fit may move activations, optimizer state or weights to the host)",
     )
     p.add_argument(
         "--epoch-samples",

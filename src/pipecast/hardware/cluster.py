@@ -38,6 +38,8 @@ class Link:
 
 HOST_LINK = Link(latency=10e-6, bandwidth=20e9)
 """Device-host copies where nothing was measured: 20 GB/s, a PCIe 4.0 x16 slot's usual."""
+HOST_OPTIMIZER_RATE = 2e9
+"""Bytes of weights a second a host's Adam step covers where nothing was measured."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,7 +99,7 @@ class Cluster:
     a bucket)."""
     ddp_buffer_host: float = 0.0
     """... and per buffer tensor (broadcast from rank 0 before every forward)."""
-    host_optimizer_rate: float = 2e9
+    host_optimizer_rate: float = HOST_OPTIMIZER_RATE
     """Bytes of weights per second an Adam step covers on the host, the optimizer's state
     there (what an offloaded optimizer's step costs beside the copies); the probe measures
     it, 2 GB/s where nothing was measured."""
@@ -287,7 +289,7 @@ def cluster_from_dict(doc: dict[str, Any], source: str = "<dict>") -> Cluster:
             ddp_buffer_host=parse_seconds(doc.get("ddp_buffer_host", 0.0)),
             pairs={(int(a), int(b)): link(v, f"pair {a}-{b}") for a, b, v in doc.get("pairs", [])},
             host_link=link(doc["host_link"], "host_link") if "host_link" in doc else HOST_LINK,
-            host_optimizer_rate=parse_rate(doc.get("host_optimizer_rate", 2e9)),
+            host_optimizer_rate=parse_rate(doc.get("host_optimizer_rate", HOST_OPTIMIZER_RATE)),
         )
     except KeyError as exc:
         raise DataError(f"{source} describes no cluster: missing {exc}") from None

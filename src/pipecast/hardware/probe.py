@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 from pipecast.hardware import devices, host_link, host_probe, hostspeed
-from pipecast.hardware.cluster import HOST_LINK, Cluster, Link
+from pipecast.hardware.cluster import HOST_LINK, HOST_OPTIMIZER_RATE, Cluster, Link
 from pipecast.hardware.fit import fit_link
 from pipecast.runtime.launch import Backend, Context, spawn
 
@@ -198,7 +198,7 @@ def summarize_probe(per_rank: list[dict[str, Any]], name: str = "probed") -> Pro
             host_link=host or HOST_LINK,
             host_optimizer_rate=min(
                 (r["host_optimizer_rate"] for r in per_rank if "host_optimizer_rate" in r),
-                default=2e9,
+                default=HOST_OPTIMIZER_RATE,
             ),
         ),
         p2p=p2p,

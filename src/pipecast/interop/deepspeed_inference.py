@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from pipecast.extras import require
-from pipecast.interop.timed_run import TimedRun, median_seconds
+from pipecast.interop.timed_run import TimedRun, timed_module
 
 INSTALL = "pip install --no-build-isolation deepspeed"
 """DeepSpeed's sdist imports torch while it builds."""
@@ -24,18 +24,4 @@ def run(model: nn.Module, inputs: torch.Tensor) -> TimedRun:
     )
     device = next(engine.module.parameters()).device
     x = inputs.detach().float().to(device)
-
-    def answer(batch: torch.Tensor) -> torch.Tensor:
-        with torch.no_grad():
-            out: torch.Tensor = engine(batch)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        return out
-
-    return TimedRun(
-        runtime=f"DeepSpeed inference ({device.type})",
-        batch=len(x),
-        batch_seconds=median_seconds(lambda: answer(x)),
-        request_seconds=median_seconds(lambda: answer(x[:1])),
-        outputs=answer(x).cpu(),
-    )
+    return timed_module(f"DeepSpeed inference ({device.type})", engine, x)

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
+from pipecast.hardware import devices
+
 
 @dataclass(frozen=True)
 class TimedRun:
@@ -40,3 +42,24 @@ def median_seconds(fn: Callable[[], object], repeats: int = 10, warmup: int = 3)
         fn()
         times.append(time.perf_counter() - began)
     return statistics.median(times)
+
+
+def timed_module(
+    runtime: str, module: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, warmup: int = 3
+) -> TimedRun:
+    """`module` (on the device `x` is on) timed on the batch `x` and on its first sample
+    alone, without autograd, each run waiting for the device."""
+
+    def answer(batch: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            out = module(batch)
+        devices.synchronize(batch.device)
+        return out
+
+    return TimedRun(
+        runtime=runtime,
+        batch=len(x),
+        batch_seconds=median_seconds(lambda: answer(x), warmup=warmup),
+        request_seconds=median_seconds(lambda: answer(x[:1]), warmup=warmup),
+        outputs=answer(x).cpu(),
+    )

@@ -12,7 +12,7 @@ from pipecast.profile.types import Profile
 from pipecast.recommender.enumerate import ACCUMULATION, graphed, strategies
 from pipecast.recommender.predict import Prediction, predict
 from pipecast.recommender.strategy import Strategy
-from pipecast.training import OPTIMIZER_STATE, Optimizer, offloads_weights
+from pipecast.training import OPTIMIZER_STATE, Optimizer, offloads_weights, why_not_streamed
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -159,7 +159,7 @@ def offloaded(strategy: Strategy, optimizer: Optimizer) -> list[Strategy]:
             replace(strategy, offload="optimizer"),
             replace(strategy, offload="both", cuda_graphs=False),
         ]
-    if strategy.recompute == "none" and strategy.schedule != "pipedream":
+    if not why_not_streamed("weights", strategy.recompute, strategy.schedule == "pipedream"):
         out += [replace(strategy, offload=o, cuda_graphs=False) for o in ("weights", "all")]
     return out
 

@@ -12,7 +12,7 @@ from pipecast.training import (
     Offload,
     Optimizer,
     Recompute,
-    offloads_weights,
+    why_not_streamed,
 )
 
 
@@ -90,11 +90,8 @@ class RunConfig:
             raise ConfigError(f"the timeout must be above 0 seconds, got {self.timeout_s}")
         if self.bucket_bytes < 1:
             raise ConfigError(f"bucket_bytes must be at least 1, got {self.bucket_bytes}")
-        if offloads_weights(self.offload) and self.recompute != "none":
-            raise ConfigError(
-                "streamed weights (offload 'weights' or 'all') can't be recomputed: use "
-                "recompute 'none', or offload 'both' beside recomputation"
-            )
+        if why := why_not_streamed(self.offload, self.recompute, async_updates=False):
+            raise ConfigError(why)
         if self.lr_warmup < 0 or self.lr_min < 0 or self.clip_grad_norm < 0:
             raise ConfigError(
                 "lr_warmup, lr_min and clip_grad_norm must be 0 or more, got "

@@ -50,7 +50,7 @@ from pipecast.runtime.weight_stream import hooks_of
 from pipecast.schedule.action import Action, Plan
 from pipecast.schedule.validate import validate
 from pipecast.simulation.timeline import Event
-from pipecast.training import offloads_activations, offloads_weights
+from pipecast.training import offloads_activations, why_not_streamed
 
 LossFn = Callable[[torch.Tensor, Any], torch.Tensor]
 
@@ -142,11 +142,8 @@ class PipelineEngine:
                 "PipeDream's asynchronous updates with data-parallel replicas "
                 "are not supported: use replicas=1 or a synchronous schedule"
             )
-        if plan.async_updates and offloads_weights(config.offload):
-            raise ConfigError(
-                "PipeDream's stashed weight versions can't be streamed from the host: "
-                "use a synchronous schedule or offload 'both'"
-            )
+        if why := why_not_streamed(config.offload, config.recompute, plan.async_updates):
+            raise ConfigError(why)
         own = set(plan.stages_of(pipeline_rank))
         if set(stages) != own:
             raise ConfigError(

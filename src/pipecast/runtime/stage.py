@@ -75,9 +75,7 @@ class StageModule:
         stepped: list[nn.Parameter] = self.params
         if offloads_optimizer(config.offload) and self.params:
             self.host_params = [nn.Parameter(_pinned_like(p, device)) for p in self.params]
-            with torch.no_grad():
-                for p, h in zip(self.params, self.host_params, strict=True):
-                    h.copy_(p)
+            self.weights_changed()
             stepped = self.host_params
         self.optimizer = make_optimizer(stepped, config) if self.params else None
         self.host_grads: list[torch.Tensor] | None = None
@@ -128,17 +126,18 @@ class StageModule:
     def zero_grad(self, *, set_to_none: bool) -> None:
         if self.optimizer is None:
             return
-        self.optimizer.zero_grad(set_to_none=set_to_none)
-        if self.host_params is not None:  # the device's own gradients
-            for p in self.params:
-                if set_to_none:
-                    p.grad = None
-                elif p.grad is not None:
-                    p.grad.zero_()
+        if self.host_params is None:
+            self.optimizer.zero_grad(set_to_none=set_to_none)
+            return
+        for p in self.params:  # the device's own: each step sets the host's afresh
+            if set_to_none:
+                p.grad = None
+            elif p.grad is not None:
+                p.grad.zero_()
 
     def weights_changed(self) -> None:
-        """The weights were set from outside (a checkpoint, inside `resident`): the host's
-        copy follows."""
+        """The device's weights are the ones to keep (as built, or as a checkpoint set them
+        inside `resident`): the host's copy follows."""
         if self.host_params is not None:
             with torch.no_grad():
                 for p, h in zip(self.params, self.host_params, strict=True):

@@ -234,7 +234,6 @@ def costs_from_profile(
         if offloads_optimizer(offload):  # grads out, the host's step, weights back
             moved = cluster.host_link.time(c.param_bytes)
             step = c.param_bytes / cluster.host_optimizer_rate
-            times = replace(times, optimizer=2 * moved + step)
             if offloads_weights(offload):  # weights come back as the blocks run instead
                 window = 2 * max(b.param_bytes for b in owned)
                 times = replace(
@@ -243,6 +242,8 @@ def costs_from_profile(
                     weights_in=moved,
                     window_bytes=min(window, c.param_bytes),
                 )
+            else:
+                times = replace(times, optimizer=2 * moved + step)
         if offloads_activations(offload):
             out = times.offloaded_bytes
             largest = max(b.saved_bytes for b in blocks)

@@ -213,13 +213,15 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
     ranks = [_Rank() for _ in range(plan.num_ranks)]
     static = [0] * plan.num_ranks
     host = [0] * plan.num_ranks  # the optimizer's copy of the weights and its state
+    stepping = [0] * plan.num_ranks  # the optimizer step's temporaries
     on_host = offloads_optimizer(costs.offload) and not plan.forward_only
+    per_param = OPTIMIZER_STATE[costs.optimizer]
+    factor = 1.0 + (
+        0.0 if plan.forward_only else costs.grad_bytes_factor + (0.0 if on_host else per_param)
+    )
+    temporary = 0.0 if on_host or plan.forward_only else OPTIMIZER_TEMPORARY[costs.optimizer]
     for s, r in enumerate(plan.stage_to_rank):
         st = costs.stages[s]
-        per_param = OPTIMIZER_STATE[costs.optimizer]
-        factor = 1.0 + (
-            0.0 if plan.forward_only else costs.grad_bytes_factor + (0.0 if on_host else per_param)
-        )
         if st.window_bytes:  # streamed: the gradients and a window of the weights
             static[r] += int(st.param_bytes * (factor - 1.0)) + st.window_bytes
         else:
@@ -227,10 +229,7 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
         if on_host:
             host[r] += int(st.param_bytes * (2.0 + per_param))  # weights, gradients, state
         static[r] += st.batch_bytes * plan.num_microbatches  # the step's batch, held throughout
-    stepping = [0] * plan.num_ranks  # the optimizer step's temporaries
-    for s, r in enumerate(plan.stage_to_rank):
-        if not (on_host or plan.forward_only):
-            stepping[r] += int(costs.stages[s].param_bytes * OPTIMIZER_TEMPORARY[costs.optimizer])
+        stepping[r] += int(st.param_bytes * temporary)
     for r in range(plan.num_ranks):  # the default stream's library workspaces
         static[r] += max((costs.stages[s].kept_workspace for s in plan.stages_of(r)), default=0)
     if costs.cuda_graphs:
@@ -248,6 +247,7 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
     links = _Links(plan, costs, available, link_free, events) if costs.hold_sends else None
     last_stage = plan.num_stages - 1
     pinned = offloads_activations(costs.offload) and not plan.forward_only
+    queue = costs.launch_queue or (1 if pinned else 0)  # how far a host may run ahead
     while remaining:
         progressed = False
         for r, state in enumerate(ranks):
@@ -255,7 +255,6 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
             while state.head < len(actions):
                 a = actions[state.head]
                 issue = state.host
-                queue = costs.launch_queue or (1 if pinned else 0)
                 if queue and state.head >= queue:
                     issue = max(issue, state.finishes[state.head - queue])
                 if links is not None:
@@ -322,7 +321,7 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
                 elif a.kind == "F" and plan.forward_only:
                     last_backward.setdefault(a.stage, events[-1])
                 state.free = finish
-                if costs.launch_queue or pinned:
+                if queue:
                     state.finishes.append(finish)
                 end[a] = finish
                 available[a] = finish
