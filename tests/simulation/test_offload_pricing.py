@@ -1,13 +1,18 @@
-"""How the simulator prices activations kept on the host (Costs.offload): the copies out
+"""How the simulator prices what is kept on the host (Costs.offload): activations' copies out
 overlap the forward, the copies back lengthen the backward, and the GPU holds only the
-received input between them while the host holds the rest."""
+received input between them while the host holds the rest; the optimizer's state and
+streamed weights trade device memory for copies and a host step."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
 import pytest
+from tests.partition.test_partition import make_profile
 
+from pipecast.hardware.presets import describe
+from pipecast.recommender.predict import Prediction, predict
+from pipecast.recommender.strategy import Strategy
 from pipecast.schedule.generators import make_plan
 from pipecast.simulation.costs import Costs, StageTimes
 from pipecast.simulation.simulator import simulate
@@ -65,24 +70,23 @@ def test_a_backward_brings_back_one_block_at_a_time() -> None:
     assert simulate(plan, Costs(stages=(st,), offload="activations")).peak_memory[0] == 50
 
 
+GPU_80 = describe(gpus_per_node=1, memory="80GiB")
+
+
+def _adam_on_one_gpu(offload: str) -> Prediction:
+    """Four blocks of 1 GiB of weights under Adam on one GPU of 80 GiB, batch 8."""
+    profile = make_profile([1e-3] * 4, params=[2**30] * 4)
+    strategy = Strategy(kind="single", offload=offload)  # type: ignore[arg-type]
+    return predict(profile, GPU_80, strategy, 8, optimizer="adam")
+
+
 def test_an_optimizer_on_the_host_trades_its_state_for_copies_and_a_host_step() -> None:
     """Adam on one GPU, 4 GiB of weights: on the host, its 8 GiB of state leave the GPU, and
     so do the 4 GiB of square roots its step allocates beside them (the step's peak, the
     activations long gone); the host holds weights, gradients and state (16 GiB); the step
     gains the gradients' copy out, the weights' copy back and the host's pass over them."""
-    from tests.partition.test_partition import make_profile
-
-    from pipecast.hardware.presets import describe
-    from pipecast.recommender.predict import predict
-    from pipecast.recommender.strategy import Strategy
-
-    gib = 2**30
-    profile = make_profile([1e-3] * 4, params=[gib] * 4)
-    gpu = describe(gpus_per_node=1, memory="80GiB")
-    plain, hosted = (
-        predict(profile, gpu, Strategy(kind="single", offload=o), 8, optimizer="adam")  # type: ignore[arg-type]
-        for o in ("none", "optimizer")
-    )
+    gib, gpu = 2**30, GPU_80
+    plain, hosted = (_adam_on_one_gpu(o) for o in ("none", "optimizer"))
     # the activations and the batch, a few KiB, are what the square roots replace
     assert plain.peak_memory - hosted.peak_memory == pytest.approx(12 * gib, abs=2**20)
     assert hosted.peak_host_memory == 16 * gib and plain.peak_host_memory == 0
@@ -95,19 +99,8 @@ def test_streamed_weights_leave_the_gradients_and_two_blocks() -> None:
     the host, the GPU gives back the weights but two blocks' (4 GiB less 2); the forward
     and the backward each take at least the copy of the 4 GiB in, and the step copies the
     gradients out but no weights back."""
-    from tests.partition.test_partition import make_profile
-
-    from pipecast.hardware.presets import describe
-    from pipecast.recommender.predict import predict
-    from pipecast.recommender.strategy import Strategy
-
-    gib = 2**30
-    profile = make_profile([1e-3] * 4, params=[gib] * 4)
-    gpu = describe(gpus_per_node=1, memory="80GiB")
-    hosted, streamed = (
-        predict(profile, gpu, Strategy(kind="single", offload=o), 8, optimizer="adam")  # type: ignore[arg-type]
-        for o in ("optimizer", "weights")
-    )
+    gib, gpu = 2**30, GPU_80
+    hosted, streamed = (_adam_on_one_gpu(o) for o in ("optimizer", "weights"))
     assert hosted.peak_memory - streamed.peak_memory == 2 * gib
     assert streamed.peak_host_memory == hosted.peak_host_memory == 16 * gib
     moved = gpu.host_link.time(4 * gib)
