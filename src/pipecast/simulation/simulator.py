@@ -34,6 +34,7 @@ from pipecast.errors import ConfigError
 from pipecast.schedule.action import Action, Plan
 from pipecast.schedule.validate import dependencies
 from pipecast.simulation.costs import Costs, StageTimes
+from pipecast.simulation.links import HeldSends, at, send
 from pipecast.simulation.timeline import Event, Timeline
 from pipecast.training import (
     OPTIMIZER_STATE,
@@ -244,8 +245,7 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
     last_backward: dict[int, Event] = {}
     last_device: dict[int, float] = {}  # device seconds of each stage's last backward
     remaining = sum(len(a) for a in plan.actions)
-    links = _Links(plan, costs, available, link_free, events) if costs.hold_sends else None
-    last_stage = plan.num_stages - 1
+    links = HeldSends(plan, costs, available, link_free, events) if costs.hold_sends else None
     pinned = offloads_activations(costs.offload) and not plan.forward_only
     queue = costs.launch_queue or (1 if pinned else 0)  # how far a host may run ahead
     while remaining:
@@ -328,9 +328,9 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
                 if links is not None:
                     state.held_by = links.send(a, r, finish)
                 else:
-                    _send(
-                        plan, costs, a, r, finish, available, link_free, events, state, last_stage
-                    )
+                    arrive = send(plan, costs, a, r, finish, available, link_free, events)
+                    if arrive is not None and not costs.overlap_comm:
+                        state.free = max(state.free, arrive)  # the sender waits for it
                 if a.kind in ("B", "BW"):
                     _hold_transfers(plan, a, st, r, ready, available, state)
                 state.head += 1
@@ -361,93 +361,6 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
     )
 
 
-def _send(
-    plan: Plan,
-    costs: Costs,
-    a: Action,
-    rank: int,
-    finish: float,
-    available: dict[Action, float],
-    link_free: dict[tuple[int, int], float],
-    events: list[Event],
-    state: _Rank,
-    last_stage: int,
-) -> None:
-    """Move the output of `a` to the rank that consumes it, queueing on the link."""
-    if a.kind == "F" and a.stage < last_stage:
-        dst = plan.stage_to_rank[a.stage + 1]
-    elif a.kind in ("B", "BW") and a.stage > 0:
-        dst = plan.stage_to_rank[a.stage - 1]
-    else:
-        return
-    seconds = _transfer_seconds(costs, a)
-    if dst == rank or seconds <= 0:
-        return
-    begin = max(finish, link_free.get((rank, dst), 0.0))
-    arrive = begin + seconds
-    link_free[(rank, dst)] = arrive
-    available[a] = arrive
-    events.append(Event(rank, f"send {a}", "send", begin, arrive, a.stage, a.mb))
-    if not costs.overlap_comm:
-        state.free = max(state.free, arrive)
-
-
-class _Links:
-    """hold_sends: a send begins once its receiver's host has reached the consuming action
-    (posted the receive); until then its data is not available and, through `held_by`, its
-    sender's device starts nothing more."""
-
-    def __init__(
-        self,
-        plan: Plan,
-        costs: Costs,
-        available: dict[Action, float],
-        link_free: dict[tuple[int, int], float],
-        events: list[Event],
-    ) -> None:
-        self.plan, self.costs = plan, costs
-        self.available, self.link_free, self.events = available, link_free, events
-        self.consumer: dict[Action, Action] = {}
-        for rank_actions in plan.actions:
-            for c in rank_actions:
-                for d in dependencies(plan, c):
-                    if plan.stage_to_rank[d.stage] != plan.stage_to_rank[c.stage]:
-                        self.consumer[d] = c
-        self.post: dict[Action, float] = {}
-        self.waiting: dict[Action, tuple[Action, int, float, float]] = {}
-        self.begun: dict[Action, float] = {}
-        """Consumer -> when the send feeding it began."""
-
-    def posted(self, c: Action, when: float) -> None:
-        """The receiver's host reached `c` at `when`: a send waiting for it begins."""
-        self.post.setdefault(c, when)
-        if c in self.waiting:
-            self._begin(c, *self.waiting.pop(c))
-
-    def send(self, a: Action, rank: int, finish: float) -> Action | None:
-        """`a` finished at `finish` on `rank`; the consumer its sender now waits for (None:
-        nothing crosses ranks)."""
-        c = self.consumer.get(a)
-        if c is None:
-            return None
-        seconds = _transfer_seconds(self.costs, a)
-        if c in self.post:
-            self._begin(c, a, rank, finish, seconds)
-        else:
-            self.available.pop(a, None)  # not there until the send begins
-            self.waiting[c] = (a, rank, finish, seconds)
-        return c
-
-    def _begin(self, c: Action, a: Action, rank: int, finish: float, seconds: float) -> None:
-        dst = self.plan.stage_to_rank[c.stage]
-        begin = max(finish, self.post[c], self.link_free.get((rank, dst), 0.0))
-        arrive = begin + seconds
-        self.link_free[(rank, dst)] = arrive
-        self.available[a] = arrive
-        self.begun[c] = begin
-        self.events.append(Event(rank, f"send {a}", "send", begin, arrive, a.stage, a.mb))
-
-
 def _hold_transfers(
     plan: Plan,
     a: Action,
@@ -464,18 +377,6 @@ def _hold_transfers(
         state.in_flight.append((st.output_bytes, max(ready, state.host)))
     if a.stage > 0 and plan.stage_to_rank[a.stage - 1] != rank:
         state.in_flight.append((st.input_bytes, available.get(a, state.free)))
-
-
-def _transfer_seconds(costs: Costs, a: Action) -> float:
-    """Seconds to move `a`'s output to its consumer: an F's activation forward, a
-    backward's input gradient back."""
-    if a.kind == "F":
-        return _at(costs.forward_transfer, a.stage)
-    return _at(costs.backward_transfer, a.stage - 1)
-
-
-def _at(values: tuple[float, ...], index: int) -> float:
-    return values[index] if index < len(values) else 0.0
 
 
 def _finish_step(
@@ -502,7 +403,7 @@ def _finish_step(
     comm_free = [0.0] * plan.num_ranks
     grads_ready = [r.free for r in ranks]
     for stage in sorted(last_backward, key=lambda s: last_backward[s].end):
-        seconds = _at(costs.allreduce, stage)
+        seconds = at(costs.allreduce, stage)
         if seconds <= 0:
             continue
         r = plan.stage_to_rank[stage]
