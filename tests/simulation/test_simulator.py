@@ -4,7 +4,8 @@ from dataclasses import replace
 
 import pytest
 
-from pipecast.schedule import make_plan
+from pipecast.schedule import SCHEDULES, make_plan
+from pipecast.schedule.clock import unit_clock
 from pipecast.simulation import Costs, StageTimes, closed_form, simulate
 
 
@@ -335,3 +336,16 @@ def test_clipping_makes_every_rank_wait_for_the_global_norm() -> None:
     assert plain.step_time == pytest.approx(ready + 1)
     assert clipped.step_time == pytest.approx(ready + 0.25 + 2.5)
     assert sum(e.name == "clip norm" for e in clipped.events) == 2
+
+
+@pytest.mark.parametrize("name", sorted(SCHEDULES))
+def test_unit_clock_is_the_simulator_on_unit_costs(name: str) -> None:
+    """The plan's unit clock (what the runtime posts sends by) equals the simulator run with
+    F = B = W = 1 and free transfers, action by action."""
+    for ranks, m in ((1, 3), (2, 4), (4, 8), (3, 6)):
+        plan = make_plan(name, ranks, m)
+        timeline = simulate(plan, Costs.uniform(plan.num_stages), exposed=False)
+        simulated = {
+            e.name: (e.start, e.end) for e in timeline.events if e.kind in ("F", "B", "W", "BW")
+        }
+        assert {str(a): t for a, t in unit_clock(plan).items()} == simulated

@@ -29,12 +29,13 @@ from pipecast.hardware import devices
 from pipecast.models.summary import block_name
 from pipecast.profile.context import shares
 from pipecast.profile.hold import Hold
-from pipecast.profile.measure import measure_loss_alone, needs_input_copy
+from pipecast.profile.measure import measure_loss_alone
 from pipecast.profile.options import ProfileOptions
 from pipecast.profile.replay import stage_graphs
 from pipecast.profile.stats import robust
 from pipecast.profile.types import BlockCost
 from pipecast.runtime.graphs import stand_in
+from pipecast.runtime.stage import needs_input_copy
 
 ATTEMPTS = 4
 """Batches of passes tried, each behind a longer hold, before the last one's reading stands."""

@@ -24,6 +24,7 @@ from pipecast.runtime.backward import (
     backward_input,
     backward_weights,
 )
+from pipecast.runtime.stage import needs_input_copy
 
 
 @contextlib.contextmanager
@@ -38,19 +39,6 @@ def precision(device: torch.device, options: ProfileOptions) -> Iterator[None]:
 def storage(t: torch.Tensor) -> tuple[int, int]:
     s = t.untyped_storage()
     return s.data_ptr(), s.nbytes()
-
-
-def first_leaf(block: nn.Module) -> nn.Module:
-    for module in block.modules():
-        if not list(module.children()):
-            return module
-    return block
-
-
-def needs_input_copy(block: nn.Module) -> bool:
-    """Whether the block begins with an in-place op, which a leaf that requires grad (a
-    received stage input) cannot feed; such inputs get a cheap copy first."""
-    return bool(getattr(first_leaf(block), "inplace", False))
 
 
 class BlockRun:

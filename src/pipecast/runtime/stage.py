@@ -20,7 +20,6 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from pipecast.hardware import devices
-from pipecast.profile.measure import needs_input_copy
 from pipecast.profile.segments import segments
 from pipecast.runtime.backward import Cut
 from pipecast.runtime.config import RunConfig
@@ -228,6 +227,19 @@ def _pinned_like(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     """An empty host tensor shaped as `t`, page-locked where `device` is a GPU (so copies
     to and from it can overlap the compute)."""
     return torch.empty(t.shape, dtype=t.dtype, pin_memory=device.type == "cuda")
+
+
+def first_leaf(block: nn.Module) -> nn.Module:
+    for module in block.modules():
+        if not list(module.children()):
+            return module
+    return block
+
+
+def needs_input_copy(block: nn.Module) -> bool:
+    """Whether the block begins with an in-place op, which a leaf that requires grad (a
+    received stage input) cannot feed; such inputs get a cheap copy first."""
+    return bool(getattr(first_leaf(block), "inplace", False))
 
 
 def _parts(module: nn.Sequential) -> list[nn.Module]:
