@@ -24,10 +24,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks import studies_report as studies
 from pipecast.bench.accuracy import comparisons, summary
 from pipecast.bench.store import Row, Store
 from pipecast.data.registry import epoch_samples
-from pipecast.report import studies
 
 HERE = Path(__file__).resolve().parent
 REPORTS = HERE / "reports"

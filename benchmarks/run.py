@@ -28,13 +28,14 @@ from typing import Any
 
 import torch
 
-from benchmarks import report
-from pipecast.bench import accuracy_suite, offload_suite, thesis
+from benchmarks import report, thesis
+from benchmarks.study_systems import SYSTEMS, studies
+from pipecast.bench import accuracy_suite, offload_suite
 from pipecast.bench.config import BenchConfig
 from pipecast.bench.predictions import predictions
 from pipecast.bench.runner import run_suite
 from pipecast.bench.suites import anchors as anchor_suite
-from pipecast.bench.suites import quick, runtime, studies
+from pipecast.bench.suites import quick, runtime
 from pipecast.hardware.cluster import Cluster
 from pipecast.hardware.probe import ProbeOptions, probe
 from pipecast.models.workload import Workload
@@ -189,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         timeout_s=150,
         deadline=deadline or None,
         rounds=args.rounds,
+        systems=SYSTEMS,
     )
     (out / "report.md").write_text(report.render(out / "bench.sqlite", suite=args.suite))
     print(f"report: {out / 'report.md'} ({time.time() - began:.0f} s)")

@@ -9,7 +9,9 @@ from typing import Any, Literal
 from pipecast.models.workload import Workload
 from pipecast.training import Offload, Optimizer, Recompute
 
-System = Literal["pipecast", "torch", "ddp", "single", "torchgpipe", "deepspeed"]
+System = str
+"""'pipecast', 'torch' (torch.distributed.pipelining), 'ddp', 'single', or a system the
+suite runner is given (pipecast.bench.runner)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -5,6 +5,10 @@ start-up is paid once). Rank 0 writes every result to the store the moment it is
 configuration that fails (out of memory, an error) is recorded and the next one starts; one that
 hangs or kills the world is marked failed by the parent, which starts a fresh world for the
 rest. Finished configurations are skipped on a rerun, so a suite resumes where it stopped.
+
+Systems beyond pipecast's own and the baselines it ships (one device, DDP,
+torch.distributed.pipelining) come in as `systems`: a name and a module-level function
+(context, configuration) -> measurements, which travels to the ranks by pickle.
 """
 
 from __future__ import annotations
@@ -12,13 +16,13 @@ from __future__ import annotations
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from pipecast.bench import baselines, study_systems
+from pipecast.bench import baselines
 from pipecast.bench.config import BenchConfig
 from pipecast.bench.store import Store, environment
 from pipecast.bench.timing import action_stats, gather_events, gather_floats, gather_peaks
@@ -110,8 +114,15 @@ def _top1_error(ctx: Context, cfg: BenchConfig, params: dict[str, torch.Tensor])
     return 1.0 - correct
 
 
-def run_config(ctx: Context, cfg: BenchConfig) -> dict[str, Any]:
+SystemRun = Callable[[Context, BenchConfig], dict[str, Any]]
+"""A system's measurement of one configuration on one rank (every rank calls it)."""
+
+
+def run_config(
+    ctx: Context, cfg: BenchConfig, systems: Mapping[str, SystemRun] | None = None
+) -> dict[str, Any]:
     """Measure one configuration on this rank (every rank of the world calls this)."""
+    systems = systems or {}
     if cfg.system == "pipecast":
         return _run_pipecast(ctx, cfg)
     if cfg.system == "single":
@@ -128,17 +139,10 @@ def run_config(ctx: Context, cfg: BenchConfig) -> dict[str, Any]:
         return baselines.ddp(
             ctx, cfg.workload, cfg.batch, dtype=cfg.dtype, steps=cfg.steps, warmup=cfg.warmup
         )
-    if cfg.system == "torchgpipe":
-        return study_systems.torchgpipe_run(
-            ctx, cfg.workload, cfg.batch, list(cfg.boundaries), stages=cfg.stages,
-            microbatches=cfg.microbatches, balance=cfg.balance, recompute=cfg.recompute,
-            dtype=cfg.dtype, steps=cfg.steps, warmup=cfg.warmup,
-        )  # fmt: skip
-    if cfg.system == "deepspeed":
-        return study_systems.deepspeed_run(
-            ctx, cfg.workload, cfg.batch, list(cfg.boundaries), microbatches=cfg.microbatches,
-            dtype=cfg.dtype, steps=cfg.steps, warmup=cfg.warmup,
-        )  # fmt: skip
+    if cfg.system in systems:
+        return systems[cfg.system](ctx, cfg)
+    if cfg.system != "torch":
+        raise PipecastError(f"{cfg.label()}: no system named {cfg.system!r} in this run")
     return baselines.torch_pipelining(
         ctx,
         cfg.workload,
@@ -161,6 +165,7 @@ def _bench_rank(
     timeout_s: float,
     deadline: float | None,
     again: bool = False,
+    systems: Mapping[str, SystemRun] | None = None,
 ) -> None:
     """Measure each configuration once and record it. `again`: each has a record already;
     measure it once more and fold the measurement into that record (one more round)."""
@@ -179,7 +184,7 @@ def _bench_rank(
             store.put(
                 cfg.key, cfg.suite, "started", cfg.to_dict(), env, predicted=predicted.get(cfg.key)
             )
-        measured, error = _measure(ctx, cfg, timeout_s)
+        measured, error = _measure(ctx, cfg, timeout_s, systems)
         if error and _lost_peer(error):
             if store is not None and not again:
                 _record(store, cfg, env, predicted, None, error)
@@ -201,7 +206,7 @@ def _bench_rank(
 
 
 def _measure(
-    ctx: Context, cfg: BenchConfig, timeout_s: float
+    ctx: Context, cfg: BenchConfig, timeout_s: float, systems: Mapping[str, SystemRun] | None
 ) -> tuple[dict[str, Any] | None, str | None]:
     """One measurement of `cfg` on every rank: (what rank 0 records, None) when every rank
     succeeded, else (None, the error)."""
@@ -213,7 +218,7 @@ def _measure(
         speed = issued = ahead = 0.0
         try:
             before = hostspeed.reference(repeats=3), hostspeed.issue(ctx.device)
-            measured = run_config(ctx, cfg)
+            measured = run_config(ctx, cfg, systems)
             speed = statistics.median([before[0], hostspeed.reference(repeats=3)])
             issued = statistics.median([before[1], hostspeed.issue(ctx.device)])
             ahead = before[1]
@@ -321,12 +326,15 @@ def run_suite(
     on_progress: Callable[[int, int], None] | None = None,
     deadline: float | None = None,
     rounds: int = 1,
+    systems: Mapping[str, SystemRun] | None = None,
 ) -> Store:
     """Run every configuration not yet finished in the store; return the store. After
     `deadline` (a time.time() value) no new configuration starts; they stay pending. With
     `rounds` > 1, every configuration measured once is measured again, round after round
     over the whole suite, and keeps the median of its rounds: a host's speed moves in spells
-    of seconds to minutes, so one measurement reads one spell."""
+    of seconds to minutes, so one measurement reads one spell. `systems`: measurements of
+    systems the runner does not ship, by name (module docstring)."""
+    extra = dict(systems or {})
     store = Store(store_path)
     predicted = predicted or {}
     pending = [c for c in configs if not store.done(c.key)]
@@ -348,7 +356,16 @@ def run_suite(
                     spawn(
                         _bench_rank,
                         gpus,
-                        (remaining, str(store.path), predicted, env, timeout_s, deadline),
+                        (
+                            remaining,
+                            str(store.path),
+                            predicted,
+                            env,
+                            timeout_s,
+                            deadline,
+                            False,
+                            extra,
+                        ),
                         backend=backend,
                         timeout_s=timeout_s + 60,
                         grace_s=30,
@@ -378,7 +395,7 @@ def run_suite(
                     spawn(
                         _bench_rank,
                         gpus,
-                        (due, str(store.path), predicted, env, timeout_s, deadline, True),
+                        (due, str(store.path), predicted, env, timeout_s, deadline, True, extra),
                         backend=backend,
                         timeout_s=timeout_s + 60,
                         grace_s=30,

@@ -203,47 +203,7 @@ def runtime(gpus: int = 2, *, gpt: Workload = GPT, vgg: Workload = VGG16) -> lis
     return out
 
 
-def studies(gpus: int = 2, *, gpt: Workload = GPT, vgg: Workload = VGG16) -> list[BenchConfig]:
-    """The background studies' own systems beside torch.distributed.pipelining and pipecast,
-    in one launch, on the runtime suite's workloads and splits: torchgpipe on the same split
-    (without and with its default recomputation) and on its own balance by time and by
-    memory; DeepSpeed's pipeline engine (1F1B) on the same split; torch's 1F1B and
-    pipecast's GPipe, 1F1B and ZB-H1 (graphed) rerun beside them."""
-
-    def even(w: Workload) -> tuple[int, ...]:
-        blocks = len(w.build("meta"))
-        return tuple(round(blocks * i / gpus) for i in range(gpus + 1))
-
-    vsplit = even(vgg)
-    if vgg == VGG16 and gpus in (2, 4):  # the runtime suite's splits, balanced by time
-        vsplit = (0, 10, 40) if gpus == 2 else (0, 4, 10, 21, 40)
-    out: list[BenchConfig] = []
-    for w, batch, m, bounds in ((gpt, 32, 8, even(gpt)), (vgg, 128, 4, vsplit)):
-        t = BenchConfig(
-            suite="studies", system="torch", workload=w, gpus=gpus, batch=batch,
-            schedule="1f1b", microbatches=m, boundaries=bounds, steps=4, warmup=2,
-        )  # fmt: skip
-        tg = replace(t, system="torchgpipe", schedule="gpipe")
-        pc = replace(t, system="pipecast", cuda_graphs=True, send_timing="eager")
-        out += [
-            replace(t, system="single", microbatches=1),
-            t,
-            replace(pc, schedule="gpipe"),
-            pc,
-            replace(pc, schedule="zb-h1"),
-            tg,
-            replace(tg, recompute="all-but-last"),
-            replace(tg, boundaries=(), balance="time"),
-            replace(tg, boundaries=(), balance="size"),
-            replace(t, system="deepspeed"),
-        ]
-    # seeds/000's Table 4.1: one split (one GPU) of VGG16 at batch 128 over 2-32 micro-batches
-    one = replace(out[-10], tags={"study": "gpipe-4.1"})
-    out += [replace(one, microbatches=m) for m in (2, 4, 8, 16, 32)]
-    return out
-
-
-SUITES = {"quick": quick, "anchors": anchors, "runtime": runtime, "studies": studies}
+SUITES = {"quick": quick, "anchors": anchors, "runtime": runtime}
 
 
 def suite(name: str) -> list[BenchConfig]:

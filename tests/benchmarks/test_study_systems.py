@@ -7,9 +7,9 @@ import importlib.util
 
 import pytest
 import torch
+from benchmarks.study_systems import counts, deepspeed_engine, torchgpipe_model
 
 from pipecast.bench.baselines import build
-from pipecast.bench.study_systems import counts, deepspeed_engine, torchgpipe_model
 from pipecast.data.loss import loss_for
 from pipecast.data.synthetic import synthetic_batch
 from pipecast.models.workload import Workload

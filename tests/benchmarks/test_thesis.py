@@ -9,12 +9,12 @@ import json
 import pytest
 from tests.profile.helpers import shipped_profile
 
-from pipecast.bench import thesis
+from benchmarks import studies_report as studies
+from benchmarks import thesis
 from pipecast.bench.config import BenchConfig
 from pipecast.bench.store import Row
 from pipecast.hardware.presets import preset
 from pipecast.models.workload import Workload
-from pipecast.report import studies
 
 
 def test_table_8_1_scores_as_table_8_2() -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable
 
-from pipecast.bench import thesis
+from benchmarks import thesis
 from pipecast.bench.config import BenchConfig
 from pipecast.bench.store import Row
 
