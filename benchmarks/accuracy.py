@@ -8,7 +8,7 @@ Three steps, each reading what the one before wrote:
     # strategies `pipecast recommend --validate` measured on CPU ranks, re-predicted
     python -m benchmarks.accuracy cpu-rows --validate DIR --out benchmarks/results/cpu_rows.csv
     # the error ranges `pipecast recommend` quotes, with where they came from
-    python -m benchmarks.accuracy bands --write src/pipecast/recommender/error_ranges.json
+    python -m benchmarks.accuracy bands --write src/pipecast/planning/recommend/error_ranges.json
     # per run: median and worst error, rows within 20%, memory, picks
     python -m benchmarks.accuracy summary [--shipped]
     # a runtime call's pipecast rows (benchmarks/traces.py), predicted without the GPUs
@@ -33,15 +33,15 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.report import head_commit
-from pipecast.bench.accuracy import Comparison, comparisons, decisions
-from pipecast.bench.config import BenchConfig
-from pipecast.bench.predictions import predictions
-from pipecast.bench.store import Row, Store
-from pipecast.hardware.cluster import DDP_PARAM_HOST, Cluster
-from pipecast.hardware.presets import PRESETS, gpu_kind
-from pipecast.models.workload import Workload
-from pipecast.profile.reference import shipped
-from pipecast.profile.types import Profile
+from pipecast.orchestration.bench.accuracy import Comparison, comparisons, decisions
+from pipecast.orchestration.bench.config import BenchConfig
+from pipecast.orchestration.bench.predictions import predictions
+from pipecast.orchestration.bench.store import Row, Store
+from pipecast.values.hardware.cluster import DDP_PARAM_HOST, Cluster
+from pipecast.values.hardware.presets import PRESETS, gpu_kind
+from pipecast.values.models.workload import Workload
+from pipecast.values.profile.reference import shipped
+from pipecast.values.profile.types import Profile
 
 RESULTS = Path(__file__).resolve().parent / "results"
 ROWS = RESULTS / "rows.csv"
@@ -181,7 +181,7 @@ def load_rows(path: Path = ROWS, *, shipped_path: bool = False) -> list[tuple[st
 
 SLOWER = 1.25
 """The loop's reading over the profile's from which host-bound predictions ran slow
-(pipecast.recommender.host_drift.SLOWER)."""
+(pipecast.planning.recommend.host_drift.SLOWER)."""
 
 
 def _range(errors: Sequence[float]) -> list[float]:
@@ -232,8 +232,8 @@ def cpu_errors(path: Path = CPU_ROWS) -> list[float]:
 def cpu_rows(folder: Path) -> list[dict[str, Any]]:
     """Every strategy `recommend --validate` measured (*-validate*.json in `folder`, with the
     recommendation's profiles and the machine's probe beside them), re-predicted."""
-    from pipecast.recommender.predict import predict
-    from pipecast.recommender.strategy import Strategy
+    from pipecast.planning.recommend.predict import predict
+    from pipecast.values.strategy import Strategy
 
     cluster = Cluster.load(str(folder / "cluster.json"))
     out = []

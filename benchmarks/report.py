@@ -8,7 +8,7 @@
 A runtime report checks the runtime's bars: pipecast's best pipeline against
 torch.distributed.pipelining's best and against N x one GPU, each schedule at 16 and 32
 micro-batches against 8, and pipecast on torch's own split, schedule and micro-batches. An
-accuracy report gives the recommender's errors (pipecast.bench.accuracy.summary).
+accuracy report gives the recommender's errors (pipecast.orchestration.bench.accuracy.summary).
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks import studies_report as studies
-from pipecast.bench.accuracy import comparisons, summary
-from pipecast.bench.store import Row, Store
-from pipecast.data.registry import epoch_samples
+from pipecast.orchestration.bench.accuracy import comparisons, summary
+from pipecast.orchestration.bench.store import Row, Store
+from pipecast.values.data.registry import epoch_samples
 
 HERE = Path(__file__).resolve().parent
 REPORTS = HERE / "reports"
@@ -145,7 +145,7 @@ def _store_rows(records: Sequence[Row]) -> tuple[list[Measured], dict[str, objec
         env = r.environment or env
         if r.status != "ok" or not r.measured:
             continue
-        from pipecast.bench.config import BenchConfig
+        from pipecast.orchestration.bench.config import BenchConfig
 
         cfg = BenchConfig.from_dict(r.config)
         step = r.measured["step_time"]
@@ -163,7 +163,7 @@ def _store_rows(records: Sequence[Row]) -> tuple[list[Measured], dict[str, objec
 
 def failures(records: Sequence[Row]) -> list[str]:
     """One line per configuration that did not run, with its error's first line."""
-    from pipecast.bench.config import BenchConfig
+    from pipecast.orchestration.bench.config import BenchConfig
 
     out = []
     for r in records:
@@ -219,7 +219,7 @@ def offload_verdict(records: Sequence[Row]) -> list[str]:
     """Per memory limit: the recommended configuration's predicted and measured step time
     and peak memory per GPU (the busiest rank's, and the worst rank's error), and its
     throughput against recomputation alone on the same split."""
-    from pipecast.bench.config import BenchConfig
+    from pipecast.orchestration.bench.config import BenchConfig
 
     lines = [
         "| limit | role | configuration | step predicted | measured | peak predicted | "

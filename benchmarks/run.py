@@ -30,18 +30,18 @@ import torch
 
 from benchmarks import report, thesis
 from benchmarks.study_systems import SYSTEMS, studies
-from pipecast.bench import accuracy_suite, offload_suite
-from pipecast.bench.config import BenchConfig
-from pipecast.bench.predictions import predictions
-from pipecast.bench.runner import run_suite
-from pipecast.bench.suites import anchors as anchor_suite
-from pipecast.bench.suites import quick, runtime
-from pipecast.hardware.cluster import Cluster
-from pipecast.hardware.probe import ProbeOptions, probe
-from pipecast.models.workload import Workload
-from pipecast.profile.profiler import ProfileOptions, profile_model
-from pipecast.profile.reference import reference_profile
-from pipecast.profile.types import Profile
+from pipecast.measuring.probe.probe import ProbeOptions, probe
+from pipecast.measuring.profiler.profiler import ProfileOptions, profile_model
+from pipecast.orchestration.bench import accuracy_suite, offload_suite
+from pipecast.orchestration.bench.config import BenchConfig
+from pipecast.orchestration.bench.predictions import predictions
+from pipecast.orchestration.bench.runner import run_suite
+from pipecast.orchestration.bench.suites import anchors as anchor_suite
+from pipecast.orchestration.bench.suites import quick, runtime
+from pipecast.values.hardware.cluster import Cluster
+from pipecast.values.models.workload import Workload
+from pipecast.values.profile.reference import reference_profile
+from pipecast.values.profile.types import Profile
 
 TINY_GPT = Workload(
     model="transformer", dataset="embeddings", seq_len=16, width=32, layers=8, heads=4

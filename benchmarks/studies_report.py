@@ -8,8 +8,8 @@ import statistics
 from collections.abc import Iterable
 
 from benchmarks import thesis
-from pipecast.bench.config import BenchConfig
-from pipecast.bench.store import Row
+from pipecast.orchestration.bench.config import BenchConfig
+from pipecast.orchestration.bench.store import Row
 
 STUDY_TABLE_4_1 = {2: 565.858, 4: 573.494, 8: 613.48, 16: 829.6, 32: 867.52}
 """seeds/000, Table 4.1: total processing time (ms) of one split of VGG16, batch 128, at
@@ -17,7 +17,7 @@ STUDY_TABLE_4_1 = {2: 565.858, 4: 573.494, 8: 613.48, 16: 829.6, 32: 867.52}
 
 TABLE_4_2, TABLE_4_3 = 78.43, 86.66
 """seeds/000's average partition efficiency (%) without and with communication; recomputed
-from its printed per-split costs by tests/simulation/test_studies.py: 78.43 and 86.33."""
+from its printed per-split costs by tests/planning/simulation/test_studies.py: 78.43 and 86.33."""
 
 THESIS_RIGHT = "66%"
 """seeds/004, Table 8.2: its recommender right in 16 of 24 cells on 4 GPUs, as it prints it."""

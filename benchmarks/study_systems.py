@@ -21,17 +21,17 @@ from typing import Any
 import torch
 from torch import nn
 
-from pipecast.bench.baselines import build
-from pipecast.bench.config import BenchConfig
-from pipecast.bench.suites import GPT, VGG16
-from pipecast.bench.timing import barrier, gather_peaks, timed_steps
-from pipecast.data.loss import loss_for
-from pipecast.data.synthetic import synthetic_batch
 from pipecast.errors import ConfigError
 from pipecast.extras import require
-from pipecast.hardware import devices
-from pipecast.models.workload import Workload
+from pipecast.orchestration.bench.baselines import build
+from pipecast.orchestration.bench.config import BenchConfig
+from pipecast.orchestration.bench.suites import GPT, VGG16
+from pipecast.orchestration.bench.timing import barrier, gather_peaks, timed_steps
+from pipecast.runtime import devices
 from pipecast.runtime.launch import Context
+from pipecast.values.data.loss import loss_for
+from pipecast.values.data.synthetic import synthetic_batch
+from pipecast.values.models.workload import Workload
 
 STUDIES_EXTRA = "pip install 'pipecast[studies]'"
 
@@ -226,7 +226,7 @@ def deepspeed_run(
 
 
 def run_torchgpipe(ctx: Context, cfg: BenchConfig) -> dict[str, Any]:
-    """A `torchgpipe` configuration, for the suite runner (pipecast.bench.runner)."""
+    """A `torchgpipe` configuration, for the suite runner (pipecast.orchestration.bench.runner)."""
     return torchgpipe_run(
         ctx, cfg.workload, cfg.batch, list(cfg.boundaries), stages=cfg.stages,
         microbatches=cfg.microbatches, balance=cfg.balance, recompute=cfg.recompute,

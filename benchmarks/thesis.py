@@ -14,13 +14,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from pipecast.bench.accuracy_suite import balanced_split
-from pipecast.bench.config import BenchConfig
-from pipecast.bench.store import Row
-from pipecast.hardware.cluster import Cluster
-from pipecast.models.workload import Workload
-from pipecast.profile.types import Profile
-from pipecast.simulation import closed_form
+from pipecast.orchestration.bench.accuracy_suite import balanced_split
+from pipecast.orchestration.bench.config import BenchConfig
+from pipecast.orchestration.bench.store import Row
+from pipecast.planning.simulation import closed_form
+from pipecast.values.hardware.cluster import Cluster
+from pipecast.values.models.workload import Workload
+from pipecast.values.profile.types import Profile
 
 MODELS = ("resnet18", "resnet50", "resnet152", "vgg11", "vgg16", "mobilenetv2")
 DATASETS = ("cifar10", "imagenet", "highres", "mnist")

@@ -1,7 +1,7 @@
 """Trace systems rank by rank on the same configuration, in one world.
 
-Each configuration runs as the bench runs it (pipecast.bench.runner.run_config); the last
-timed step of the ones marked for tracing runs under torch.profiler on every rank, and each
+Each configuration runs as the bench runs it (pipecast.orchestration.bench.runner.run_config); the
+last timed step of the ones marked for tracing runs under torch.profiler on every rank, and each
 rank's trace is written gzipped with a summary: the step's span on the device, the time some
 compute kernel ran, the time NCCL kernels ran, the idle time between, and the host's CUDA
 runtime calls by name.
@@ -27,9 +27,9 @@ from typing import Any
 
 import torch
 
-from pipecast.bench import runner, timing
-from pipecast.bench.config import BenchConfig
-from pipecast.bench.suites import GPT, LENET, VGG16
+from pipecast.orchestration.bench import runner, timing
+from pipecast.orchestration.bench.config import BenchConfig
+from pipecast.orchestration.bench.suites import GPT, LENET, VGG16
 from pipecast.runtime import worker
 from pipecast.runtime.launch import Context, spawn
 

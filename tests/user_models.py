@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from pipecast.data.spec import DatasetSpec
+from pipecast.values.data.spec import DatasetSpec
 
 
 def tiny_mlp(spec: DatasetSpec) -> nn.Sequential:
@@ -67,7 +67,7 @@ def small_decoder(spec: DatasetSpec) -> nn.Module:
     """A 4-layer GPT-2 from its config, dropout off, tied embedding and head."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from pipecast.models.sources import LogitsOnly
+    from pipecast.values.models.sources import LogitsOnly
 
     config = GPT2Config(
         n_layer=4,

@@ -21,10 +21,10 @@ from pipecast.errors import PipecastError
 
 if TYPE_CHECKING:
     from pipecast.api import infer, recommend, train
-    from pipecast.profile.types import Profile
-    from pipecast.schedule.action import Plan
-    from pipecast.schedule.generators import make_plan
-    from pipecast.simulation.simulator import simulate
+    from pipecast.planning.schedules.generators import make_plan
+    from pipecast.planning.simulation.simulator import simulate
+    from pipecast.values.plan.action import Plan
+    from pipecast.values.profile.types import Profile
 
 __version__ = "0.1.0"
 
@@ -44,10 +44,10 @@ _LAZY = {
     "train": "pipecast.api",
     "infer": "pipecast.api",
     "recommend": "pipecast.api",
-    "make_plan": "pipecast.schedule.generators",
-    "simulate": "pipecast.simulation.simulator",
-    "Profile": "pipecast.profile.types",
-    "Plan": "pipecast.schedule.action",
+    "make_plan": "pipecast.planning.schedules.generators",
+    "simulate": "pipecast.planning.simulation.simulator",
+    "Profile": "pipecast.values.profile.types",
+    "Plan": "pipecast.values.plan.action",
 }
 
 

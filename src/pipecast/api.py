@@ -19,27 +19,27 @@ from typing import Any
 import torch
 from torch import nn
 
-from pipecast.data.registry import get_spec
-from pipecast.data.source import DataSource, as_arrays
 from pipecast.errors import ConfigError
-from pipecast.hardware.load import default_cluster, load_cluster
-from pipecast.models.registry import get_entry
-from pipecast.models.sources import default_dataset, is_source_path
-from pipecast.models.user import as_sequential
-from pipecast.models.workload import Workload
-from pipecast.partition.boundaries import parse_boundaries, placement_of, split
-from pipecast.partition.types import from_boundaries
-from pipecast.profile.options import ProfileOptions
-from pipecast.profile.profiler import profile_model, quick_profile
-from pipecast.profile.types import Profile
-from pipecast.recommender.calibrate import profile_sizes
-from pipecast.recommender.session import Outcome, Request, recommend_for, with_defaults
+from pipecast.measuring.profiler.options import ProfileOptions
+from pipecast.measuring.profiler.profiler import profile_model, quick_profile
+from pipecast.orchestration.recommend.calibrate import profile_sizes
+from pipecast.orchestration.recommend.session import Outcome, Request, recommend_for, with_defaults
+from pipecast.planning.partition.boundaries import parse_boundaries, placement_of, split
+from pipecast.planning.schedules.generators import make_plan
 from pipecast.runtime.checkpoint import Checkpointing
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.job import TrainJob
 from pipecast.runtime.launch import under_torchrun
 from pipecast.runtime.run import JobResult, run_job
-from pipecast.schedule.generators import make_plan
+from pipecast.values.data.registry import get_spec
+from pipecast.values.data.source import DataSource, as_arrays
+from pipecast.values.hardware.load import default_cluster, load_cluster
+from pipecast.values.models.registry import get_entry
+from pipecast.values.models.sources import default_dataset, is_source_path
+from pipecast.values.models.user import as_sequential
+from pipecast.values.models.workload import Workload
+from pipecast.values.partition import from_boundaries
+from pipecast.values.profile.types import Profile
 
 
 def make_job(
@@ -176,7 +176,7 @@ def recommend(
     `model` a zoo name or package.module:factory (with `dataset`), a Workload, or a module
     (an nn.Sequential or a list of modules, profiled here: no cache, no --validate);
     `cluster` a Cluster, a preset's name ('h100-nvlink') or a cluster file.
-    `options` are pipecast.recommender.session.Request's fields (batch, gpus, device,
+    `options` are pipecast.orchestration.recommend.session.Request's fields (batch, gpus, device,
     dtype, cluster, validate, ...). Returns the Outcome: .recommendation ranks them."""
     if isinstance(options.get("cluster"), str):  # a preset's name or a cluster file
         options["cluster"] = load_cluster(options["cluster"])

@@ -1,4 +1,4 @@
-"""The studies' own systems as bench baselines (pipecast.bench.study_systems): each must
+"""The studies' own systems as bench baselines (benchmarks/study_systems.py): each must
 compute what one process computes on the same batch, or its timings compare nothing."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import pytest
 import torch
 from benchmarks.study_systems import counts, deepspeed_engine, torchgpipe_model
 
-from pipecast.bench.baselines import build
-from pipecast.data.loss import loss_for
-from pipecast.data.synthetic import synthetic_batch
-from pipecast.models.workload import Workload
+from pipecast.orchestration.bench.baselines import build
 from pipecast.runtime.launch import Context, spawn
+from pipecast.values.data.loss import loss_for
+from pipecast.values.data.synthetic import synthetic_batch
+from pipecast.values.models.workload import Workload
 
 LENET = Workload(model="lenet5", dataset="mnist")
 has = {name: importlib.util.find_spec(name) is not None for name in ("torchgpipe", "deepspeed")}

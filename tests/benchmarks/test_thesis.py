@@ -1,4 +1,4 @@
-"""The thesis's cells (pipecast.bench.thesis): its table transcribed as it scores itself, its
+"""The thesis's cells (benchmarks/thesis.py): its table transcribed as it scores itself, its
 equations wired to a profile and a probe as the thesis defines their symbols, and the picks
 read back from a store."""
 
@@ -7,14 +7,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from tests.profile.helpers import shipped_profile
+from tests.values.profile.helpers import shipped_profile
 
 from benchmarks import studies_report as studies
 from benchmarks import thesis
-from pipecast.bench.config import BenchConfig
-from pipecast.bench.store import Row
-from pipecast.hardware.presets import preset
-from pipecast.models.workload import Workload
+from pipecast.orchestration.bench.config import BenchConfig
+from pipecast.orchestration.bench.store import Row
+from pipecast.values.hardware.presets import preset
+from pipecast.values.models.workload import Workload
 
 
 def test_table_8_1_scores_as_table_8_2() -> None:

@@ -7,16 +7,16 @@ from torch import nn
 
 import pipecast
 from pipecast.errors import ConfigError
-from pipecast.hardware.presets import PRESETS
-from pipecast.models.workload import Workload
-from pipecast.profile.reference import reference_profile
-from pipecast.recommender.rank import recommend as rank
+from pipecast.planning.recommend.rank import recommend as rank
+from pipecast.values.hardware.presets import PRESETS
+from pipecast.values.models.workload import Workload
+from pipecast.values.profile.reference import reference_profile
 
 
 def test_the_package_exports_the_loop() -> None:
-    from pipecast.schedule.action import Plan
-    from pipecast.schedule.generators import make_plan
-    from pipecast.simulation.simulator import simulate
+    from pipecast.planning.schedules.generators import make_plan
+    from pipecast.planning.simulation.simulator import simulate
+    from pipecast.values.plan.action import Plan
 
     assert pipecast.make_plan is make_plan and pipecast.simulate is simulate
     assert pipecast.Plan is Plan

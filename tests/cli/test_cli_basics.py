@@ -75,7 +75,9 @@ def test_digits_summary(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0 and "1797 samples" in out
 
 
-SHIPPED = Path(__file__).parents[2] / "src/pipecast/profile/shipped/h100/resnet50-imagenet.json"
+SHIPPED = (
+    Path(__file__).parents[2] / "src/pipecast/values/profile/shipped/h100/resnet50-imagenet.json"
+)
 
 
 @pytest.mark.parametrize(

@@ -113,9 +113,9 @@ def test_missing_profile_file(capsys: pytest.CaptureFixture[str]) -> None:
 def test_profile_pools_host_costs_with_earlier_profiles(
     lenet_profile: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tests.profile.helpers import scaled
+    from tests.values.profile.helpers import scaled
 
-    from pipecast.profile.types import Profile
+    from pipecast.values.profile.types import Profile
 
     # an earlier profile whose host readings, and device times, are 1,000x this machine's
     # (a CPU profile's host readings are its loop and issue times; blocks carry none)

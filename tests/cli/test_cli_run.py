@@ -11,8 +11,8 @@ from torch import nn
 import pipecast.api
 from pipecast.cli.main import main
 from pipecast.errors import ConfigError
-from pipecast.models import Workload
 from pipecast.runtime import checkpoint
+from pipecast.values.models import Workload
 
 
 @pytest.mark.slow
@@ -246,10 +246,10 @@ def test_the_comparison_feeds_one_process_what_the_ranks_drew() -> None:
 
     from pipecast.api import make_job
     from pipecast.cli.infer_compare import last_batch
-    from pipecast.data.synthetic import synthetic_batch
-    from pipecast.models import Workload
     from pipecast.runtime.config import RunConfig
     from pipecast.runtime.run import JobResult
+    from pipecast.values.data.synthetic import synthetic_batch
+    from pipecast.values.models import Workload
 
     lenet = Workload(model="lenet5", dataset="mnist")
     job, _ = make_job(

@@ -8,17 +8,17 @@ import time
 import torch
 from torch import nn
 
-from pipecast.data.loss import loss_for
-from pipecast.data.synthetic import synthetic_batch
-from pipecast.models import Workload
-from pipecast.partition import from_boundaries
+from pipecast.planning.partition import from_boundaries
+from pipecast.planning.schedules import make_plan
+from pipecast.planning.schedules.generators import stages_per_rank
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.job import TrainJob
 from pipecast.runtime.launch import Context, spawn
 from pipecast.runtime.run import JobResult, run_job
 from pipecast.runtime.worker import RankReport, run_rank
-from pipecast.schedule import make_plan
-from pipecast.schedule.generators import stages_per_rank
+from pipecast.values.data.loss import loss_for
+from pipecast.values.data.synthetic import synthetic_batch
+from pipecast.values.models import Workload
 
 PLACEMENT = {"interleaved": "loop", "zb-v": "v"}
 

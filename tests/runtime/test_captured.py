@@ -7,9 +7,9 @@ import pytest
 import torch
 from tests.runtime.helpers import assert_close, merged, pipeline_job, run_all
 
-from pipecast.data.loss import loss_for
-from pipecast.data.synthetic import synthetic_batch
-from pipecast.models import Workload
+from pipecast.values.data.loss import loss_for
+from pipecast.values.data.synthetic import synthetic_batch
+from pipecast.values.models import Workload
 
 RESIDUAL = Workload(model="tests.user_models:short_residual_net", dataset="mnist")
 DECODER = Workload(model="tests.user_models:small_decoder", dataset="tokens", seq_len=16, vocab=64)

@@ -15,7 +15,6 @@ from tests.runtime.helpers import assert_close, fault, merged, pipeline_job, run
 from torch import nn
 
 from pipecast.errors import ConfigError
-from pipecast.models import Workload
 from pipecast.runtime import checkpoint
 from pipecast.runtime.checkpoint import Checkpointing
 from pipecast.runtime.config import RunConfig
@@ -23,6 +22,7 @@ from pipecast.runtime.job import TrainJob
 from pipecast.runtime.launch import RankFailed
 from pipecast.runtime.run import run_job
 from pipecast.runtime.worker import StepProgress
+from pipecast.values.models import Workload
 
 LENET = Workload(model="lenet5", dataset="mnist")  # 12 blocks, no batch norm, no dropout
 

@@ -11,13 +11,13 @@ import pytest
 import torch
 from tests.runtime.helpers import assert_close, merged, pipeline_job, run_all
 
-from pipecast.data.loss import loss_for
-from pipecast.data.synthetic import synthetic_batch
 from pipecast.errors import ConfigError
-from pipecast.models import Workload
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.run import JobResult
-from pipecast.training import learning_rate
+from pipecast.values.data.loss import loss_for
+from pipecast.values.data.synthetic import synthetic_batch
+from pipecast.values.models import Workload
+from pipecast.values.training import learning_rate
 
 LENET = Workload(model="lenet5", dataset="mnist")
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from pipecast.errors import ConfigError
-from pipecast.hardware import cpubind
+from pipecast.runtime import cpubind
 
 
 def test_parse_cpulist() -> None:

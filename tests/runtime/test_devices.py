@@ -7,7 +7,7 @@ import os
 import pytest
 import torch
 
-from pipecast.hardware import devices
+from pipecast.runtime import devices
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="Linux affinity calls")

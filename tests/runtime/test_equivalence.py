@@ -14,13 +14,13 @@ import torch
 from tests.runtime.helpers import assert_close, merged, pipeline_job, reference_step, run_all
 from torch import nn
 
-from pipecast.data.loss import loss_for
-from pipecast.data.synthetic import synthetic_batch
-from pipecast.models import Workload
-from pipecast.recommender.strategy import Strategy
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.job import TrainJob
 from pipecast.runtime.run import JobResult
+from pipecast.values.data.loss import loss_for
+from pipecast.values.data.synthetic import synthetic_batch
+from pipecast.values.models import Workload
+from pipecast.values.strategy import Strategy
 
 LENET = Workload(model="lenet5", dataset="mnist")  # 12 blocks, no batch norm, no dropout
 CASES = [
@@ -76,7 +76,8 @@ def _batch_norm_model() -> nn.Sequential:
 
 def _segmented_model() -> nn.Sequential:
     """Blocks of 8 weight tensors, so a stage runs as several graphs under a split backward
-    (pipecast.profile.segments), one of them after an in-place ReLU the cut must move past."""
+    (pipecast.values.profile.segments), one of them after an in-place ReLU the cut must move
+    past."""
     torch.manual_seed(0)
 
     def deep() -> nn.Sequential:
@@ -147,10 +148,10 @@ def _recommended_for_small_gpus() -> tuple[Strategy, list[int]]:
     """What `recommend` answers for LeNet's 12 blocks priced as 1 GiB of weights each, on 2
     GPUs of 10 GiB (9 usable): no stage holds its 6 GiB of weights and 6 of gradients;
     streamed, it holds the gradients and two blocks' weights, 8 GiB."""
-    from tests.partition.test_partition import make_profile
+    from tests.planning.partition.test_partition import make_profile
 
-    from pipecast.hardware.presets import describe
-    from pipecast.recommender.rank import recommend
+    from pipecast.planning.recommend.rank import recommend
+    from pipecast.values.hardware.presets import describe
 
     profile = make_profile([1e-3] * 12, params=[2**30] * 12)
     best = recommend(profile, describe(gpus_per_node=2, memory="10GiB"), 12, gpus=2).best

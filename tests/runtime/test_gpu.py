@@ -10,8 +10,8 @@ import pytest
 import torch
 from tests.runtime.helpers import merged, pipeline_job, run
 
-from pipecast.models.workload import Workload
 from pipecast.runtime.config import RunConfig
+from pipecast.values.models.workload import Workload
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2 GPUs"

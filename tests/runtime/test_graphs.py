@@ -11,17 +11,17 @@ import pytest
 import torch
 from tests.runtime.helpers import assert_close, merged, pipeline_job, reference_step, run_all
 
-from pipecast.bench.config import BenchConfig
-from pipecast.bench.predictions import strategy_of
-from pipecast.data.synthetic import synthetic_batch
 from pipecast.errors import ConfigError
-from pipecast.models.workload import Workload
-from pipecast.partition.types import from_boundaries
+from pipecast.orchestration.bench.config import BenchConfig
+from pipecast.orchestration.bench.predictions import strategy_of
+from pipecast.planning.schedules.generators import make_plan
 from pipecast.runtime import graphs
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.job import TrainJob
 from pipecast.runtime.run import JobResult
-from pipecast.schedule.generators import make_plan
+from pipecast.values.data.synthetic import synthetic_batch
+from pipecast.values.models.workload import Workload
+from pipecast.values.partition import from_boundaries
 
 LENET = Workload(model="lenet5", dataset="mnist")  # 12 blocks, no batch norm, no dropout
 

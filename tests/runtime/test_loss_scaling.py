@@ -11,13 +11,13 @@ import pytest
 import torch
 from tests.runtime.helpers import assert_close, merged, pipeline_job, run
 
-from pipecast.data.loss import loss_for
-from pipecast.data.synthetic import synthetic_batch
 from pipecast.errors import ConfigError
-from pipecast.models import Workload
 from pipecast.runtime import checkpoint
 from pipecast.runtime.checkpoint import Checkpointing
 from pipecast.runtime.config import RunConfig
+from pipecast.values.data.loss import loss_for
+from pipecast.values.data.synthetic import synthetic_batch
+from pipecast.values.models import Workload
 
 LENET = Workload(model="lenet5", dataset="mnist")
 # 2**20 overflows the fp16 backward of LeNet's first step; a clean step every 2 doubles it

@@ -14,11 +14,11 @@ from tests.runtime.helpers import assert_close, merged, pipeline_job, run
 
 import pipecast.api
 from pipecast.cli.main import main
-from pipecast.data.arrays import ArrayData
-from pipecast.data.loss import loss_for
-from pipecast.data.source import DataSource
 from pipecast.errors import ConfigError, DataError
-from pipecast.models import Workload
+from pipecast.values.data.arrays import ArrayData
+from pipecast.values.data.loss import loss_for
+from pipecast.values.data.source import DataSource
+from pipecast.values.models import Workload
 
 LENET = Workload(model="lenet5", dataset="mnist")
 

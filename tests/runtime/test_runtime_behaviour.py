@@ -15,24 +15,18 @@ import torch
 import torch.nn.functional as F
 from tests.runtime.helpers import fault, merged, pipeline_job, run
 
-from pipecast.data import load_digits_as_mnist
-from pipecast.data.loss import loss_for
-from pipecast.data.synthetic import synthetic_batch
 from pipecast.errors import ConfigError, PipecastError
-from pipecast.models import Workload
-from pipecast.partition import from_boundaries
+from pipecast.planning.partition import from_boundaries
+from pipecast.planning.schedules import make_plan
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.engine import PipelineEngine
 from pipecast.runtime.job import TrainJob
-from pipecast.runtime.launch import (
-    QUIET_ENV,
-    Context,
-    RankFailed,
-    free_port,
-    process_group,
-)
+from pipecast.runtime.launch import QUIET_ENV, Context, RankFailed, free_port, process_group
 from pipecast.runtime.worker import own_share, run_rank
-from pipecast.schedule import make_plan
+from pipecast.values.data import load_digits_as_mnist
+from pipecast.values.data.loss import loss_for
+from pipecast.values.data.synthetic import synthetic_batch
+from pipecast.values.models import Workload
 
 LENET = Workload(model="lenet5", dataset="mnist")
 
@@ -187,7 +181,7 @@ def test_bad_jobs_fail_before_any_process_starts() -> None:
     with pytest.raises(ConfigError, match="cannot feed"):
         TrainJob(**{**good.__dict__, "batch": 3}).check()
     with pytest.raises(PipecastError):
-        from pipecast.schedule import Plan, validate
+        from pipecast.values.plan import Plan, validate
 
         bad = Plan(
             **{**good.plan.__dict__, "actions": (good.plan.actions[0][1:], good.plan.actions[1])}

@@ -7,7 +7,6 @@ import pytest
 import torch
 from torch import nn
 
-from pipecast.profile.segments import segments
 from pipecast.runtime.backward import (
     Cut,
     _children,
@@ -19,6 +18,7 @@ from pipecast.runtime.backward import (
 )
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.stage import StageModule
+from pipecast.values.profile.segments import segments
 
 
 def test_a_segment_closes_at_the_limit_and_trailing_blocks_join_the_last() -> None:

@@ -12,11 +12,11 @@ import torch
 from tests.runtime.helpers import pipeline_job
 
 from pipecast.cli.main import main
-from pipecast.models import Workload
 from pipecast.runtime import checkpoint
 from pipecast.runtime.job import TrainJob
 from pipecast.runtime.launch import Context, spawn
 from pipecast.runtime.run import agreed
+from pipecast.values.models import Workload
 
 LENET = Workload(model="lenet5", dataset="mnist")
 TRAIN = [

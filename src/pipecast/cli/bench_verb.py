@@ -6,15 +6,15 @@ import argparse
 
 from rich.table import Table
 
-from pipecast.bench.config import BenchConfig
-from pipecast.bench.predictions import predictions
-from pipecast.bench.runner import run_suite
-from pipecast.bench.suites import SUITES, suite
 from pipecast.cli.common import count_arg, output_file
 from pipecast.cli.console import console, human_seconds, progress
-from pipecast.hardware.load import default_cluster, load_cluster
-from pipecast.profile.profiler import ProfileOptions, profile_model
-from pipecast.profile.types import Profile
+from pipecast.measuring.profiler.profiler import ProfileOptions, profile_model
+from pipecast.orchestration.bench.config import BenchConfig
+from pipecast.orchestration.bench.predictions import predictions
+from pipecast.orchestration.bench.runner import run_suite
+from pipecast.orchestration.bench.suites import SUITES, suite
+from pipecast.values.hardware.load import default_cluster, load_cluster
+from pipecast.values.profile.types import Profile
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

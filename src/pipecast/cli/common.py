@@ -6,10 +6,15 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from pipecast.data.registry import DEFAULT_SEQ_LEN, DEFAULT_VOCAB, DEFAULT_WIDTH, dataset_names
-from pipecast.models.registry import get_entry, model_names
-from pipecast.models.sources import default_dataset, is_source_path
-from pipecast.models.workload import Workload
+from pipecast.values.data.registry import (
+    DEFAULT_SEQ_LEN,
+    DEFAULT_VOCAB,
+    DEFAULT_WIDTH,
+    dataset_names,
+)
+from pipecast.values.models.registry import get_entry, model_names
+from pipecast.values.models.sources import default_dataset, is_source_path
+from pipecast.values.models.workload import Workload
 
 
 def add_workload_args(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
@@ -116,7 +121,7 @@ def margin_arg(text: str) -> float:
     """An argparse type for --memory-margin: the fraction of GPU memory kept free, in [0, 1)
     (partition.methods.check_margin's rule)."""
     from pipecast.errors import ConfigError
-    from pipecast.partition.methods import check_margin
+    from pipecast.planning.partition.methods import check_margin
 
     try:
         return check_margin(float(text))
@@ -129,7 +134,7 @@ def margin_arg(text: str) -> float:
 def methods_arg(text: str) -> tuple[str, ...]:
     """An argparse type for --methods: comma-separated partition methods, each known."""
     from pipecast.errors import PipecastError
-    from pipecast.partition.methods import check_methods
+    from pipecast.planning.partition.methods import check_methods
 
     try:
         return check_methods(tuple(m.strip() for m in text.split(",") if m.strip()))

@@ -7,8 +7,8 @@ import argparse
 from rich.table import Table
 
 from pipecast.cli.console import console
-from pipecast.data.registry import DESCRIPTIONS, get_spec
-from pipecast.data.source import load_real
+from pipecast.values.data.registry import DESCRIPTIONS, get_spec
+from pipecast.values.data.source import load_real
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

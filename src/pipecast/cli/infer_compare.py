@@ -7,8 +7,8 @@ import torch
 from rich.table import Table
 
 from pipecast.cli.console import console, human_seconds
-from pipecast.interop import deepspeed_inference, onnx_runtime
-from pipecast.interop.timed_run import TimedRun, timed_module
+from pipecast.measuring.interop import deepspeed_inference, onnx_runtime
+from pipecast.measuring.interop.timed_run import TimedRun, timed_module
 from pipecast.runtime.run import JobResult
 from pipecast.runtime.worker import drawn_batch
 

@@ -8,9 +8,9 @@ from rich.table import Table
 
 from pipecast.cli.common import add_workload_args, workload_from_args
 from pipecast.cli.console import console, human_count
-from pipecast.models.registry import ZOO
-from pipecast.models.summary import summarize
-from pipecast.models.workload import Workload
+from pipecast.values.models.registry import ZOO
+from pipecast.values.models.summary import summarize
+from pipecast.values.models.workload import Workload
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -11,11 +11,11 @@ from pipecast.cli.common import count_arg, output_file
 from pipecast.cli.console import console, human_bytes, human_seconds
 from pipecast.cli.planning import add_profile_args, load_inputs
 from pipecast.errors import ConfigError
-from pipecast.interop.torch_pipelining import schedule_csv, split_points, split_script
-from pipecast.models.sources import file_stem, library_of
-from pipecast.partition import METHODS, PartitionReport, Setting, analyze, partition
-from pipecast.partition.pipedream import pipedream_partition
-from pipecast.profile.types import Profile
+from pipecast.planning.partition import METHODS, PartitionReport, Setting, analyze, partition
+from pipecast.planning.partition.pipedream import pipedream_partition
+from pipecast.values.models.sources import file_stem, library_of
+from pipecast.values.plan.torch_pipelining import schedule_csv, split_points, split_script
+from pipecast.values.profile.types import Profile
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -132,9 +132,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _export_torch(args: argparse.Namespace, profile: Profile, boundaries: list[int]) -> None:
-    from pipecast.models import Workload
-    from pipecast.schedule import make_plan
-    from pipecast.schedule.generators import stages_per_rank
+    from pipecast.planning.schedules import make_plan
+    from pipecast.planning.schedules.generators import stages_per_rank
+    from pipecast.values.models import Workload
 
     if not profile.workload:
         raise ConfigError("--export torch needs a profile that names its model (pipecast profile)")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 
 from pipecast.cli.common import margin_arg
-from pipecast.hardware.cluster import Cluster
-from pipecast.hardware.load import default_cluster, load_cluster
-from pipecast.profile.types import Profile
+from pipecast.values.hardware.cluster import Cluster
+from pipecast.values.hardware.load import default_cluster, load_cluster
+from pipecast.values.profile.types import Profile
 
 
 def add_profile_args(parser: argparse.ArgumentParser) -> None:

@@ -9,9 +9,9 @@ from rich.table import Table
 
 from pipecast.cli.common import count_arg, output_file
 from pipecast.cli.console import console, human_seconds
-from pipecast.hardware.cluster import Cluster
-from pipecast.hardware.presets import describe
-from pipecast.hardware.probe import ProbeOptions, probe
+from pipecast.measuring.probe.probe import ProbeOptions, probe
+from pipecast.values.hardware.cluster import Cluster
+from pipecast.values.hardware.presets import describe
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

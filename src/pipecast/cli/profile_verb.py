@@ -15,9 +15,9 @@ from pipecast.cli.common import (
 )
 from pipecast.cli.console import console, human_bytes, human_count, human_seconds, progress
 from pipecast.errors import ConfigError
-from pipecast.profile.pool import pool_host, poolable
-from pipecast.profile.profiler import ProfileOptions, profile_model
-from pipecast.profile.types import Profile
+from pipecast.measuring.profiler.profiler import ProfileOptions, profile_model
+from pipecast.values.profile.pool import pool_host, poolable
+from pipecast.values.profile.types import Profile
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

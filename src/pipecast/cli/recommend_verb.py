@@ -18,13 +18,13 @@ from pipecast.cli.common import (
     workload_from_args,
 )
 from pipecast.cli.console import console, human_bytes, human_seconds, progress
-from pipecast.hardware.cluster import Cluster
-from pipecast.hardware.load import load_cluster
-from pipecast.profile.types import Profile
-from pipecast.recommender.measure import Measured, decide, too_close
-from pipecast.recommender.predict import Prediction
-from pipecast.recommender.rank import Recommendation, samples_rate
-from pipecast.recommender.session import Events, Request, both_profiles, recommend_for
+from pipecast.orchestration.recommend.session import Events, Request, both_profiles, recommend_for
+from pipecast.orchestration.recommend.validate import Measured, decide, too_close
+from pipecast.planning.recommend.predict import Prediction
+from pipecast.planning.recommend.rank import Recommendation, samples_rate
+from pipecast.values.hardware.cluster import Cluster
+from pipecast.values.hardware.load import load_cluster
+from pipecast.values.profile.types import Profile
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

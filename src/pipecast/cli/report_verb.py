@@ -6,7 +6,7 @@ import argparse
 
 from pipecast.cli.common import output_dir
 from pipecast.cli.console import console
-from pipecast.hardware.load import load_cluster
+from pipecast.values.hardware.load import load_cluster
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     if not Path(args.store).exists():
         raise DataError(f"no results store at {args.store}: run `pipecast bench` first")
     cluster = load_cluster(args.cluster) if args.cluster else None
-    from pipecast.report.html import build  # matplotlib: imported when a report is made
+    from pipecast.report.html import build
 
     page, md = build(
         args.store,

@@ -10,13 +10,13 @@ from rich.table import Table
 from pipecast.cli.common import count_arg, output_dir
 from pipecast.cli.console import console, human_bytes, human_seconds
 from pipecast.cli.planning import add_profile_args, default_batch, load_inputs
-from pipecast.models.sources import file_stem
-from pipecast.recommender.predict import Prediction, predict
-from pipecast.recommender.rank import samples_rate
-from pipecast.recommender.strategy import Kind, Strategy
+from pipecast.planning.recommend.predict import Prediction, predict
+from pipecast.planning.recommend.rank import samples_rate
+from pipecast.planning.schedules.generators import SCHEDULES
+from pipecast.planning.simulation import closed_form
 from pipecast.report.trace import write_trace
-from pipecast.schedule.generators import SCHEDULES
-from pipecast.simulation import closed_form
+from pipecast.values.models.sources import file_stem
+from pipecast.values.strategy import Kind, Strategy
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     stem = f"{file_stem(profile.model)}-{args.schedule}-{args.stages}x{args.micro_batches}"
-    from pipecast.report.gantt import gantt  # matplotlib: imported when a chart is drawn
+    from pipecast.report.gantt import gantt
 
     gantt(pred.timeline, str(out / f"{stem}.png"), title=f"{profile.model} {pred.strategy.label()}")
     write_trace(str(out / f"{stem}.trace.json"), ("predicted", pred.timeline))

@@ -16,12 +16,9 @@ from pipecast.cli.common import add_workload_args, count_arg, output_dir, worklo
 from pipecast.cli.console import console, human_bytes, human_seconds, progress
 from pipecast.errors import ConfigError
 from pipecast.extras import check_installed
-from pipecast.hardware.load import default_cluster
-from pipecast.models.sources import file_stem
-from pipecast.profile.types import Profile
-from pipecast.recommender.chosen import Chosen, chosen
-from pipecast.recommender.predict import predict
-from pipecast.recommender.strategy import Strategy
+from pipecast.planning.recommend.chosen import Chosen, chosen
+from pipecast.planning.recommend.predict import predict
+from pipecast.planning.schedules.generators import SCHEDULES
 from pipecast.report.trace import write_trace
 from pipecast.runtime import checkpoint, graphs
 from pipecast.runtime.checkpoint import Checkpointing
@@ -30,8 +27,11 @@ from pipecast.runtime.job import TrainJob
 from pipecast.runtime.launch import under_torchrun
 from pipecast.runtime.run import JobResult, run_job
 from pipecast.runtime.worker import StepProgress
-from pipecast.schedule.generators import SCHEDULES
-from pipecast.training import LR_SCHEDULES, OFFLOADS
+from pipecast.values.hardware.load import default_cluster
+from pipecast.values.models.sources import file_stem
+from pipecast.values.profile.types import Profile
+from pipecast.values.strategy import Strategy
+from pipecast.values.training import LR_SCHEDULES, OFFLOADS
 
 
 def add_run_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
@@ -212,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print_result(result, inference=args.inference)
     if getattr(args, "compare", None):
-        from pipecast.cli.infer_compare import compare  # onnxruntime: imported when asked
+        from pipecast.cli.infer_compare import compare
 
         compare(result, args.compare)
     if followed is not None and followed.predicted > 0:
@@ -231,7 +231,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _check_installed(runtimes: list[str]) -> None:
     """Before anything runs: every runtime --compare names is installed."""
-    from pipecast.interop import deepspeed_inference, onnx_runtime
+    from pipecast.measuring.interop import deepspeed_inference, onnx_runtime
 
     install = {"onnxruntime": onnx_runtime.INSTALL, "deepspeed": deepspeed_inference.INSTALL}
     for name in runtimes:

@@ -11,7 +11,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from pipecast.simulation.timeline import Event
+from pipecast.values.timeline import Event
 
 KINDS = ("F", "B", "W", "BW")
 

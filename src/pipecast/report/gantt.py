@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.patches import Patch
 
-from pipecast.simulation.timeline import Event, Timeline
+from pipecast.values.timeline import Event, Timeline
 
 COLOURS = {
     "F": "#4C72B0",

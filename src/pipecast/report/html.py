@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from pipecast.bench.store import Store
-from pipecast.hardware.cluster import Cluster
+from pipecast.orchestration.bench.store import Store
 from pipecast.report import sections as make
 from pipecast.report.page import Section, write_pages
+from pipecast.values.hardware.cluster import Cluster
 
 
 def build(

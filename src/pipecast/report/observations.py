@@ -7,11 +7,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from pipecast.bench.config import BenchConfig
-from pipecast.bench.store import Row
-from pipecast.hardware.cluster import Cluster
-from pipecast.partition import Setting, analyze, partition
-from pipecast.profile.types import Profile
+from pipecast.orchestration.bench.config import BenchConfig
+from pipecast.orchestration.bench.store import Row
+from pipecast.planning.partition import Setting, analyze, partition
+from pipecast.values.hardware.cluster import Cluster
+from pipecast.values.profile.types import Profile
 
 
 def microbatch_trend(rows: Sequence[Row]) -> list[str]:

@@ -12,10 +12,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
-from pipecast.bench.accuracy import Comparison
-from pipecast.bench.config import BenchConfig
-from pipecast.bench.store import Row
-from pipecast.profile.types import Profile
+from pipecast.orchestration.bench.accuracy import Comparison
+from pipecast.orchestration.bench.config import BenchConfig
+from pipecast.orchestration.bench.store import Row
+from pipecast.values.profile.types import Profile
 
 
 def _save(fig: Figure, path: str) -> str:

@@ -7,17 +7,17 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from pipecast.bench.accuracy import ROUNDS_AGREE, comparisons, decisions, summary
-from pipecast.bench.config import BenchConfig
-from pipecast.bench.store import Row
-from pipecast.hardware.cluster import Cluster
-from pipecast.partition import METHODS, Setting, analyze, partition
-from pipecast.profile.types import Profile
+from pipecast.orchestration.bench.accuracy import ROUNDS_AGREE, comparisons, decisions, summary
+from pipecast.orchestration.bench.config import BenchConfig
+from pipecast.orchestration.bench.store import Row
+from pipecast.planning.partition import METHODS, Setting, analyze, partition
 from pipecast.report import observations, plots
 from pipecast.report.actions import GAP_HEADER, action_gaps, gap_rows
 from pipecast.report.gantt import gantt_pair
 from pipecast.report.page import Section
-from pipecast.simulation.timeline import Event
+from pipecast.values.hardware.cluster import Cluster
+from pipecast.values.profile.types import Profile
+from pipecast.values.timeline import Event
 
 RESULTS_HEADER = [
     "suite",
@@ -105,7 +105,7 @@ def _accuracy_lines(s: dict[str, float]) -> list[str]:
     if "host_drift_median" in s:
         lines.append(
             "The host's speed was read while profiling and around every measurement "
-            "(pipecast.hardware.hostspeed): host-bound configurations ran with the host a "
+            "(pipecast.measuring.hostspeed): host-bound configurations ran with the host a "
             "median "
             f"{s['host_drift_median']:.2f}x as slow as when profiled; scaled to the host "
             "speed each ran at, their median |error| would be "

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from pipecast import jsonio
-from pipecast.simulation.timeline import Event, Timeline
+from pipecast.values.timeline import Event, Timeline
 
 _THREADS = {"send": 2, "allreduce": 2}
 

@@ -190,8 +190,8 @@ def backward_input(
 
 @dataclass(frozen=True, slots=True)
 class Cut:
-    """Where a stage's forward was cut into separate graphs (pipecast.profile.segments): the output
-    of one segment and the leaf the next segment started from."""
+    """Where a stage's forward was cut into separate graphs (pipecast.values.profile.segments): the
+    output of one segment and the leaf the next segment started from."""
 
     output: torch.Tensor
     leaf: torch.Tensor

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from pipecast.errors import PipecastError, RuntimeTimeout
-from pipecast.schedule.action import Action, Plan
+from pipecast.values.plan.action import Action, Plan
 
 MessageKey = tuple[int, str, int]
 """(producing stage, 'act' or 'grad', micro-batch)."""

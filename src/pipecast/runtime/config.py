@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from pipecast.errors import ConfigError
-from pipecast.training import (
+from pipecast.values.training import (
     LR_SCHEDULES,
     LrSchedule,
     Offload,
@@ -25,7 +25,7 @@ class RunConfig:
     lr: float = 0.01
     lr_schedule: LrSchedule = "constant"
     """After the warm-up, the learning rate stays (constant) or falls to `lr_min` at the last
-    step, in a straight line or a half cosine (pipecast.training.learning_rate)."""
+    step, in a straight line or a half cosine (pipecast.values.training.learning_rate)."""
     lr_warmup: int = 0
     """Steps over which the learning rate rises linearly to `lr`."""
     lr_min: float = 0.0
@@ -56,8 +56,8 @@ class RunConfig:
     occupies SMs while it waits for its peer, so late posting leaves them to compute."""
     cut_backward: bool = True
     """Under a split backward, run each stage as one autograd graph per segment
-    (pipecast.profile.segments), so that W walks only its own segment; False: one graph per stage,
-    whose W calls each walk everything below them (what the profile does not price)."""
+    (pipecast.values.profile.segments), so that W walks only its own segment; False: one graph per
+    stage, whose W calls each walk everything below them (what the profile does not price)."""
     cuda_graphs: bool | None = None
     """Replay every action as a CUDA graph after an eager first step
     (pipecast.runtime.graphs): one launch per action where the host would issue every

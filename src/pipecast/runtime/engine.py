@@ -4,7 +4,7 @@ The same Plan the simulator consumed drives this loop, action by action: F recei
 (from the data, a local stage, or a channel), runs the stage and sends its output; B or BW
 receives the output gradient, runs the backward (split or whole) and sends the input gradient;
 W computes the weight gradients B deferred. Under a split backward a stage's forward runs as
-one autograd graph per segment of its blocks (pipecast.profile.segments), so that W's calls
+one autograd graph per segment of its blocks (pipecast.values.profile.segments), so that W's calls
 walk only their own segment. After a stage's last backward its gradients are
 all-reduced across data-parallel replicas (bucketed, overlapping the rest of the step); then
 every stage steps its optimizer. PipeDream plans update after every micro-batch, each backward
@@ -26,8 +26,7 @@ import torch
 import torch.distributed as dist
 
 from pipecast.errors import ConfigError, PipecastError
-from pipecast.hardware import devices
-from pipecast.runtime import allreduce, graphs, microbatch, ties
+from pipecast.runtime import allreduce, devices, graphs, microbatch, ties
 from pipecast.runtime.backward import (
     Cut,
     WeightWork,
@@ -47,10 +46,10 @@ from pipecast.runtime.shape_agreement import ShapeAgreement
 from pipecast.runtime.stage import StageModule
 from pipecast.runtime.watchdog import Watchdog
 from pipecast.runtime.weight_stream import hooks_of
-from pipecast.schedule.action import Action, Plan
-from pipecast.schedule.validate import validate
-from pipecast.simulation.timeline import Event
-from pipecast.training import offloads_activations, why_not_streamed
+from pipecast.values.plan.action import Action, Plan
+from pipecast.values.plan.validate import validate
+from pipecast.values.timeline import Event
+from pipecast.values.training import offloads_activations, why_not_streamed
 
 LossFn = Callable[[torch.Tensor, Any], torch.Tensor]
 

@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from pipecast.simulation.timeline import Event
+from pipecast.values.timeline import Event
 
 
 class ActionClock:

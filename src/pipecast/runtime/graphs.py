@@ -45,8 +45,8 @@ from pipecast.runtime.backward import WeightWork, backward_full, backward_input,
 from pipecast.runtime.channels import MessageKey
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.stage import StageModule
-from pipecast.schedule.action import Action, Plan
-from pipecast.training import offloads_activations, offloads_weights
+from pipecast.values.plan.action import Action, Plan
+from pipecast.values.training import offloads_activations, offloads_weights
 
 STAND_IN_ENV = "PIPECAST_GRAPHS_STAND_IN"
 """Set to 1 (tests), CPU ranks take `cuda_graphs` with re-run bodies in place of graphs."""

@@ -8,22 +8,16 @@ from typing import Any, Literal
 
 from torch import nn
 
-from pipecast.data.registry import get_spec
-from pipecast.data.source import DataSource
-from pipecast.data.spec import DatasetSpec
 from pipecast.errors import ConfigError
-from pipecast.models.workload import Workload
-from pipecast.partition.types import Partition
 from pipecast.runtime import graphs
-from pipecast.runtime.checkpoint import (
-    Checkpointing,
-    Saved,
-    check_resumable,
-    latest,
-    stage_blocks,
-)
+from pipecast.runtime.checkpoint import Checkpointing, Saved, check_resumable, latest, stage_blocks
 from pipecast.runtime.config import RunConfig
-from pipecast.schedule.action import Plan
+from pipecast.values.data.registry import get_spec
+from pipecast.values.data.source import DataSource
+from pipecast.values.data.spec import DatasetSpec
+from pipecast.values.models.workload import Workload
+from pipecast.values.partition import Partition
+from pipecast.values.plan.action import Plan
 
 
 @dataclass(frozen=True, kw_only=True)

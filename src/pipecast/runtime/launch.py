@@ -27,7 +27,7 @@ import torch.distributed as dist
 from torch.multiprocessing.spawn import start_processes
 
 from pipecast.errors import ConfigError, DeviceError, PipecastError
-from pipecast.hardware import devices
+from pipecast.runtime import devices
 
 Backend = Literal["gloo", "nccl"]
 

@@ -8,7 +8,7 @@ unpacks it. Parameters, views of them and the stage's received input stay where 
 the device holds them anyway. On CPU ranks the
 "host" copy is a plain copy, so the same path runs, and is tested, without a GPU.
 
-The simulator prices the same thing (pipecast.simulation.costs, StageTimes.to_host and
+The simulator prices the same thing (pipecast.planning.simulation.costs, StageTimes.to_host and
 from_host): the copies out overlap the forward, the copies back add to the backward.
 """
 

@@ -9,12 +9,12 @@ import torch
 from torch import nn
 
 from pipecast.errors import ConfigError
-from pipecast.models.graph_blocks import GraphBlock
-from pipecast.models.sources import library_of
 from pipecast.runtime import ties
 from pipecast.runtime.job import TrainJob
 from pipecast.runtime.launch import Context
 from pipecast.runtime.stage import StageModule, materialize
+from pipecast.values.models.graph_blocks import GraphBlock
+from pipecast.values.models.sources import library_of
 
 
 def whole_model(job: TrainJob) -> nn.Sequential:

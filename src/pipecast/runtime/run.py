@@ -11,7 +11,7 @@ import torch.distributed as dist
 from pipecast.runtime.job import TrainJob
 from pipecast.runtime.launch import Backend, Context, run_distributed, spawn, under_torchrun
 from pipecast.runtime.worker import RankReport, StepProgress, run_rank, summary
-from pipecast.simulation.timeline import Event, Timeline
+from pipecast.values.timeline import Event, Timeline
 
 
 @dataclass

@@ -3,7 +3,7 @@
 A posted NCCL send waits on the GPU for the matching receive, holding SMs. The receiver
 posts only when it reaches the consuming action, so a send posted the moment its tensor exists
 would wait through everything the receiver does first. The plan's unit clock
-(pipecast.schedule.clock) gives, for each message, the start of its consumer; the sender posts
+(pipecast.values.plan.clock) gives, for each message, the start of its consumer; the sender posts
 it just before its own action that is running at that moment (or at once, if the consumer is
 already due).
 """
@@ -13,8 +13,8 @@ from __future__ import annotations
 import torch
 
 from pipecast.runtime.channels import Channels, MessageKey, produced
-from pipecast.schedule.action import Action, Kind, Plan
-from pipecast.schedule.clock import unit_clock
+from pipecast.values.plan.action import Action, Kind, Plan
+from pipecast.values.plan.clock import unit_clock
 
 
 def post_positions(plan: Plan, rank: int) -> dict[Action, int]:

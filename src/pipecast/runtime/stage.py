@@ -19,12 +19,12 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from pipecast.hardware import devices
-from pipecast.profile.segments import segments
+from pipecast.runtime import devices
 from pipecast.runtime.backward import Cut
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.weight_stream import WeightStream
-from pipecast.training import offloads_optimizer, offloads_weights
+from pipecast.values.profile.segments import segments
+from pipecast.values.training import offloads_optimizer, offloads_weights
 
 _INPLACE_ERROR = "leaf Variable that requires grad is being used in an in-place operation"
 
@@ -86,8 +86,8 @@ class StageModule:
             self.streamed = WeightStream(list(self.module), self.params, self.host_params, device)
         self.copy_input = bool(len(blocks)) and needs_input_copy(blocks[0])
         self.parts = _parts(self.module)
-        """The stage's segments (pipecast.profile.segments), each run as its own autograd graph
-        when the backward is split; a single part when there is nothing to cut."""
+        """The stage's segments (pipecast.values.profile.segments), each run as its own autograd
+        graph when the backward is split; a single part when there is nothing to cut."""
         self.part_params = [
             [p for p in part.parameters() if p.requires_grad] for part in self.parts
         ]
@@ -243,8 +243,8 @@ def needs_input_copy(block: nn.Module) -> bool:
 
 
 def _parts(module: nn.Sequential) -> list[nn.Module]:
-    """The blocks of `module` grouped by pipecast.profile.segments; a cut that would start at a
-    block beginning with an in-place op (which a leaf cannot feed) moves past it."""
+    """The blocks of `module` grouped by pipecast.values.profile.segments; a cut that would start at
+    a block beginning with an in-place op (which a leaf cannot feed) moves past it."""
     blocks = list(module)
     ranges = segments([sum(1 for p in b.parameters() if p.requires_grad) for b in blocks])
     starts: list[int] = []

@@ -16,9 +16,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from pipecast.partition.types import Partition
 from pipecast.runtime.channels import cached_group
-from pipecast.schedule.action import Plan
+from pipecast.values.partition import Partition
+from pipecast.values.plan.action import Plan
 
 
 @dataclass(frozen=True)

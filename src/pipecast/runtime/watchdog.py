@@ -17,8 +17,8 @@ import time
 
 import torch.distributed as dist
 
-from pipecast.schedule.action import Action, Plan
-from pipecast.schedule.grid import render_grid
+from pipecast.values.plan.action import Action, Plan
+from pipecast.values.plan.grid import render_grid
 
 EXIT_TIMEOUT = 3
 

@@ -11,21 +11,20 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from pipecast.data.loss import loss_for
-from pipecast.data.source import fits
-from pipecast.data.spec import DatasetSpec
-from pipecast.data.synthetic import synthetic_batch
 from pipecast.errors import PipecastError
-from pipecast.hardware import devices
-from pipecast.hardware.devices import DTYPES
-from pipecast.runtime import checkpoint
+from pipecast.runtime import checkpoint, devices
+from pipecast.runtime.devices import DTYPES
 from pipecast.runtime.engine import PipelineEngine, StepResult
 from pipecast.runtime.job import TrainJob
 from pipecast.runtime.launch import Context, write_progress
 from pipecast.runtime.rank_stages import build_stages
 from pipecast.runtime.stage import StageModule
-from pipecast.simulation.timeline import Event
-from pipecast.training import learning_rate
+from pipecast.values.data.loss import loss_for
+from pipecast.values.data.source import fits
+from pipecast.values.data.spec import DatasetSpec
+from pipecast.values.data.synthetic import synthetic_batch
+from pipecast.values.timeline import Event
+from pipecast.values.training import learning_rate
 
 
 @dataclass

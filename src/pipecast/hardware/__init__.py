@@ -1,6 +1,0 @@
-"""Hardware: the Cluster type, unit parsing, the link fit (pure) and the probe (measures)."""
-
-from pipecast.hardware.cluster import Cluster, Link, cluster_from_dict
-from pipecast.hardware.fit import fit_link
-
-__all__ = ["Cluster", "Link", "cluster_from_dict", "fit_link"]

@@ -1,0 +1,1 @@
+"""The profiler: every block's forward, backward and memory at several micro-batch sizes."""

@@ -1,0 +1,380 @@
+"""The profiler: measures every block of a model at several micro-batch sizes.
+
+For each block and size it times forward, B (input gradient), W (weight gradient, through the
+same split the runtime uses) and the whole backward, with warm-up and repeats, and takes the
+robust median. Activation memory is measured, not derived: saved-tensor hooks see exactly what
+autograd keeps, deduplicated by storage so a tensor two blocks keep is counted once. A model
+too large for the device is profiled holding one block on it at a time.
+"""
+
+from __future__ import annotations
+
+import datetime
+import gc
+import math
+import statistics
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from pipecast.errors import ConfigError, DeviceError
+from pipecast.measuring import hostspeed
+from pipecast.measuring.profiler.context import (
+    Context,
+    across_windows,
+    in_place,
+    in_situ,
+    in_situ_hidden,
+    rescale,
+)
+from pipecast.measuring.profiler.graphed import GraphRecorder
+from pipecast.measuring.profiler.measure import (
+    BlockRun,
+    kept_workspace,
+    measure_block,
+    measure_loss,
+    measure_optimizer,
+    optimizer_fixed,
+    precision,
+    quiet_gc,
+    saved_storages,
+    split_call,
+    storage,
+    workspace_floor,
+)
+from pipecast.measuring.profiler.options import ProfileOptions
+from pipecast.runtime import devices
+from pipecast.runtime.backward import backward_full
+from pipecast.values.data.loss import loss_for
+from pipecast.values.data.spec import DatasetSpec
+from pipecast.values.data.synthetic import synthetic_batch
+from pipecast.values.models.summary import block_name
+from pipecast.values.profile.stats import robust
+from pipecast.values.profile.types import (
+    SMALL_REQUEST,
+    BlockCost,
+    BlockProfile,
+    HostReadings,
+    Profile,
+)
+
+__all__ = ["ProfileOptions", "measure_step", "profile_model"]
+
+Progress = Callable[[str], None]
+
+
+HOST_MODELLED = ("cuda",)
+"""Device types whose profiles time the host apart from the device (on a CPU the host does
+the work itself, and a profile's host costs are 0): only they read the host in
+ProfileOptions.host_windows windows, a CPU in one."""
+
+
+def _fits(model: nn.Sequential, device: torch.device) -> bool:
+    if device.type != "cuda":
+        return True
+    param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    return 3 * param_bytes < devices.free_memory(device)
+
+
+def profile_model(
+    model: nn.Sequential,
+    spec: DatasetSpec,
+    options: ProfileOptions,
+    *,
+    model_name: str = "model",
+    workload: dict[str, object] | None = None,
+    progress: Progress | None = None,
+) -> Profile:
+    """Measure `model` block by block; `progress` is called once per (size, block). On a GPU
+    the host stays on the GPU's NUMA node meanwhile, as the runtime's ranks do."""
+    with devices.pinned(devices.resolve(options.device)):
+        return _profile_model(
+            model, spec, options, model_name=model_name, workload=workload, progress=progress
+        )
+
+
+def quick_profile(
+    model: nn.Sequential,
+    spec: DatasetSpec,
+    micro_batch: int,
+    *,
+    device: str,
+    dtype: str,
+    autocast: bool,
+    name: str = "model",
+) -> Profile:
+    """A few repeats at one size: enough to balance a run's stages, seconds to take."""
+    options = ProfileOptions(
+        micro_batches=(micro_batch,),
+        device=device,
+        dtype=dtype,  # type: ignore[arg-type]
+        autocast=autocast,
+        warmup=1,
+        repeats=3,
+    )
+    return profile_model(model, spec, options, model_name=name)
+
+
+def _profile_model(
+    model: nn.Sequential,
+    spec: DatasetSpec,
+    options: ProfileOptions,
+    *,
+    model_name: str,
+    workload: dict[str, object] | None,
+    progress: Progress | None,
+) -> Profile:
+    if not options.micro_batches or min(options.micro_batches) < 1:
+        raise ConfigError(f"micro-batch sizes must be at least 1, got {options.micro_batches}")
+    if options.repeats < 1:
+        raise ConfigError(f"repeats must be at least 1, got {options.repeats}")
+    if options.host_windows < 1:
+        raise ConfigError(f"host windows must be at least 1, got {options.host_windows}")
+    device = devices.resolve(options.device)
+    torch.manual_seed(options.seed)
+    dtype = devices.DTYPES[options.dtype]
+    if not options.autocast:
+        model = model.to(dtype)
+    offload = options.offload if options.offload is not None else not _fits(model, device)
+    in_context = options.in_situ and not offload  # whole-model passes (context.in_situ)
+    # windows beyond the size's own turn only read the host, which only a GPU's profile models
+    windows = options.host_windows if device.type in HOST_MODELLED and in_context else 1
+    if not offload:
+        model = model.to(device)
+    loss_fn = loss_for(spec)
+    blocks = list(model)
+    costs: list[dict[int, BlockCost]] = [{} for _ in blocks]
+    input_counted = [False] * len(blocks)
+    optimizer_step = [0.0] * len(blocks)
+    kept: list[int | None] = [None] * len(blocks)  # library workspaces, at the first size
+    loss: dict[int, tuple[float, float]] = {}
+    sizes = sorted(set(options.micro_batches))
+    floor = workspace_floor(device, dtype)
+    fixed_step = optimizer_fixed(device, dtype, options)
+    b_call = split_call(device, dtype, options)
+    host_speed, host_issue = [hostspeed.reference()], [hostspeed.issue(device)]
+    plain_passes: dict[int, list[Context]] = {mb: [] for mb in sizes}  # per size, per window
+    size_issue: dict[int, float] = {}  # per size: hostspeed.issue() beside its host readings
+    held_passes: dict[int, Context] = {}  # per size: passes behind a hold (hide_issue)
+    hiding = options.hide_issue and device.type == "cuda"
+    graphs = GraphRecorder(len(blocks), options, device)  # graph replay times
+
+    def whole_batch(mb: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The batch the whole-model passes at size `mb` run on, on the device."""
+        first, target = synthetic_batch(spec, mb, seed=options.seed, dtype=dtype)
+        return first.to(device), target.to(device)
+
+    def host_window() -> None:
+        """Plain whole-model passes at every size, for the host's readings from a window
+        away from each size's own turn (ProfileOptions.host_windows)."""
+        for mb in sizes:
+            x_in, target = whole_batch(mb)
+            with quiet_gc():
+                plain_passes[mb].append(in_situ(blocks, x_in, target, loss_fn, device, options))
+        host_issue.append(hostspeed.issue(device))
+
+    if windows > 1:
+        _check_shapes(blocks, whole_batch(sizes[0])[0], device, options)
+        host_window()
+    for mb in sizes:
+        gc.collect()
+        x, target = whole_batch(mb)
+        prev_saved_output = False
+        for index, block in enumerate(blocks):
+            if offload:
+                block.to(device)
+            try:
+                param_ptrs = {storage(p)[0] for p in block.parameters()}
+                run = BlockRun(block, x, index, device, options)
+                if mb == sizes[0]:
+                    kept[index] = kept_workspace(run, dtype)
+                devices.reset_peak(device)
+                base = devices.allocated(device)
+                saved, out = saved_storages(run, param_ptrs)
+                in_ptr, in_bytes = storage(run.leaf)
+                out_ptr, out_bytes = storage(out)
+                saves_input = in_ptr in saved
+                saved_total = sum(saved.values())
+                shared = saves_input and prev_saved_output
+                prev_saved_output = out_ptr in saved
+                grad_out = torch.randn_like(out)
+                backward_full(out, grad_out, run.stage_input(), run.params)
+                peak = max(devices.peak_allocated(device) - base - saved_total - out_bytes, 0)
+                run.clear_grads()
+                with quiet_gc():
+                    m = measure_block(run, grad_out)
+                b, w, held = m["b"], m["w"], int(m["held"])
+                hb, hw = m["host_b"], m["host_w"]
+                if index == 0:  # the first stage never sends an input gradient
+                    b, w, held, hb, hw = m["bw"], 0.0, 0, m["host_bw"], 0.0
+                costs[index][mb] = BlockCost(
+                    forward=m["f"],
+                    backward_input=b,
+                    backward_weight=w,
+                    backward=m["bw"],
+                    output_bytes=out.numel() * out.element_size(),
+                    saved_bytes=saved_total - (in_bytes if shared else 0),
+                    peak_bytes=peak,
+                    spread=m["spread"],
+                    held_bytes=held,
+                    host_forward=m["host_f"],
+                    host_backward_input=hb,
+                    host_backward_weight=hw,
+                    host_backward=m["host_bw"],
+                )
+                input_counted[index] = saves_input and not shared
+                graphs.block(index, block, run.leaf.detach(), run.leaf.requires_grad)
+                if mb == sizes[0]:
+                    step = measure_optimizer(block, device, options)
+                    optimizer_step[index] = max(step - fixed_step, 0.0) if step else 0.0
+                x = out.detach()
+                del out, run, grad_out
+            except torch.OutOfMemoryError:
+                raise DeviceError(
+                    f"block {index} ({block_name(block)}) at micro-batch {mb} does not fit in "
+                    f"{devices.name(device)} ({devices.total_memory(device) / 2**30:.1f} GiB): "
+                    "profile smaller micro-batches"
+                ) from None
+            finally:
+                if offload:
+                    block.to("cpu")
+            if progress is not None:
+                progress(f"micro-batch {mb}")
+        loss[mb] = measure_loss(loss_fn, x, target, device, options)
+        graphs.loss_fn(loss_fn, x, target)
+        host_speed.append(hostspeed.reference())
+        host_issue.append(hostspeed.issue(device))
+        size_issue[mb] = host_issue[-1]
+        if in_context:
+            x_in, target = whole_batch(mb)
+            with quiet_gc():
+                plain_passes[mb].append(in_situ(blocks, x_in, target, loss_fn, device, options))
+                if hiding:
+                    behind = in_situ_hidden(blocks, x_in, target, loss_fn, device, options)
+                    if behind is None:  # one size not hidden keeps the plain device times
+                        hiding = False  # at every size (in_place): no more held passes
+                    else:
+                        held_passes[mb] = behind
+                graphs.whole(blocks, x_in)
+            after = hostspeed.issue(device)  # the passes' host times lie between the two
+            size_issue[mb] = statistics.mean([size_issue[mb], after])
+    for _ in range(windows - 2):
+        host_window()
+    plain = {mb: across_windows(w) for mb, w in plain_passes.items() if w}
+    contexts = in_place(plain, held_passes)
+    for mb, context in contexts.items():
+        rescale(costs, mb, context, loss_backward=loss[mb][1])
+    graphs.apply(costs)
+    return Profile(
+        model=model_name,
+        dataset=spec.name,
+        workload=dict(workload or {}),
+        device=devices.name(device),
+        dtype=options.dtype,
+        autocast=options.autocast,
+        torch_version=torch.__version__,
+        micro_batches=tuple(sizes),
+        input_bytes_per_sample=_input_bytes(spec, dtype),
+        target_bytes_per_sample=spec.target_bytes(torch.empty((), dtype=dtype).element_size()),
+        blocks=tuple(
+            BlockProfile(
+                index=i,
+                name=block_name(block),
+                params=sum(p.numel() for p in block.parameters()),
+                param_bytes=sum(p.numel() * p.element_size() for p in block.parameters()),
+                input_counted=input_counted[i],
+                costs=costs[i],
+                optimizer_step=optimizer_step[i],
+                param_tensors=sum(1 for p in block.parameters() if p.requires_grad),
+                buffer_tensors=sum(1 for _ in block.buffers()),
+                kept_workspace=kept[i],
+                large_param_bytes=sum(
+                    n
+                    for p in block.parameters()
+                    if (n := p.numel() * p.element_size()) > SMALL_REQUEST
+                ),
+            )
+            for i, block in enumerate(blocks)
+        ),
+        loss=loss,
+        loss_alone=graphs.loss if graphs.enabled else {},
+        graph_pool=graphs.pool if graphs.enabled else {},
+        created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        floor_bytes=floor,
+        optimizer_fixed=fixed_step,
+        host=HostReadings(
+            split_call=b_call,
+            reference=statistics.median(host_speed),
+            issue=statistics.median(host_issue),
+            machine=hostspeed.machine(),
+            cpu=hostspeed.cpu_model(),
+            size_issue=size_issue,
+            windows=windows if in_context else 0,
+            window_host={
+                mb: tuple(sum(c.host_forward) + c.host_backward for c in w)
+                for mb, w in plain_passes.items()
+                if w
+            },
+        ),
+        issue_hidden=bool(contexts) and all(c.issue_hidden for c in contexts.values()),
+        graph_times=graphs.enabled,
+        graph_failure=graphs.failure,
+    )
+
+
+def _check_shapes(
+    blocks: list[nn.Module], x: torch.Tensor, device: torch.device, options: ProfileOptions
+) -> None:
+    """One forward block by block from `x`, without gradients: a block that fails on its
+    input raises ShapeError naming it, as the per-block runs would, before any whole-model
+    pass."""
+    with torch.no_grad():
+        for index, block in enumerate(blocks):
+            _, x = BlockRun(block, x, index, device, options).forward()
+
+
+def _input_bytes(spec: DatasetSpec, dtype: torch.dtype) -> int:
+    itemsize = 8 if spec.input_kind == "tokens" else torch.empty((), dtype=dtype).element_size()
+    return math.prod(spec.sample_shape) * itemsize
+
+
+def measure_step(
+    model: nn.Sequential,
+    spec: DatasetSpec,
+    micro_batch: int,
+    options: ProfileOptions,
+) -> float:
+    """Median seconds of one whole-model forward + loss + backward at `micro_batch` (the
+    reference the sum of per-block costs is checked against)."""
+    device = devices.resolve(options.device)
+    with devices.pinned(device):
+        return _measure_step(model, spec, micro_batch, options, device)
+
+
+def _measure_step(
+    model: nn.Sequential,
+    spec: DatasetSpec,
+    micro_batch: int,
+    options: ProfileOptions,
+    device: torch.device,
+) -> float:
+    dtype = devices.DTYPES[options.dtype]
+    if not options.autocast:
+        model = model.to(dtype)
+    model = model.to(device)
+    loss_fn = loss_for(spec)
+    x, target = synthetic_batch(spec, micro_batch, seed=options.seed, dtype=dtype)
+    x, target = x.to(device), target.to(device)
+
+    def step() -> None:
+        with precision(device, options):
+            loss = loss_fn(model(x), target)
+        torch.autograd.backward(loss)
+
+    times = []
+    for _ in range(options.warmup + options.repeats):
+        model.zero_grad(set_to_none=True)
+        times.append(devices.timed(device, step)[1])
+    model.zero_grad(set_to_none=True)
+    return robust(times[options.warmup :]).median

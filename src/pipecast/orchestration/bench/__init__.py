@@ -1,0 +1,1 @@
+"""Benchmark suites, their runner, the results store and accuracy statistics."""

@@ -1,0 +1,183 @@
+"""Prediction accuracy: predicted against measured step time and memory, and whether the
+strategy pipecast would pick is the one that measured fastest (the thesis's Tables 8.1 and
+8.2, for pipecast)."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from pipecast.orchestration.bench.store import Row
+from pipecast.values.profile.stats import range_spread
+from pipecast.values.timeline import HOST_BOUND
+
+ROUNDS_AGREE = 0.10
+"""Rounds of one configuration that lie within this fraction of their median measured it
+repeatably. On the lent 4 x H100 machines the same configuration measured minutes apart
+moved by up to 55%: no prediction can be nearer than the measurement's own spread."""
+
+
+@dataclass(frozen=True)
+class Comparison:
+    label: str
+    group: str
+    """Configurations in one group compete: same workload, batch and GPU budget."""
+    predicted: float
+    measured: float
+    predicted_memory: float | None
+    measured_memory: float | None
+    host_share: float = 0.0
+    """The prediction's busiest host over its step (see HOST_BOUND)."""
+    host_drift: float | None = None
+    """How much slower the host ran while this was measured than while the model was
+    profiled (hostspeed readings; None: not recorded)."""
+    round_spread: float | None = None
+    """(slowest - fastest) / median of the rounds this configuration was measured in
+    (None: measured once): how far the measurement itself moves."""
+    graphed: bool = False
+    """A CUDA-graphed run (BenchConfig.cuda_graphs), summarised apart."""
+    gpus: int = 1
+    """GPUs the configuration ran on."""
+    rounds: tuple[float, ...] = ()
+    """The step time each round measured (empty: measured once)."""
+
+    @property
+    def repeatable(self) -> bool:
+        """Measured in rounds that agree within ROUNDS_AGREE."""
+        return self.round_spread is not None and self.round_spread <= ROUNDS_AGREE
+
+    @property
+    def host_bound(self) -> bool:
+        return self.host_share >= HOST_BOUND
+
+    @property
+    def error(self) -> float:
+        return (self.predicted - self.measured) / self.measured
+
+    @property
+    def memory_error(self) -> float | None:
+        if not self.predicted_memory or not self.measured_memory:
+            return None
+        return (self.predicted_memory - self.measured_memory) / self.measured_memory
+
+
+@dataclass(frozen=True)
+class Decision:
+    group: str
+    picked: str
+    fastest: str
+    slowdown: float
+    """Measured step time of the pick over the measured fastest, minus one (0: right)."""
+
+
+def comparisons(rows: Iterable[Row]) -> list[Comparison]:
+    from pipecast.orchestration.bench.config import BenchConfig
+
+    out = []
+    for r in rows:
+        if r.status != "ok" or not r.predicted or not r.measured:
+            continue
+        cfg = BenchConfig.from_dict(r.config)
+        group = f"{cfg.workload.key} b{cfg.batch} on {cfg.gpus} GPU(s)"
+        mem = r.measured.get("peak_allocated")
+        out.append(
+            Comparison(
+                cfg.label(),
+                group,
+                r.predicted["step_time"],
+                r.measured["step_time"],
+                max(r.predicted["peak_memory"]) if r.predicted.get("peak_memory") else None,
+                max(mem) if mem else None,
+                float(r.predicted.get("host_share", 0.0)),
+                _drift(r.measured.get("host_reference"), r.predicted.get("host_reference")),
+                _spread(r.measured.get("rounds")),
+                cfg.cuda_graphs,
+                cfg.gpus,
+                tuple(r.measured.get("rounds") or ()),
+            )
+        )
+    return out
+
+
+def _spread(rounds: list[float] | None) -> float | None:
+    return range_spread(rounds) if rounds and len(rounds) > 1 else None
+
+
+def _drift(measured: list[float] | None, profiled: float | None) -> float | None:
+    if not measured or not profiled:
+        return None
+    return statistics.median(measured) / profiled
+
+
+def decisions(comps: list[Comparison]) -> list[Decision]:
+    groups: dict[str, list[Comparison]] = {}
+    for c in comps:
+        groups.setdefault(c.group, []).append(c)
+    out = []
+    for group, items in groups.items():
+        if len(items) < 2:
+            continue
+        picked = min(items, key=lambda c: c.predicted)
+        fastest = min(items, key=lambda c: c.measured)
+        out.append(
+            Decision(group, picked.label, fastest.label, picked.measured / fastest.measured - 1.0)
+        )
+    return out
+
+
+def summary(comps: list[Comparison]) -> dict[str, float | int]:
+    """Error statistics over all eager comparisons, and apart for host-bound predictions;
+    CUDA-graphed runs apart (graphed_*), and the picks among eager and graphed runs
+    together (*_with_graphs), as `recommend --cuda-graphs` picks."""
+    graphed = [c for c in comps if c.graphed]
+    out: dict[str, float | int] = {}
+    if graphed:
+        out |= {f"graphed_{k}": v for k, v in _errors(graphed).items()}
+        both = decisions(comps)
+        out["decisions_with_graphs"] = len(both)
+        out["right_with_graphs"] = sum(d.slowdown == 0 for d in both)
+        comps = [c for c in comps if not c.graphed]
+    out |= _errors(comps)
+    picks = decisions(comps)
+    out |= {
+        "decisions": len(picks),
+        "right": sum(d.slowdown == 0 for d in picks),
+        "within_5_percent": sum(d.slowdown <= 0.05 for d in picks),
+    }
+    parts = [
+        ("device_bound", [c for c in comps if not c.host_bound]),
+        ("host_bound", [c for c in comps if c.host_bound]),
+    ]
+    spreads = [c.round_spread for c in comps if c.round_spread is not None]
+    if spreads:  # measured in rounds: how repeatable the measurement was, and the errors
+        # where it was (a miss there is the model's; elsewhere it may be the moment's)
+        out["round_spread_median"] = statistics.median(spreads)
+        out["round_spread_worst"] = max(spreads)
+        parts.append(("repeatable", [c for c in comps if c.repeatable]))
+    for name, part in parts:
+        for key, value in _errors(part).items():
+            out[f"{name}_{key}"] = value
+    # where the host binds, the step follows the host's speed: the predictions scaled to the
+    # host speed read while each configuration ran (a diagnosis, not a prediction)
+    drifted = [c for c in comps if c.host_bound and c.host_drift]
+    if drifted:
+        out["host_bound_median_abs_error_at_run_host_speed"] = statistics.median(
+            abs(c.predicted * (c.host_drift or 1.0) / c.measured - 1.0) for c in drifted
+        )
+        out["host_drift_median"] = statistics.median(c.host_drift or 1.0 for c in drifted)
+    return out
+
+
+def _errors(comps: list[Comparison]) -> dict[str, float | int]:
+    errors = [abs(c.error) for c in comps]
+    mems = [abs(e) for c in comps if (e := c.memory_error) is not None]
+    return {
+        "configurations": len(comps),
+        "median_abs_error": statistics.median(errors) if errors else float("nan"),
+        "worst_abs_error": max(errors) if errors else float("nan"),
+        "median_abs_memory_error": statistics.median(mems) if mems else float("nan"),
+        "worst_abs_memory_error": max(mems) if mems else float("nan"),
+        "within_7_percent": sum(e <= 0.07 for e in errors),
+        "within_20_percent": sum(e <= 0.2 for e in errors),
+    }

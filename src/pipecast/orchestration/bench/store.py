@@ -1,0 +1,151 @@
+"""The results store: one SQLite file, a row per benchmark configuration.
+
+Rows are written as each configuration completes (or fails), so a suite that dies part way
+keeps what it measured and resumes where it stopped. Each row holds the configuration, the
+environment (card, torch version, commit), the measurements and the predictions.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipecast.errors import DataError
+
+SCHEMA = """
+create table if not exists results (
+    key text primary key,
+    suite text not null,
+    status text not null,          -- ok | failed | started
+    config text not null,          -- JSON
+    environment text not null,     -- JSON: card, torch, commit, host
+    measured text,                 -- JSON: step_time, samples_per_second, memory, loss, ...
+    predicted text,                -- JSON: step_time, peak_memory, bubble, ...
+    error text,
+    updated real not null
+);
+"""
+
+
+@dataclass(frozen=True)
+class Row:
+    key: str
+    suite: str
+    status: str
+    config: dict[str, Any]
+    environment: dict[str, Any]
+    measured: dict[str, Any] | None
+    predicted: dict[str, Any] | None
+    error: str | None
+
+
+class Store:
+    def __init__(self, path: str | Path) -> None:
+        if Path(path).is_dir():
+            raise DataError(f"{path} is a directory, expected a results store (a .sqlite file)")
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with closing(self._connect()) as db, db:
+            db.executescript(SCHEMA)
+
+    def _connect(self) -> sqlite3.Connection:
+        return sqlite3.connect(self.path, timeout=30)
+
+    def done(self, key: str) -> bool:
+        """Whether `key` finished (ok or failed): a resumed suite skips it."""
+        with closing(self._connect()) as db:
+            row = db.execute("select status from results where key = ?", (key,)).fetchone()
+        return row is not None and row[0] in ("ok", "failed")
+
+    def put(
+        self,
+        key: str,
+        suite: str,
+        status: str,
+        config: dict[str, Any],
+        environment: dict[str, Any],
+        measured: dict[str, Any] | None = None,
+        predicted: dict[str, Any] | None = None,
+        error: str | None = None,
+    ) -> None:
+        with closing(self._connect()) as db, db:
+            db.execute(
+                "insert or replace into results values (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    key,
+                    suite,
+                    status,
+                    json.dumps(config),
+                    json.dumps(environment),
+                    json.dumps(measured) if measured is not None else None,
+                    json.dumps(predicted) if predicted is not None else None,
+                    error,
+                    time.time(),
+                ),
+            )
+
+    def status(self, key: str) -> str | None:
+        """ok, failed, started, or None for a configuration never begun."""
+        with closing(self._connect()) as db:
+            row = db.execute("select status from results where key = ?", (key,)).fetchone()
+        return str(row[0]) if row else None
+
+    def row(self, key: str) -> Row | None:
+        """The record of `key`, or None."""
+        return next(self.rows(key=key), None)
+
+    def rows(
+        self, suite: str | None = None, status: str | None = None, *, key: str | None = None
+    ) -> Iterator[Row]:
+        query, params = "select * from results where 1=1", []
+        if key:
+            query += " and key = ?"
+            params.append(key)
+        if suite:
+            query += " and suite = ?"
+            params.append(suite)
+        if status:
+            query += " and status = ?"
+            params.append(status)
+        with closing(self._connect()) as db:
+            for r in db.execute(query + " order by updated", params).fetchall():
+                yield Row(
+                    r[0],
+                    r[1],
+                    r[2],
+                    json.loads(r[3]),
+                    json.loads(r[4]),
+                    json.loads(r[5]) if r[5] else None,
+                    json.loads(r[6]) if r[6] else None,
+                    r[7],
+                )
+
+
+def environment(device: str = "cpu") -> dict[str, Any]:
+    import platform
+
+    import torch
+
+    from pipecast.runtime import devices
+
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    dev = devices.resolve(device)
+    return {
+        "card": devices.name(dev),
+        "devices": torch.cuda.device_count() if dev.type == "cuda" else 1,
+        "torch": torch.__version__,
+        "commit": commit,
+        "host": platform.node(),
+    }

@@ -1,0 +1,1 @@
+"""A recommendation end to end: calibration, ranking and validation by measurement."""

@@ -1,0 +1,167 @@
+"""Run predicted strategies for real, so the recommendation can rest on measurement.
+
+A host's speed moves in spells of seconds to minutes (pipecast.measuring.hostspeed): the same
+configuration measured minutes apart on one 4 x H100 machine took 37.5 and 57.1 ms. So the
+candidates are measured in rounds, every candidate once per round (A, B, A, B), each compared
+with the others in the same spells, and each keeps the median of its rounds.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from pipecast.planning.recommend.predict import Prediction
+from pipecast.runtime.config import RunConfig
+from pipecast.runtime.job import TrainJob
+from pipecast.runtime.run import run_job
+from pipecast.values.models.workload import Workload
+from pipecast.values.profile.stats import range_spread
+
+
+@dataclass(frozen=True, kw_only=True)
+class Measured:
+    prediction: Prediction
+    step_time: float
+    samples_per_second: float
+    peak_allocated: tuple[int, ...]
+    rounds: tuple[float, ...] = ()
+    """Step time measured in each round (the step time is their median)."""
+
+    @property
+    def spread(self) -> float:
+        """How far its rounds lay apart, relative to its step time (0 with one round)."""
+        return range_spread(self.rounds)
+
+    @property
+    def error(self) -> float:
+        """(predicted - measured) / measured step time."""
+        return (self.prediction.step_time - self.step_time) / self.step_time
+
+    @property
+    def memory_error(self) -> float | None:
+        measured = max(self.peak_allocated, default=0)
+        if measured <= 0:
+            return None
+        return (self.prediction.peak_memory - measured) / measured
+
+
+def job_for(
+    pred: Prediction,
+    workload: Workload,
+    *,
+    device: str,
+    config: RunConfig,
+    steps: int = 5,
+    warmup_steps: int = 2,
+) -> TrainJob:
+    """The runtime job that executes exactly the predicted plan and partition."""
+    return TrainJob(
+        plan=pred.plan,
+        partition=pred.partition,
+        batch=pred.batch,
+        workload=workload,
+        replicas=pred.strategy.replicas,
+        config=RunConfig(
+            **{
+                **config.__dict__,
+                "recompute": pred.strategy.recompute,
+                "offload": pred.strategy.offload,
+                "cuda_graphs": pred.strategy.cuda_graphs,
+            }
+        ),
+        device="cuda" if device.startswith("cuda") else "cpu",
+        steps=steps,
+        warmup_steps=warmup_steps,
+        exact_init=not device.startswith("cuda"),
+    )
+
+
+def measure_once(
+    pred: Prediction,
+    workload: Workload,
+    *,
+    device: str,
+    config: RunConfig,
+    steps: int = 5,
+    warmup_steps: int = 2,
+) -> Measured:
+    result = run_job(
+        job_for(
+            pred, workload, device=device, config=config, steps=steps, warmup_steps=warmup_steps
+        )
+    )
+    assert result is not None
+    summary = result.summary
+    return Measured(
+        prediction=pred,
+        step_time=summary["step_time"],
+        samples_per_second=summary["samples_per_second"],
+        peak_allocated=tuple(summary["peak_allocated"]),
+        rounds=(summary["step_time"],),
+    )
+
+
+def measure_rounds(
+    preds: Sequence[Prediction],
+    workload: Workload,
+    *,
+    device: str,
+    config: RunConfig,
+    rounds: int = 2,
+    steps: int = 5,
+    warmup_steps: int = 2,
+    progress: Callable[[int, Prediction], None] | None = None,
+) -> list[Measured]:
+    """Measure every prediction `rounds` times, round-robin; each result holds the median
+    step time of its rounds and the highest peak memory. `progress(round, prediction)` is
+    called before each run."""
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, got {rounds}")
+    runs: list[list[Measured]] = [[] for _ in preds]
+    for r in range(rounds):
+        for i, pred in enumerate(preds):
+            if progress is not None:
+                progress(r, pred)
+            runs[i].append(
+                measure_once(
+                    pred,
+                    workload,
+                    device=device,
+                    config=config,
+                    steps=steps,
+                    warmup_steps=warmup_steps,
+                )
+            )
+    return [_median_of(each) for each in runs]
+
+
+def _median_of(runs: list[Measured]) -> Measured:
+    times = tuple(m.step_time for m in runs)
+    step = statistics.median(times)
+    peaks = [m.peak_allocated for m in runs]
+    return replace(
+        runs[0],
+        step_time=step,
+        samples_per_second=runs[0].prediction.batch / step if step > 0 else 0.0,
+        peak_allocated=tuple(max(p) for p in zip(*peaks, strict=True)),
+        rounds=times,
+    )
+
+
+def decide(measured: list[Measured]) -> Measured:
+    """The measured fastest: where predictions differ by less than their error, measurement
+    decides."""
+    return min(measured, key=lambda m: m.step_time)
+
+
+def too_close(measured: list[Measured]) -> float | None:
+    """Where the two measured fastest differ by less than either's spread over its rounds,
+    that spread (then measurement cannot tell them apart on this machine); else None."""
+    if len(measured) < 2:
+        return None
+    first, second = sorted(measured, key=lambda m: m.step_time)[:2]
+    spread = max(first.spread, second.spread)
+    gap = (second.step_time - first.step_time) / first.step_time if first.step_time > 0 else 0.0
+    return spread if spread > 0 and gap < spread else None

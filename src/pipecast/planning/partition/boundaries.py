@@ -1,0 +1,85 @@
+"""Stage boundaries a user names or a method finds, and where a schedule places its stages.
+
+`split` is the one way a run or a prediction gets its pipeline's stages: boundaries given as
+text ('0,4,10,21,40'), or a partition method's answer for the schedule, micro-batches and
+optimizer it must serve.
+"""
+
+from __future__ import annotations
+
+from pipecast.errors import ConfigError
+from pipecast.planning.partition.methods import METHODS, Setting, partition
+from pipecast.planning.schedules.generators import stages_per_rank
+from pipecast.values.hardware.cluster import Cluster
+from pipecast.values.partition import Partition, Placement, from_boundaries
+from pipecast.values.profile.types import Profile
+from pipecast.values.training import Offload, Optimizer, Recompute
+
+PLACEMENT: dict[str, Placement] = {"interleaved": "loop", "zb-v": "v"}
+"""Schedules that hold several stages per device, and how they place them."""
+
+
+def placement_of(schedule: str) -> Placement:
+    return PLACEMENT.get(schedule, "one")
+
+
+def parse_boundaries(text: str, blocks: int) -> list[int] | None:
+    """'0,4,10,21,40' -> [0, 4, 10, 21, 40]; a method name -> None."""
+    if text in METHODS:
+        return None
+    try:
+        bounds = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise ConfigError(
+            f"partition '{text}' is neither a method ({', '.join(METHODS)}) nor boundaries "
+            "like 0,4,10,21,40"
+        ) from None
+    if bounds[0] != 0 or bounds[-1] != blocks or bounds != sorted(set(bounds)):
+        raise ConfigError(
+            f"boundaries {bounds} must rise strictly from 0 to the model's {blocks} blocks"
+        )
+    return bounds
+
+
+def split(
+    profile: Profile,
+    cluster: Cluster,
+    *,
+    how: str,
+    schedule: str,
+    ranks: int,
+    replicas: int,
+    micro_batch: int,
+    microbatches: int,
+    optimizer: Optimizer = "sgd",
+    memory_margin: float = 0.1,
+    recompute: Recompute = "none",
+    offload: Offload = "none",
+) -> Partition:
+    """The pipeline's stages over `ranks` devices (times `replicas`): boundaries `how` names
+    ('0,10,40'), or the partition method `how` for this schedule and micro-batching."""
+    stages = ranks * stages_per_rank(schedule)
+    placement = placement_of(schedule)
+    bounds = parse_boundaries(how, profile.num_blocks)
+    if bounds is not None:
+        if len(bounds) - 1 != stages:
+            raise ConfigError(
+                f"boundaries {bounds} give {len(bounds) - 1} stages; {schedule} on "
+                f"{ranks} GPUs needs {stages}"
+            )
+        return from_boundaries(
+            bounds, method="given", placement=placement, ranks=ranks, replicas=replicas
+        )
+    setting = Setting(
+        micro_batch=micro_batch,
+        microbatches=microbatches,
+        schedule=schedule,
+        optimizer=optimizer,
+        memory_margin=memory_margin,
+        recompute=recompute,
+        offload=offload,
+        placement=placement,
+        ranks=ranks,
+        replicas=replicas,
+    )
+    return partition(profile, cluster, stages, setting, how)

@@ -1,0 +1,24 @@
+"""How much memory a stage needs: parameters, gradients, optimizer state and the activations
+of the micro-batches its schedule keeps in flight."""
+
+from __future__ import annotations
+
+from pipecast.values.training import OPTIMIZER_STATE, Optimizer
+
+
+def in_flight(schedule: str, position: int, stages: int, microbatches: int) -> int:
+    """Micro-batches whose activations a stage holds at its peak: all M under GPipe, S - s
+    under 1F1B and PipeDream (PipeDream also stashes that many weight versions), S under
+    ZB-H1, about S for the interleaved and V schedules."""
+    if schedule in ("gpipe",):
+        return microbatches
+    if schedule in ("1f1b", "pipedream"):
+        return min(microbatches, stages - position)
+    if schedule == "forward-only":
+        return 0
+    return min(microbatches, stages)
+
+
+def static_bytes(param_bytes: float, optimizer: Optimizer, *, stashed_versions: int = 0) -> float:
+    """Parameters + gradients + optimizer state (+ PipeDream's stashed weight versions)."""
+    return param_bytes * (2.0 + OPTIMIZER_STATE[optimizer] + stashed_versions)

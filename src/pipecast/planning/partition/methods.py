@@ -1,0 +1,239 @@
+"""Partition methods: the baselines other tools use, and pipecast's default.
+
+Baselines: equal block counts (torch, Megatron), parameter counts (DeepSpeed 'parameters'),
+forward time (GPipe, torchgpipe's balance_by_time), memory (torchgpipe's balance_by_size) and
+forward + backward time without communication. pipecast's default ('balanced') minimises the
+slowest stage counting forward + backward compute and the transfers of its boundary tensors
+over the links it uses, subject to each device's memory for the schedule's in-flight
+micro-batches. All are exact min-max splits of their own cost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from pipecast.errors import ConfigError, UnknownNameError
+from pipecast.planning.partition.balance import RowCost, additive_row, min_max_split
+from pipecast.planning.partition.memory import in_flight, static_bytes
+from pipecast.values.hardware.cluster import Cluster
+from pipecast.values.partition import Partition, Placement, from_boundaries
+from pipecast.values.profile.types import Profile
+from pipecast.values.training import (
+    Offload,
+    Optimizer,
+    Recompute,
+    offloads_activations,
+    offloads_optimizer,
+    offloads_weights,
+)
+
+Method = Literal["blocks", "params", "forward", "memory", "compute", "balanced"]
+METHODS: tuple[Method, ...] = ("blocks", "params", "forward", "memory", "compute", "balanced")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Setting:
+    """What the partition must serve: its schedule, micro-batches and the optimizer."""
+
+    micro_batch: int
+    """Samples per micro-batch (costs are read at this size)."""
+    microbatches: int = 8
+    schedule: str = "1f1b"
+    optimizer: Optimizer = "sgd"
+    memory_margin: float = 0.1
+    """Fraction of device memory kept free (allocator fragmentation, CUDA context)."""
+    recompute: Recompute = "none"
+    offload: Offload = "none"
+    """What a micro-batch keeps between its forward and its backward: a recomputed or
+    offloaded one only its input (see stage_memory_row)."""
+    placement: Placement = "one"
+    ranks: int | None = None
+    """Devices in the pipeline (placement 'loop'/'v': fewer than stages)."""
+    replicas: int = 1
+
+
+class _Arrays:
+    """Per-block arrays at one micro-batch size, with prefix sums for O(1) range costs."""
+
+    def __init__(self, profile: Profile, micro_batch: int) -> None:
+        costs = [profile.cost(i, micro_batch) for i in range(profile.num_blocks)]
+        f = np.array([c.forward for c in costs])
+        bw = np.array([c.backward for c in costs])
+        lf, lb = profile.loss_cost(micro_batch)
+        f[-1] += lf
+        bw[-1] += lb
+        self.forward = np.concatenate([[0.0], np.cumsum(f)])
+        self.compute = np.concatenate([[0.0], np.cumsum(f + bw)])
+        self.block_saved = np.array([c.saved_bytes for c in costs], dtype=float)
+        self.saved = np.concatenate([[0.0], np.cumsum(self.block_saved)])
+        self.block_params = np.array([b.param_bytes for b in profile.blocks], dtype=float)
+        self.params = np.concatenate([[0.0], np.cumsum(self.block_params)])
+        self.out = np.array([c.output_bytes for c in costs], dtype=float)
+        self.input_counted = np.array([b.input_counted for b in profile.blocks])
+        self.peak = np.array([c.peak_bytes for c in costs], dtype=float)
+
+
+def _devices_of(stage: int, setting: Setting) -> tuple[int, int]:
+    """(pipeline rank of stage, pipeline rank of the next stage)."""
+    ranks = setting.ranks or 1 << 30
+
+    def rank(s: int) -> int:
+        if setting.placement == "loop":
+            return s % ranks
+        if setting.placement == "v":
+            return s if s < ranks else 2 * ranks - 1 - s
+        return s
+
+    return rank(stage), rank(stage + 1)
+
+
+def stage_memory_row(
+    a: _Arrays, stop: int, position: int, stages: int, setting: Setting
+) -> np.ndarray:
+    """Peak bytes of stage [i, stop) at `position`, for every start i < stop."""
+    starts = np.arange(stop)
+    params = a.params[stop] - a.params[:stop]
+    held_input = np.where(
+        (starts > 0) & ~a.input_counted[:stop], a.out[np.maximum(starts - 1, 0)], 0
+    )
+    activation = a.saved[stop] - a.saved[:stop] + held_input
+    flight = in_flight(setting.schedule, position, stages, setting.microbatches)
+    stash = flight if setting.schedule == "pipedream" else 0
+    peak = np.maximum.accumulate(a.peak[:stop][::-1])[::-1]  # max over [i, stop)
+    state = "sgd" if offloads_optimizer(setting.offload) else setting.optimizer  # on the host
+    factor = static_bytes(1.0, state, stashed_versions=stash)
+    kept = activation * flight
+    if flight and (setting.recompute != "none" or offloads_activations(setting.offload)):
+        # as the simulator holds them: a recomputed or offloaded micro-batch keeps its
+        # received input; one micro-batch's activations come back for its backward (all of
+        # them recomputed, the largest block's from the host); GPipe's last micro-batch,
+        # not recomputed under all-but-last, keeps all of its own
+        received = np.where(starts > 0, a.out[np.maximum(starts - 1, 0)], 0)
+        largest = np.maximum.accumulate(a.block_saved[:stop][::-1])[::-1]  # max over [i, stop)
+        back = activation if setting.recompute != "none" else largest
+        last = activation if setting.recompute == "all-but-last" else received
+        kept = received * (flight - 1) + last + back
+    weights = factor * params
+    if offloads_weights(setting.offload):  # the gradients, and two blocks' weights at once
+        window = 2 * np.maximum.accumulate(a.block_params[:stop][::-1])[::-1]
+        weights = (factor - 1.0) * params + np.minimum(window, params)
+    return np.asarray(weights + kept + peak, dtype=float)
+
+
+def _memory_limit(cluster: Cluster, setting: Setting, stages: int) -> float:
+    per_device = cluster.memory_bytes * (1.0 - setting.memory_margin)
+    ranks = setting.ranks or stages
+    return per_device * ranks / stages  # several stages per device share it
+
+
+def check_margin(memory_margin: float) -> float:
+    """`memory_margin`, the fraction of GPU memory kept free, if in [0, 1) (else ConfigError;
+    NaN too)."""
+    if not 0 <= memory_margin < 1:
+        raise ConfigError(
+            f"memory_margin is the fraction of GPU memory kept free, in [0, 1); got {memory_margin}"
+        )
+    return memory_margin
+
+
+def check_methods(methods: tuple[str, ...]) -> tuple[str, ...]:
+    """`methods`, each one of METHODS and at least one (UnknownNameError or ConfigError)."""
+    if not methods:
+        raise ConfigError(f"no partition method given: choose from {', '.join(METHODS)}")
+    for method in methods:
+        if method not in METHODS:
+            raise UnknownNameError("partition method", method, METHODS)
+    return methods
+
+
+def partition(
+    profile: Profile, cluster: Cluster, stages: int, setting: Setting, method: str = "balanced"
+) -> Partition:
+    """Split `profile`'s blocks into `stages` stages by `method` (see METHODS)."""
+    if method not in METHODS:
+        raise UnknownNameError("partition method", method, METHODS)
+    n = profile.num_blocks
+    if stages > n:
+        raise ConfigError(f"{stages} stages but the model has only {n} blocks: use at most {n}")
+    a = _Arrays(profile, setting.micro_batch)
+    limit = _memory_limit(cluster, setting, stages)
+    costs = [profile.cost(i, setting.micro_batch) for i in range(n)]
+    _check_single_blocks(profile, a, cluster, setting, stages, limit)
+    if method == "blocks":
+        row = additive_row([1.0] * n)
+    elif method == "params":
+        row = additive_row([float(b.param_bytes) for b in profile.blocks])
+    elif method == "forward":
+        row = additive_row([c.forward for c in costs])
+    elif method == "memory":
+        row = additive_row(
+            [
+                2.0 * b.param_bytes + c.saved_bytes
+                for b, c in zip(profile.blocks, costs, strict=True)
+            ]
+        )
+    elif method == "compute":
+        row = additive_row(list(np.diff(a.compute)))
+    else:
+        row = _balanced_row(a, cluster, setting, stages, limit)
+    bounds, _ = min_max_split(n, stages, row)
+    if not bounds:
+        raise _nothing_fits(profile, a, cluster, setting, stages, limit)
+    return from_boundaries(
+        bounds,
+        method=method,
+        placement=setting.placement,
+        ranks=setting.ranks,
+        replicas=setting.replicas,
+    )
+
+
+def _balanced_row(
+    a: _Arrays, cluster: Cluster, setting: Setting, stages: int, limit: float
+) -> RowCost:
+    def row(stop: int, position: int) -> np.ndarray:
+        compute = a.compute[stop] - a.compute[:stop]
+        src, dst = _devices_of(position, setting)
+        prev_src, _ = _devices_of(max(position - 1, 0), setting)
+        out_time = 0.0
+        if position < stages - 1 and src != dst:
+            out_time = cluster.link(src, dst).time(a.out[stop - 1])
+        starts = np.arange(stop)
+        in_bytes = np.where(starts > 0, a.out[np.maximum(starts - 1, 0)], 0.0)
+        link = cluster.link(prev_src, src)
+        in_time = np.where(in_bytes > 0, link.latency + in_bytes / link.bandwidth, 0.0)
+        if position == 0:
+            in_time = np.zeros(stop)
+        cost = compute + out_time + in_time
+        memory = stage_memory_row(a, stop, position, stages, setting)
+        return np.where(memory <= limit, cost, np.inf)
+
+    return row
+
+
+def _check_single_blocks(
+    profile: Profile, a: _Arrays, cluster: Cluster, setting: Setting, stages: int, limit: float
+) -> None:
+    for i in range(profile.num_blocks):
+        need = stage_memory_row(a, i + 1, 0, stages, setting)[i]
+        if need > limit:
+            raise ConfigError(
+                f"block {i} ({profile.blocks[i].name}) alone needs {need / 2**30:.2f} GiB at "
+                f"micro-batch {setting.micro_batch} but a device has {limit / 2**30:.2f} GiB "
+                "usable: use smaller micro-batches or enable recomputation"
+            )
+
+
+def _nothing_fits(
+    profile: Profile, a: _Arrays, cluster: Cluster, setting: Setting, stages: int, limit: float
+) -> ConfigError:
+    total = stage_memory_row(a, profile.num_blocks, 0, 1, setting)[0]
+    return ConfigError(
+        f"no split into {stages} stages fits {limit / 2**30:.2f} GiB per device "
+        f"(the whole model needs {total / 2**30:.2f} GiB with {setting.schedule}'s in-flight "
+        f"micro-batches): use more stages, smaller micro-batches, 1f1b instead of gpipe, or "
+        "recomputation"
+    )

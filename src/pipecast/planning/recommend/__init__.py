@@ -1,0 +1,1 @@
+"""The recommender's planning: enumerate strategies, predict each, rank them (pure)."""

@@ -1,0 +1,122 @@
+"""The strategies a user would consider for G GPUs and a global batch."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from pipecast.values.strategy import Kind, Strategy
+from pipecast.values.training import Recompute
+
+PIPELINE_SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-v")
+ACCUMULATION = 8
+"""Gradient accumulation counts up to this are always considered for one GPU and for data
+parallelism."""
+MORE_ACCUMULATION = 1024
+"""Beyond ACCUMULATION, doubling counts up to this are offered for a batch whose share of a
+GPU fits in no smaller count: recommend() tries one only where every smaller count of the
+same strategy ran out of memory."""
+
+
+def graphed(strategies: Iterator[Strategy]) -> Iterator[Strategy]:
+    """Each strategy as the runtime runs it on GPUs: every action replayed as a CUDA graph
+    (all but PipeDream's, which this enumeration does not offer)."""
+    for s in strategies:
+        yield Strategy(**{**s.to_dict(), "cuda_graphs": True})
+
+
+def gpu_counts(gpus: int) -> list[int]:
+    """1, 2, 4, ... up to `gpus`, and `gpus` itself."""
+    counts, g = [], 1
+    while g < gpus:
+        counts.append(g)
+        g *= 2
+    return [*counts, gpus]
+
+
+def _divisors_pow2(n: int, limit: int = 64) -> list[int]:
+    out, m = [], 1
+    while m <= min(n, limit):
+        if n % m == 0:
+            out.append(m)
+        m *= 2
+    return out
+
+
+def strategies(
+    gpus: int,
+    batch: int,
+    *,
+    blocks: int,
+    schedules: Sequence[str] = PIPELINE_SCHEDULES,
+    methods: Sequence[str] = ("balanced",),
+    recompute: bool = True,
+    serving: bool = False,
+) -> Iterator[Strategy]:
+    """Every single-GPU, data-parallel, pipeline and hybrid strategy on up to `gpus` GPUs.
+
+    Micro-batch counts are powers of two that divide the batch: up to MORE_ACCUMULATION,
+    in rising order, for accumulation (see ACCUMULATION), and S, 2S, 4S, 8S for pipelines
+    of S stages. `serving`: inference, every strategy running forward only (replicas each
+    serve their share of the batch; no recomputation, nothing to update)."""
+    if serving:
+        yield from _serving(gpus, batch, blocks, methods)
+        return
+    for g in gpu_counts(gpus):
+        share = batch // g if batch % g == 0 else 0
+        for m in _divisors_pow2(share, MORE_ACCUMULATION) if share else []:
+            if g == 1:
+                yield Strategy(kind="single", replicas=1, microbatches=m)
+            else:
+                yield Strategy(kind="data", replicas=g, microbatches=m)
+        for stages in (s for s in gpu_counts(g) if s >= 2 and g % s == 0):
+            replicas = g // stages
+            if batch % replicas:
+                continue
+            per_replica = batch // replicas
+            for schedule in schedules:
+                virtual = 2 if schedule in ("interleaved", "zb-v") else 1
+                if stages * virtual > blocks:
+                    continue
+                for factor in (1, 2, 4, 8):
+                    m = stages * factor
+                    if per_replica % m:
+                        continue
+                    for method in methods:
+                        options: tuple[Recompute, ...] = ("none", "all") if recompute else ("none",)
+                        for rc in options:
+                            yield Strategy(
+                                kind="pipeline" if replicas == 1 else "hybrid",
+                                stages=stages,
+                                replicas=replicas,
+                                schedule=schedule,
+                                microbatches=m,
+                                partition=method,
+                                recompute=rc,
+                            )
+
+
+def _serving(gpus: int, batch: int, blocks: int, methods: Sequence[str]) -> Iterator[Strategy]:
+    """Forward-only strategies: one device or replicas, each running its share in 1-8
+    micro-batches; pipelines of S stages over 1 (one request's latency), S, 2S, 4S or 8S."""
+    for g in gpu_counts(gpus):
+        share = batch // g if batch % g == 0 else 0
+        for m in _divisors_pow2(share, ACCUMULATION) if share else []:
+            kind: Kind = "single" if g == 1 else "data"
+            yield Strategy(kind=kind, replicas=g, microbatches=m, schedule="forward-only")
+        for stages in (s for s in gpu_counts(g) if 2 <= s <= blocks and g % s == 0):
+            replicas = g // stages
+            if batch % replicas:
+                continue
+            per_replica = batch // replicas
+            for m in dict.fromkeys((1, stages, 2 * stages, 4 * stages, 8 * stages)):
+                if per_replica % m:
+                    continue
+                for method in methods:
+                    yield Strategy(
+                        kind="pipeline" if replicas == 1 else "hybrid",
+                        stages=stages,
+                        replicas=replicas,
+                        schedule="forward-only",
+                        microbatches=m,
+                        partition=method,
+                    )

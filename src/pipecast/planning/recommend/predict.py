@@ -1,0 +1,211 @@
+"""Predict one strategy's step time and memory: partition, plan, costs, simulate."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from pipecast.errors import ConfigError
+from pipecast.planning.partition.boundaries import split
+from pipecast.planning.recommend import error_ranges
+from pipecast.planning.schedules.generators import make_plan
+from pipecast.planning.simulation.costs import costs_from_profile, cpu_turns
+from pipecast.planning.simulation.simulator import simulate
+from pipecast.values.hardware.cluster import Cluster
+from pipecast.values.partition import Partition, Stage
+from pipecast.values.plan.action import Plan
+from pipecast.values.profile.types import Profile
+from pipecast.values.strategy import Strategy
+from pipecast.values.timeline import Timeline
+from pipecast.values.training import Optimizer
+
+ERROR_RANGE: dict[tuple[str, str], tuple[float, float]] = {
+    (regime, gpus): error_ranges.error_range(regime, gpus)
+    for regime in ("device", "host")
+    for gpus in ("one GPU", "several GPUs")
+}
+"""The likely range of (predicted - measured) / measured step time, by what binds the step
+(device or host) and whether it spans GPUs (pipecast.planning.recommend.error_ranges). One
+device-bound GPU has no communication and no rank to wait for, and its predictions hold to a
+few per cent; over several GPUs predictions err fast more often than slow, so the ranges
+are not symmetric; host-bound steps follow the host's speed, which moves in spells."""
+
+CPU_ERROR_RANGE: tuple[float, float] = error_ranges.cpu_error_range()
+"""The same for CPU ranks, which share their cores: a CPU has no host apart from its device,
+so every CPU prediction is of one regime, and the GPU ranges do not carry over."""
+
+
+def error_range(host_bound: bool, gpus: int, cpu: bool = False) -> tuple[float, float]:
+    """ERROR_RANGE for a prediction of this regime on this many GPUs (CPU_ERROR_RANGE for
+    CPU ranks)."""
+    if cpu:
+        return CPU_ERROR_RANGE
+    return ERROR_RANGE[
+        ("host" if host_bound else "device", "one GPU" if gpus == 1 else "several GPUs")
+    ]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prediction:
+    strategy: Strategy
+    batch: int
+    micro_batch: int
+    partition: Partition
+    plan: Plan
+    timeline: Timeline
+    memory_limit: int
+    """Usable bytes per GPU (device memory less the safety margin)."""
+    cpu: bool = False
+    """Predicted for CPU ranks (CPU_ERROR_RANGE applies)."""
+
+    @property
+    def step_time(self) -> float:
+        return self.timeline.step_time
+
+    @property
+    def samples_per_second(self) -> float:
+        return self.batch / self.step_time if self.step_time > 0 else 0.0
+
+    @property
+    def peak_memory(self) -> int:
+        return max(self.timeline.peak_memory)
+
+    @property
+    def peak_host_memory(self) -> int:
+        """Pinned host bytes the busiest rank holds (offloaded activations; 0: none)."""
+        return max(self.timeline.peak_host_memory, default=0)
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_memory <= self.memory_limit
+
+    @property
+    def host_bound(self) -> bool:
+        return self.timeline.host_bound
+
+    @property
+    def measured_range(self) -> tuple[float, float]:
+        """The step time a run may well measure, fastest to slowest (seconds): where 80% of
+        past measurements fell around predictions of this regime on as many GPUs
+        (ERROR_RANGE, or CPU_ERROR_RANGE on CPU ranks)."""
+        low, high = error_range(self.host_bound, self.strategy.gpus, self.cpu)
+        return self.step_time / (1 + high), self.step_time / (1 + low)
+
+    @property
+    def comm_fraction(self) -> float:
+        return self.timeline.exposed_comm / self.step_time if self.step_time > 0 else 0.0
+
+
+def micro_batch_of(batch: int, strategy: Strategy, *, uneven: bool = False) -> int:
+    """Samples per micro-batch; `uneven`: a batch that does not divide is split as torch
+    splits it (sizes differing by one), and the largest size is priced."""
+    per_step = strategy.replicas * strategy.microbatches
+    if batch < per_step:
+        raise ConfigError(
+            f"batch {batch} cannot fill {strategy.replicas} replica(s) x "
+            f"{strategy.microbatches} micro-batch(es) of at least one sample: use a larger "
+            "batch or fewer micro-batches"
+        )
+    if uneven:
+        return -(-batch // per_step)
+    if batch % per_step:
+        raise ConfigError(
+            f"batch {batch} does not split into {strategy.replicas} replica(s) x "
+            f"{strategy.microbatches} micro-batch(es) ({batch} % {per_step} = {batch % per_step})"
+            ": choose a batch or micro-batch count that divides"
+        )
+    return batch // per_step
+
+
+def partition_for(
+    profile: Profile,
+    cluster: Cluster,
+    strategy: Strategy,
+    micro_batch: int,
+    optimizer: Optimizer = "sgd",
+    memory_margin: float = 0.1,
+) -> Partition:
+    if strategy.kind in ("single", "data"):
+        whole = Stage(0, profile.num_blocks, tuple(range(strategy.replicas)))
+        return Partition(stages=(whole,), num_blocks=profile.num_blocks, method="whole")
+    return split(
+        profile,
+        cluster,
+        how=strategy.partition,
+        schedule=strategy.schedule,
+        ranks=strategy.stages,
+        replicas=strategy.replicas,
+        micro_batch=micro_batch,
+        microbatches=strategy.microbatches,
+        optimizer=optimizer,
+        memory_margin=memory_margin,
+        recompute=strategy.recompute,
+        offload=strategy.offload,
+    )
+
+
+def plan_for(strategy: Strategy) -> Plan:
+    if strategy.kind in ("single", "data"):
+        serving = strategy.schedule == "forward-only"
+        return make_plan("forward-only" if serving else "1f1b", 1, strategy.microbatches)
+    return make_plan(strategy.schedule, strategy.stages, strategy.microbatches)
+
+
+def predict(
+    profile: Profile,
+    cluster: Cluster,
+    strategy: Strategy,
+    batch: int,
+    *,
+    optimizer: Optimizer = "sgd",
+    memory_margin: float = 0.1,
+    overlap_comm: bool = True,
+    ddp_buckets: bool = False,
+    runtime: bool = True,
+    clip: bool = False,
+    uneven: bool = False,
+) -> Prediction:
+    """Simulate `strategy` for a global batch of `batch` samples on `cluster`. With
+    `ddp_buckets`, data parallelism runs as torch's DistributedDataParallel, whose
+    all-reduce buckets hold a second copy of the gradients. Otherwise, with `runtime`, it
+    runs on pipecast's runtime, whose steps over several GPUs each cost
+    `cluster.step_overhead` more (the ranks agree on the step's shapes before it and meet at a
+    barrier after it; one rank alone does neither). `clip`: the gradients are clipped to
+    their global norm before the optimizer step (RunConfig.clip_grad_norm). `uneven`: a batch
+    that does not divide into the micro-batches is priced at its largest micro-batch."""
+    if strategy.gpus > cluster.world:
+        raise ConfigError(
+            f"{strategy.label()} needs {strategy.gpus} GPUs, the cluster has {cluster.world}"
+        )
+    mb = micro_batch_of(batch, strategy, uneven=uneven)
+    part = partition_for(profile, cluster, strategy, mb, optimizer, memory_margin)
+    plan = plan_for(strategy)
+    ddp = ddp_buckets and strategy.kind == "data" and strategy.replicas > 1
+    costs = costs_from_profile(
+        profile,
+        part,
+        mb,
+        cluster,
+        overlap_comm=overlap_comm,
+        recompute=strategy.recompute,
+        optimizer=optimizer,
+        cuda_graphs=strategy.cuda_graphs,
+        ddp=ddp,
+        clip=clip,
+        offload=strategy.offload,
+    )
+    timeline = simulate(plan, costs)
+    if runtime and not ddp and strategy.gpus > 1 and cluster.step_overhead:
+        per_step = cluster.step_overhead
+        if profile.device == "cpu":  # CPU ranks beyond the cores take turns on them
+            per_step *= cpu_turns(profile, cluster, strategy.gpus)
+        timeline = replace(timeline, step_time=timeline.step_time + per_step)
+    return Prediction(
+        strategy=strategy,
+        batch=batch,
+        micro_batch=mb,
+        partition=part,
+        plan=plan,
+        timeline=timeline,
+        memory_limit=int(cluster.memory_bytes * (1 - memory_margin)),
+        cpu=profile.device == "cpu",
+    )

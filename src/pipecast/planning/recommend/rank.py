@@ -1,0 +1,229 @@
+"""Predict every strategy, drop what does not fit, rank the rest, explain the winner."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field, replace
+
+from pipecast.errors import ConfigError, PipecastError
+from pipecast.planning.partition.methods import check_margin, check_methods
+from pipecast.planning.recommend.enumerate import ACCUMULATION, graphed, strategies
+from pipecast.planning.recommend.predict import Prediction, predict
+from pipecast.values.hardware.cluster import Cluster
+from pipecast.values.profile.types import Profile
+from pipecast.values.strategy import Strategy
+from pipecast.values.training import OPTIMIZER_STATE, Optimizer, offloads_weights, why_not_streamed
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rejected:
+    strategy: Strategy
+    reason: str
+    short: int = 0
+    """Bytes per GPU it lacks, where it was predicted whole (0: rejected before that)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Recommendation:
+    ranked: tuple[Prediction, ...]
+    """Strategies that fit, fastest first."""
+    rejected: tuple[Rejected, ...] = field(default_factory=tuple)
+    batch: int
+    epoch_samples: int
+
+    @property
+    def best(self) -> Prediction:
+        return self.ranked[0]
+
+    def epoch_time(self, pred: Prediction) -> float:
+        return self.epoch_samples / pred.samples_per_second if pred.samples_per_second else 0.0
+
+    def reason(self) -> str:
+        text = explain(self.best, self.ranked)
+        rivals = self.close_calls()[1:]
+        if rivals:
+            text += (
+                f". Within error of it: {quoted([p.strategy.label() for p in rivals])}; "
+                "--validate auto decides by measurement"
+            )
+        return text
+
+    def close_calls(self, limit: int = 4) -> tuple[Prediction, ...]:
+        """The best and every strategy that may really be faster than it: its fastest likely
+        measurement is no slower than the best's slowest (Prediction.measured_range). Only
+        measurement can order these."""
+        ceiling = self.best.measured_range[1]
+        close = [p for p in self.ranked if p.measured_range[0] <= ceiling]
+        return tuple(close[:limit])
+
+
+def recommend(
+    profile: Profile,
+    cluster: Cluster,
+    batch: int,
+    *,
+    gpus: int | None = None,
+    optimizer: Optimizer = "sgd",
+    memory_margin: float = 0.1,
+    epoch_samples: int = 0,
+    methods: tuple[str, ...] = ("balanced",),
+    schedules: tuple[str, ...] | None = None,
+    cuda_graphs: bool | None = None,
+    serving: bool = False,
+) -> Recommendation:
+    """Rank every strategy on up to `gpus` GPUs (default: the whole cluster), as the runtime
+    runs them: on GPUs (a GPU's profile) with every action replayed as a CUDA graph, on CPU
+    ranks eagerly; `cuda_graphs` True or False insists on one or the other. `serving`:
+    the fastest way to run inference on `batch` samples (forward only)."""
+    if cuda_graphs is None:
+        cuda_graphs = profile.device != "cpu"
+    gpus = gpus or cluster.world
+    if gpus > cluster.world:
+        raise ConfigError(f"{gpus} GPUs requested but the cluster has {cluster.world}")
+    if batch < 1:
+        raise ConfigError(f"batch must be at least 1, got {batch}")
+    check_margin(memory_margin)
+    check_methods(methods)
+    kwargs: dict[str, object] = {"schedules": schedules} if schedules else {}
+    if serving:
+        kwargs = {"serving": True}
+    fits, rejected = [], []
+    without_recompute: set[Strategy] = set()
+    accumulated: set[tuple[str, int, bool]] = set()  # one GPU or data parallel, fitted
+
+    def predicted(s: Strategy) -> Prediction:
+        return predict(profile, cluster, s, batch, optimizer=optimizer, memory_margin=memory_margin)
+
+    todo = strategies(gpus, batch, blocks=profile.num_blocks, methods=methods, **kwargs)  # type: ignore[arg-type]
+    for strategy in graphed(todo) if cuda_graphs else todo:
+        base = Strategy(**{**strategy.to_dict(), "recompute": "none"})
+        if strategy.recompute != "none" and base in without_recompute:
+            continue  # recomputation only where it is needed to fit
+        whole = (strategy.kind, strategy.replicas, strategy.cuda_graphs)
+        if strategy.microbatches > ACCUMULATION and whole in accumulated:
+            continue  # more accumulation only where fewer micro-batches did not fit
+
+        try:
+            pred: Prediction | None = predicted(strategy)
+        except PipecastError as exc:
+            rejected.append(Rejected(strategy=strategy, reason=str(exc).splitlines()[0]))
+            pred = None
+        if (pred is None or not pred.fits) and not serving:
+            # what does not fit (or finds no split that fits) may, with its saved
+            # activations on the host, eagerly; streaming the weights only adds copies,
+            # so only where nothing lighter fits
+            hosted = []
+            for moved in offloaded(strategy, optimizer):
+                with contextlib.suppress(PipecastError):
+                    other = predicted(moved)
+                    if other.fits:
+                        hosted.append(other)
+            light = [p for p in hosted if not offloads_weights(p.strategy.offload)]
+            fits += light or hosted
+        if pred is None:
+            continue
+        if pred.fits:
+            fits.append(pred)
+            if strategy.recompute == "none":
+                without_recompute.add(strategy)
+            if strategy.kind in ("single", "data"):
+                accumulated.add(whole)
+        else:
+            need, have = pred.peak_memory / 2**30, pred.memory_limit / 2**30
+            rejected.append(
+                Rejected(
+                    strategy=strategy,
+                    reason=f"needs {need:.2f} GiB per GPU, {have:.2f} GiB usable",
+                    short=pred.peak_memory - pred.memory_limit,
+                )
+            )
+    if not fits:
+        raise ConfigError(nothing_fits(rejected, gpus, cluster))
+    ranked = tuple(sorted(fits, key=lambda p: (p.step_time, p.strategy.gpus)))
+    return Recommendation(
+        ranked=ranked, rejected=tuple(rejected), batch=batch, epoch_samples=epoch_samples
+    )
+
+
+def offloaded(strategy: Strategy, optimizer: Optimizer) -> list[Strategy]:
+    """`strategy` with its activations, its optimizer's state (where it has some), or both
+    on the host (a strategy that recomputes every micro-batch, its optimizer's state
+    alone); and, where nothing is recomputed and the updates are synchronous, with its
+    weights streamed from the host too. A step that copies activations or weights runs
+    eagerly."""
+    if strategy.recompute == "all":  # nothing saved to move: only the optimizer's state
+        return [replace(strategy, offload="optimizer")] if OPTIMIZER_STATE[optimizer] else []
+    out = [replace(strategy, offload="activations", cuda_graphs=False)]
+    if OPTIMIZER_STATE[optimizer]:
+        out += [
+            replace(strategy, offload="optimizer"),
+            replace(strategy, offload="both", cuda_graphs=False),
+        ]
+    if not why_not_streamed("weights", strategy.recompute, strategy.schedule == "pipedream"):
+        out += [replace(strategy, offload=o, cuda_graphs=False) for o in ("weights", "all")]
+    return out
+
+
+def nothing_fits(rejected: list[Rejected], gpus: int, cluster: Cluster) -> str:
+    """Why no strategy fits, naming the one closest to fitting and how much memory it lacks
+    (else the first rejected one and its reason)."""
+    if not rejected:
+        return "no strategy to evaluate"
+    head = f"no strategy fits on {gpus} GPU(s) of {cluster.memory_bytes / 2**30:.1f} GiB"
+    fix = "use more GPUs, a smaller batch, or a smaller model"
+    measured = [r for r in rejected if r.short > 0]
+    if not measured:
+        first = rejected[0]
+        return f"{head} (e.g. {first.strategy.label()}: {first.reason}): {fix}"
+    closest = min(measured, key=lambda r: r.short)
+    return (
+        f"{head}: the closest, {closest.strategy.label()}, {closest.reason}, "
+        f"{closest.short / 2**30:.2f} GiB short: {fix}"
+    )
+
+
+def samples_rate(per_second: float) -> str:
+    """Samples a second to the digits that mean something: whole samples from 100 up
+    (9,733), a tenth below (48.1)."""
+    return f"{per_second:,.0f}" if per_second >= 100 else f"{per_second:,.1f}"
+
+
+def quoted(labels: list[str]) -> str:
+    """Strategy labels as one phrase a reader can split: each label may hold commas of its
+    own ("zb-h1 2 stages, M=2, balanced"), so each is quoted and the last joined by "and"."""
+    names = [f'"{label}"' for label in labels]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def explain(best: Prediction, ranked: tuple[Prediction, ...]) -> str:
+    """One line: why the winner wins, against the best of each other kind."""
+    others = {}
+    for pred in ranked[1:]:
+        kind = "pipeline" if pred.strategy.kind == "hybrid" else pred.strategy.kind
+        own = "pipeline" if best.strategy.kind == "hybrid" else best.strategy.kind
+        if kind != own and kind not in others:
+            others[kind] = pred
+    fastest, slowest = best.measured_range
+    parts = [
+        f"{best.strategy.label()} is predicted fastest at "
+        f"{samples_rate(best.samples_per_second)} samples/s (a run likely measures "
+        f"{samples_rate(best.batch / slowest)}-{samples_rate(best.batch / fastest)})"
+    ]
+    for pred in others.values():
+        parts.append(
+            f"{best.step_time and pred.step_time / best.step_time:.2f}x faster than "
+            f"{pred.strategy.label()}"
+        )
+    t = best.timeline
+    detail = []
+    if best.strategy.stages > 1:
+        detail.append(f"bubble {t.bubble_fraction:.0%}")
+    if t.exposed_comm > 0:
+        detail.append(f"exposed communication {best.comm_fraction:.0%}")
+    if best.host_bound:
+        detail.append(
+            f"host-bound: the host issues work {t.host_share:.0%} of the step, so expect a "
+            "larger error; --validate measures it"
+        )
+    text = "; ".join(parts)
+    return text + (f" ({', '.join(detail)})" if detail else "")

@@ -1,0 +1,212 @@
+"""Schedule generators: pure functions from (ranks, micro-batches) to a Plan.
+
+GPipe (fill-drain), 1F1B (PipeDream-Flush, DAPPLE's early backward), interleaved 1F1B
+(Megatron's virtual stages), zero-bubble ZB-H1 and ZB-V (B and W split), forward-only
+inference, and PipeDream's asynchronous 1F1B with weight stashing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+
+from pipecast.errors import ConfigError, UnknownNameError
+from pipecast.planning.schedules.greedy import list_schedule
+from pipecast.values.plan.action import BW, Action, B, F, Plan, W
+
+
+def _check(ranks: int, microbatches: int) -> None:
+    if ranks < 1:
+        raise ConfigError(f"a pipeline needs at least 1 rank, got {ranks}")
+    if microbatches < 1:
+        raise ConfigError(f"a step needs at least 1 micro-batch, got {microbatches}")
+
+
+def gpipe(ranks: int, microbatches: int) -> Plan:
+    """All forwards, then all backwards (in micro-batch order, as torch's ScheduleGPipe)."""
+    _check(ranks, microbatches)
+    m = range(microbatches)
+    actions = tuple(tuple([F(s, j) for j in m] + [BW(s, j) for j in m]) for s in range(ranks))
+    return Plan(
+        name="gpipe",
+        num_stages=ranks,
+        num_microbatches=microbatches,
+        stage_to_rank=tuple(range(ranks)),
+        actions=actions,
+    )
+
+
+def _one_f_one_b_order(
+    warmup: int, total: int, forward: Callable[[int], Action], backward: Callable[[int], Action]
+) -> list[Action]:
+    """`warmup` forwards, then one forward and one backward in turn, then the remaining
+    backwards: the order every 1F1B-style schedule shares."""
+    acts = [forward(k) for k in range(warmup)]
+    for k in range(total):
+        if warmup + k < total:
+            acts.append(forward(warmup + k))
+        acts.append(backward(k))
+    return acts
+
+
+def one_f_one_b(ranks: int, microbatches: int) -> Plan:
+    """1F1B: stage s warms up with min(S-s-1, M) forwards, then alternates forward and
+    backward, keeping at most S-s micro-batches of activations."""
+    _check(ranks, microbatches)
+    rows = [
+        tuple(
+            _one_f_one_b_order(
+                min(ranks - s - 1, microbatches), microbatches, partial(F, s), partial(BW, s)
+            )
+        )
+        for s in range(ranks)
+    ]
+    return Plan(
+        name="1f1b",
+        num_stages=ranks,
+        num_microbatches=microbatches,
+        stage_to_rank=tuple(range(ranks)),
+        actions=tuple(rows),
+    )
+
+
+def interleaved_1f1b(ranks: int, microbatches: int, chunks: int = 2) -> Plan:
+    """Megatron's interleaved 1F1B: `chunks` virtual stages per rank placed in a loop
+    (stage s on rank s % ranks); micro-batches advance in groups of `ranks`."""
+    _check(ranks, microbatches)
+    if chunks < 1:
+        raise ConfigError(f"chunks per rank must be at least 1, got {chunks}")
+    if microbatches % ranks:
+        raise ConfigError(
+            f"interleaved 1F1B needs micro-batches divisible by ranks ({microbatches} % "
+            f"{ranks} = {microbatches % ranks}): use {microbatches + ranks - microbatches % ranks}"
+        )
+    stages = ranks * chunks
+    total = microbatches * chunks
+    rows = []
+    for r in range(ranks):
+
+        def unit(k: int, forward: bool, r: int = r) -> Action:
+            group, within = divmod(k, ranks * chunks)
+            chunk = within // ranks
+            if not forward:
+                chunk = chunks - 1 - chunk
+            mb = group * ranks + within % ranks
+            stage = chunk * ranks + r
+            return F(stage, mb) if forward else BW(stage, mb)
+
+        warmup = min((ranks - r - 1) * 2 + (chunks - 1) * ranks, total)
+        rows.append(
+            tuple(
+                _one_f_one_b_order(
+                    warmup, total, partial(unit, forward=True), partial(unit, forward=False)
+                )
+            )
+        )
+    return Plan(
+        name="interleaved",
+        num_stages=stages,
+        num_microbatches=microbatches,
+        stage_to_rank=tuple(s % ranks for s in range(stages)),
+        actions=tuple(rows),
+        meta={"chunks": chunks},
+    )
+
+
+def zero_bubble_h1(ranks: int, microbatches: int) -> Plan:
+    """ZB-H1: 1F1B's order with the backward split into B and W, where stage s runs W(j)
+    only after B(j + s). Later stages thus pass input gradients back without waiting for
+    weight gradients, and the deferred W fill the cool-down. Every stage keeps at most S
+    micro-batches in flight (1F1B's peak); with F = B = W the bubble is (S-1)(F+B-W), a
+    third of 1F1B's."""
+    _check(ranks, microbatches)
+    rows = []
+    for s in range(ranks):
+        order = _one_f_one_b_order(
+            min(ranks - s - 1, microbatches), microbatches, partial(F, s), partial(B, s)
+        )
+        acts: list[Action] = []
+        deferred = 0  # W(j) follows B(j + s)
+        for a in order:
+            acts.append(a)
+            if a.kind == "B":
+                while deferred <= a.mb - s:
+                    acts.append(W(s, deferred))
+                    deferred += 1
+        acts += [W(s, j) for j in range(deferred, microbatches)]
+        rows.append(tuple(acts))
+    return Plan(
+        name="zb-h1",
+        num_stages=ranks,
+        num_microbatches=microbatches,
+        stage_to_rank=tuple(range(ranks)),
+        actions=tuple(rows),
+        split_backward=True,
+    )
+
+
+def zero_bubble_v(ranks: int, microbatches: int) -> Plan:
+    """ZB-V: two virtual stages per rank in a V (rank r holds stages r and 2R-1-r, so the
+    first and last stages share rank 0), B/W split, W filling idle time, at most 2R chunk
+    micro-batches in flight per rank (1F1B's peak activation memory)."""
+    _check(ranks, microbatches)
+    stages = 2 * ranks
+    placement = tuple(s if s < ranks else stages - 1 - s for s in range(stages))
+    return list_schedule("zb-v", placement, microbatches, rank_limit=2 * ranks)
+
+
+def forward_only(ranks: int, microbatches: int) -> Plan:
+    """Inference: every stage runs every micro-batch's forward, in order."""
+    _check(ranks, microbatches)
+    actions = tuple(tuple(F(s, j) for j in range(microbatches)) for s in range(ranks))
+    return Plan(
+        name="forward-only",
+        num_stages=ranks,
+        num_microbatches=microbatches,
+        stage_to_rank=tuple(range(ranks)),
+        actions=actions,
+        forward_only=True,
+    )
+
+
+def pipedream(ranks: int, microbatches: int) -> Plan:
+    """PipeDream's asynchronous 1F1B: the 1F1B order with a weight update after every
+    backward (no flush); each micro-batch's backward uses the weights its forward used."""
+    plan = one_f_one_b(ranks, microbatches)
+    return Plan(
+        name="pipedream",
+        num_stages=plan.num_stages,
+        num_microbatches=plan.num_microbatches,
+        stage_to_rank=plan.stage_to_rank,
+        actions=plan.actions,
+        async_updates=True,
+    )
+
+
+Generator = Callable[..., Plan]
+SCHEDULES: dict[str, Generator] = {
+    "gpipe": gpipe,
+    "1f1b": one_f_one_b,
+    "interleaved": interleaved_1f1b,
+    "zb-h1": zero_bubble_h1,
+    "zb-v": zero_bubble_v,
+    "forward-only": forward_only,
+    "pipedream": pipedream,
+}
+STAGES_PER_RANK = {"interleaved": 2, "zb-v": 2}
+"""Virtual stages per rank (interleaved takes `chunks`; 2 is its default)."""
+
+
+def make_plan(name: str, ranks: int, microbatches: int, *, chunks: int = 2) -> Plan:
+    """The named schedule for `ranks` pipeline ranks and `microbatches` micro-batches."""
+    if name not in SCHEDULES:
+        raise UnknownNameError("schedule", name, list(SCHEDULES))
+    if name == "interleaved":
+        return interleaved_1f1b(ranks, microbatches, chunks)
+    return SCHEDULES[name](ranks, microbatches)
+
+
+def stages_per_rank(name: str, chunks: int = 2) -> int:
+    if name == "interleaved":
+        return chunks
+    return STAGES_PER_RANK.get(name, 1)

@@ -1,0 +1,8 @@
+"""Simulation of Plans in time: costs, the event-driven engine, closed forms.
+
+The Timeline it produces is a value (pipecast.values.timeline)."""
+
+from pipecast.planning.simulation.costs import Costs, StageTimes, costs_from_profile
+from pipecast.planning.simulation.simulator import simulate
+
+__all__ = ["Costs", "StageTimes", "costs_from_profile", "simulate"]

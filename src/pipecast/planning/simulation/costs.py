@@ -1,0 +1,365 @@
+"""What the simulator charges: per-stage times and bytes, boundary transfers, all-reduces.
+
+`Costs` is plain data so tests can write unit costs by hand; `costs_from_profile` derives it
+from a Profile, a Partition and a Cluster at one micro-batch size.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from pipecast.planning.simulation.issue import fitted, span
+from pipecast.values.hardware.cluster import CPU_PROBE_RANKS, Cluster
+from pipecast.values.partition import Partition
+from pipecast.values.profile.types import BlockCost, Profile, StageCost
+from pipecast.values.training import (
+    Offload,
+    Optimizer,
+    Recompute,
+    offloads_activations,
+    offloads_optimizer,
+    offloads_weights,
+)
+
+BUCKET_BYTES = 25 * 2**20
+"""torch DDP's default gradient bucket: DDP all-reduces each as soon as its gradients are
+ready, during the backward (simulate.engine._finish_step)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StageTimes:
+    forward: float
+    backward_input: float
+    backward_weight: float
+    backward: float
+    optimizer: float = 0.0
+    output_bytes: int = 0
+    """Bytes sent to the next stage per micro-batch."""
+    input_bytes: int = 0
+    activation_bytes: int = 0
+    """Bytes held per micro-batch in flight (saved activations and the received input)."""
+    param_bytes: int = 0
+    workspace_bytes: int = 0
+    """Transient memory while the stage computes."""
+    held_bytes: int = 0
+    """Split backward: output gradients kept from B until W."""
+    batch_bytes: int = 0
+    """Bytes of the step's batch the stage's rank holds through the step, per micro-batch:
+    the inputs at the first stage, the targets at the last (the runtime's own_share)."""
+    host_forward: float = 0.0
+    """Seconds the host needs to issue each action (0: never host-bound)."""
+    host_backward_input: float = 0.0
+    host_backward_weight: float = 0.0
+    host_backward: float = 0.0
+    kept_workspace: int = 0
+    """Device bytes the math libraries keep for each stream the stage runs on (cuBLAS's
+    workspaces): once per rank for its default stream, once more for the graphs' stream."""
+    forward_span: float = 0.0
+    """Seconds from when the host begins issuing the action until its device can be done
+    with it, the device idle at the start, block by block (simulate.issue.span): at least
+    the host's time and the device's, more where the blocks alternate between the two
+    (0: the totals alone)."""
+    backward_input_span: float = 0.0
+    backward_weight_span: float = 0.0
+    backward_span: float = 0.0
+    to_host: float = 0.0
+    """Offloaded activations: seconds to copy one micro-batch's saved tensors to the host
+    (on a stream of its own, beside the forward)."""
+    from_host: float = 0.0
+    """... and back to the device (on the compute stream, as the backward needs them)."""
+    restored_bytes: int = 0
+    """Offloaded activations back on the device at once during a backward: the largest
+    block's, as autograd unpacks each block's tensors when it reaches the block and frees
+    them after (0: all of the stage's)."""
+    weights_in: float = 0.0
+    """Streamed weights: seconds to bring the stage's weights onto the device, a block at a
+    time beside the compute, for every action that runs its forward or input backward."""
+    window_bytes: int = 0
+    """Streamed weights: weight bytes on the device at once (a block's and the next one's,
+    counted as twice the largest block's)."""
+
+    @property
+    def offloaded_bytes(self) -> int:
+        """What the forward saves beyond the received input, which the runtime holds."""
+        return max(0, self.activation_bytes - self.input_bytes)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Costs:
+    stages: tuple[StageTimes, ...]
+    forward_transfer: tuple[float, ...] = ()
+    """Seconds to move stage s's output to stage s+1 (len = stages - 1; empty: free)."""
+    backward_transfer: tuple[float, ...] = ()
+    """Seconds to move the input gradient of stage s+1 back to stage s."""
+    allreduce: tuple[float, ...] = ()
+    """Seconds of stage s's gradient all-reduce over its replicas (empty: none)."""
+    clip_sync: float = 0.0
+    """Seconds of the all-reduce that sums the gradients' squared norm over every rank when
+    they are clipped to a global norm (RunConfig.clip_grad_norm): no rank steps its
+    optimizer before every rank's gradients are ready and that all-reduce is done. 0: no
+    clipping. The norm's own device time (a read of the gradients) is not priced."""
+    allreduce_buckets: tuple[int, ...] = ()
+    """Buckets of stage s's all-reduce, each started during the stage's last backward as its
+    gradients are ready (torch DDP, costs_from_profile's `ddp`); empty: one, the whole all-reduce
+    after that backward, as pipecast's runtime launches it."""
+    overlap_comm: bool = True
+    """Transfers run beside compute (separate stream); False: the sender waits."""
+    recompute: Recompute = "none"
+    offload: Offload = "none"
+    """Where saved activations live (pipecast.values.training.Offload): 'activations' charges
+    StageTimes.to_host beside each forward and from_host in each backward, and keeps only the
+    received input on the GPU."""
+    optimizer: Optimizer = "sgd"
+    grad_bytes_factor: float = 1.0
+    host_overhead: float = 0.0
+    """Host seconds the runtime adds to every action (its bookkeeping, posting transfers)."""
+    launch_queue: int = 0
+    """What-if, off by default: a rank's host issues at most this many actions ahead of its
+    device (CUDA's launch queue fills and launches wait); 0: unbounded."""
+    hold_sends: bool = False
+    """What-if, off by default: a send begins only when its receiver's host reaches the
+    action that consumes it (posts the receive), and the sender's device starts nothing
+    more until then (work queued behind a waiting NCCL send on a shared hardware queue)."""
+    cuda_graphs: bool = False
+    """Actions replayed as CUDA graphs (pipecast.runtime.graphs): an action costs its host
+    only the runtime's overhead, and each rank holds static buffers for the values that
+    cross its graphs (simulator.graph_buffers)."""
+    extra: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def uniform(
+        cls,
+        stages: int,
+        forward: float = 1.0,
+        backward_input: float = 1.0,
+        backward_weight: float = 1.0,
+        **kwargs: object,
+    ) -> Costs:
+        """Every stage the same: the textbook case with known closed forms."""
+        st = StageTimes(
+            forward=forward,
+            backward_input=backward_input,
+            backward_weight=backward_weight,
+            backward=backward_input + backward_weight,
+        )
+        return cls(stages=(st,) * stages, **kwargs)  # type: ignore[arg-type]
+
+    def without_communication(self) -> Costs:
+        return replace(
+            self, forward_transfer=(), backward_transfer=(), allreduce=(), allreduce_buckets=()
+        )
+
+
+def costs_from_profile(
+    profile: Profile,
+    partition: Partition,
+    micro_batch: int,
+    cluster: Cluster,
+    *,
+    overlap_comm: bool = True,
+    recompute: Recompute = "none",
+    optimizer: Optimizer = "sgd",
+    cuda_graphs: bool = False,
+    ddp: bool = False,
+    clip: bool = False,
+    offload: Offload = "none",
+) -> Costs:
+    """Costs of `partition` at `micro_batch` on `cluster` (replica 0's devices carry the
+    pipeline's transfers; each stage's replicas all-reduce its gradients), `cuda_graphs`:
+    the stages replayed as CUDA graphs (see Costs), with the profile's graph replay times
+    where it has them (Profile.graph_times), else its eager device times. `ddp`: the
+    replicas run as torch's DistributedDataParallel: its host work on top of the model's
+    (the probe's ddp_* terms: buffers broadcast before the forward, each block's parameter
+    hooks as the backward reaches it), each all-reduce bucket started during the backward
+    as its gradients are ready, and the buckets holding a second copy of the gradients.
+    `clip`: the gradients are clipped to their global norm (Costs.clip_sync). `offload`:
+    saved activations, gradients and weights copied to and from the host over
+    `cluster.host_link`, the optimizer stepped at `cluster.host_optimizer_rate`."""
+    stages = []
+    busy = len({d for st in partition.stages for d in st.devices})
+    slow = cluster.host_factor(
+        min(busy, cluster.gpus_per_node), profile.host.issue, profile.host.machine
+    )
+    # CPU ranks share the cores the profile had to itself: the model's own reading
+    # (Profile.shared_compute), else the probe's matmul (Cluster.cpu_compute); and the
+    # runtime's own work per action runs on those cores too, between the ops, not beside them
+    cpu = profile.device == "cpu"
+    shared = cpu_factor(profile, cluster, busy) if cpu else 1.0
+    per_action = cluster.host_overhead * cpu_turns(profile, cluster, busy) if cpu else 0.0
+    last = partition.num_stages - 1
+    per_param = cluster.ddp_param_host if ddp else 0.0
+    # where DDP's fixed cost per step falls the probe does not read (DDP's step less the
+    # plain one), so it stays in the forward's total only, beside the loss
+    fixed = cluster.ddp_step_host if ddp else 0.0
+    for index, st in enumerate(partition.stages):
+        c = profile.stage(st.start, st.stop, micro_batch)
+        owned = profile.blocks[st.start : st.stop]
+        # DDP broadcasts its buffers before the forward's first kernel
+        before = sum(b.buffer_tensors for b in owned) * cluster.ddp_buffer_host if ddp else 0.0
+        hooks = [b.param_tensors * per_param for b in owned]
+        hooks_total = sum(hooks)
+        batch = (profile.input_bytes_per_sample if index == 0 else 0) + (
+            profile.target_bytes_per_sample if index == last else 0
+        )
+        if cuda_graphs and profile.graph_times:
+            c = _graphed(c)
+        b, w = c.backward_input, c.backward_weight
+        if index == 0:  # the first stage never sends an input gradient: all of it in B
+            b, w = c.backward, 0.0
+        times = StageTimes(
+            forward=c.forward * shared + per_action,
+            backward_input=b * shared + per_action,
+            backward_weight=w * shared + per_action,
+            backward=c.backward * shared + per_action,
+            optimizer=c.optimizer_step * shared,
+            output_bytes=c.output_bytes,
+            input_bytes=c.input_bytes,
+            activation_bytes=c.activation_bytes,
+            param_bytes=c.param_bytes,
+            workspace_bytes=c.peak_bytes,
+            held_bytes=0 if index == 0 else c.held_bytes,
+            batch_bytes=batch * micro_batch,
+            host_forward=c.host_forward * slow + before + fixed,
+            host_backward_input=slow * (c.host_backward if index == 0 else c.host_backward_input)
+            + hooks_total,
+            host_backward_weight=0.0 if index == 0 else c.host_backward_weight * slow,
+            host_backward=c.host_backward * slow + hooks_total,
+            kept_workspace=c.kept_workspace,
+        )
+        blocks = [profile.cost(i, micro_batch) for i in range(st.start, st.stop)]
+        if not cuda_graphs:  # a graphed action is one launch
+            times = _with_spans(times, blocks, hooks, slow, before, first=index == 0)
+        if offloads_optimizer(offload):  # grads out, the host's step, weights back
+            moved = cluster.host_link.time(c.param_bytes)
+            step = c.param_bytes / cluster.host_optimizer_rate
+            if offloads_weights(offload):  # weights come back as the blocks run instead
+                window = 2 * max(b.param_bytes for b in owned)
+                times = replace(
+                    times,
+                    optimizer=moved + step,
+                    weights_in=moved,
+                    window_bytes=min(window, c.param_bytes),
+                )
+            else:
+                times = replace(times, optimizer=2 * moved + step)
+        if offloads_activations(offload):
+            out = times.offloaded_bytes
+            largest = max(b.saved_bytes for b in blocks)
+            times = replace(
+                times,
+                to_host=cluster.host_link.time(out),
+                from_host=cluster.host_link.time(out),
+                restored_bytes=min(largest, out),
+            )
+        stages.append(times)
+    fwd, bwd = [], []
+    for s in range(partition.num_stages - 1):
+        a, b_dev = partition.stages[s].devices[0], partition.stages[s + 1].devices[0]
+        if a == b_dev:
+            fwd.append(0.0)
+            bwd.append(0.0)
+            continue
+        fwd.append(cluster.link(a, b_dev).time(stages[s].output_bytes))
+        bwd.append(cluster.link(b_dev, a).time(stages[s + 1].input_bytes))
+    allreduce = tuple(
+        cluster.allreduce_time(stages[i].param_bytes, st.devices)
+        for i, st in enumerate(partition.stages)
+    )
+    ranks = sorted({d for st in partition.stages for d in st.devices})
+    return Costs(
+        stages=tuple(stages),
+        clip_sync=cluster.allreduce_time(4, ranks) if clip and len(ranks) > 1 else 0.0,
+        forward_transfer=tuple(fwd),
+        backward_transfer=tuple(bwd),
+        allreduce=allreduce,
+        allreduce_buckets=tuple(max(1, math.ceil(st.param_bytes / BUCKET_BYTES)) for st in stages)
+        if ddp
+        else (),
+        grad_bytes_factor=2.0 if ddp else 1.0,
+        overlap_comm=overlap_comm,
+        recompute=recompute,
+        offload=offload,
+        optimizer=optimizer,
+        host_overhead=0.0 if cpu else cluster.host_overhead,  # on CPU: in the stage times
+        cuda_graphs=cuda_graphs,
+    )
+
+
+def cpu_factor(profile: Profile, cluster: Cluster, busy: int) -> float:
+    """How much slower each of `busy` CPU ranks computes than the profiler's one process:
+    the model's own reading (Profile.shared_compute), else the probe's matmul
+    (Cluster.cpu_compute)."""
+    own = profile.compute_factor(busy)
+    return own if own is not None else cluster.compute_factor(busy)
+
+
+def cpu_turns(profile: Profile, cluster: Cluster, busy: int) -> float:
+    """How much slower the runtime's own work (per action, per step) runs in `busy` CPU
+    ranks than in the CPU_PROBE_RANKS it was probed in: as much as the model's compute
+    slows between the two counts (ranks beyond the cores take turns on them), never less
+    than 1."""
+    if busy <= CPU_PROBE_RANKS:
+        return 1.0
+    return max(
+        1.0, cpu_factor(profile, cluster, busy) / cpu_factor(profile, cluster, CPU_PROBE_RANKS)
+    )
+
+
+def _with_spans(
+    t: StageTimes,
+    blocks: Sequence[BlockCost],
+    hooks: Sequence[float],
+    slow: float,
+    before: float,
+    *,
+    first: bool,
+) -> StageTimes:
+    """`t` with each action's span over the stage's blocks (forward in block order after
+    `before` host seconds, backward in reverse with each block's `hooks` on its host), their
+    host times `slow` times the profile's; the first stage's B is its whole backward and it
+    has no W."""
+
+    def backward(pairs: list[tuple[float, float]], host: float, device: float) -> float:
+        """The span of a backward's blocks (in the order it runs them), what its totals
+        hold beyond them (the runtime's cuts) ahead of them."""
+        return span(fitted(pairs, host, device, extra_first=True))
+
+    back = list(zip(blocks, hooks, strict=True))[::-1]
+    whole = backward(
+        [(c.host_backward * slow + h, c.backward) for c, h in back], t.host_backward, t.backward
+    )
+    forward = [(before, 0.0)] + [(c.host_forward * slow, c.forward) for c in blocks]
+    return replace(
+        t,  # the forward's totals hold the loss beyond its blocks: last
+        forward_span=span(fitted(forward, t.host_forward, t.forward, extra_first=False)),
+        backward_span=whole,
+        backward_input_span=whole
+        if first
+        else backward(
+            [(c.host_backward_input * slow + h, c.backward_input) for c, h in back],
+            t.host_backward_input,
+            t.backward_input,
+        ),
+        backward_weight_span=0.0
+        if first
+        else backward(
+            [(c.host_backward_weight * slow, c.backward_weight) for c, _ in back],
+            t.host_backward_weight,
+            t.backward_weight,
+        ),
+    )
+
+
+def _graphed(c: StageCost) -> StageCost:
+    """A stage's device times as CUDA graph replays. Graphed stages run a whole backward
+    only; B and W keep the eager split's proportions."""
+    scale = c.graph_backward / c.backward if c.backward > 0 else 0.0
+    return replace(
+        c,
+        forward=c.graph_forward,
+        backward=c.graph_backward,
+        backward_input=c.backward_input * scale,
+        backward_weight=c.backward_weight * scale,
+    )

@@ -1,6 +1,0 @@
-"""Profiles: per-block measured costs (types here; the measuring lives in profiler.py)."""
-
-from pipecast.profile.stats import Robust, robust
-from pipecast.profile.types import BlockCost, BlockProfile, Profile, StageCost
-
-__all__ = ["BlockCost", "BlockProfile", "Profile", "Robust", "StageCost", "robust"]

@@ -1,0 +1,42 @@
+"""Where a `--cluster` argument points: a preset name, a probe's JSON, or a short description."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pipecast import jsonio
+from pipecast.errors import DataError
+from pipecast.values.hardware.cluster import Cluster, cluster_from_dict
+from pipecast.values.hardware.presets import PRESETS, gpu_kind, preset
+
+
+def load_cluster(arg: str) -> Cluster:
+    """A preset (`h100-nvlink`), or a JSON file: a probe's output (kind 'cluster') or a user's
+    description such as {"gpus_per_node": 4, "memory": "80GiB", "intra": {"bandwidth":
+    "150GB/s", "latency": "10us"}, "nodes": 2, "inter": {"bandwidth": "50GB/s"}}."""
+    if arg in PRESETS:
+        return preset(arg)
+    if not Path(arg).exists():
+        raise DataError(
+            f"cluster '{arg}' is neither a file nor a preset ({', '.join(PRESETS)}): run "
+            "`pipecast probe -o cluster.json` or describe the machine in a JSON file"
+        )
+    text = jsonio.read_text(arg)
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{arg} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+    if isinstance(doc, dict) and doc.get("kind") == "cluster":
+        return Cluster.from_json(text, source=arg)
+    if not isinstance(doc, dict):
+        raise DataError(f"{arg} must hold a JSON object describing a cluster")
+    return cluster_from_dict(doc, source=arg)
+
+
+def default_cluster(device_name: str, gpus: int) -> Cluster:
+    """A preset matching the device a profile was measured on, sized to `gpus`."""
+    kind = gpu_kind(device_name)
+    base = preset(f"{kind}-nvlink" if kind else "cpu")
+    fits = 0 < gpus <= base.gpus_per_node or (gpus > 0 and gpus % base.gpus_per_node == 0)
+    return base.subset(gpus) if fits else base

@@ -1,0 +1,79 @@
+"""Workload: a model and the data it trains on, as a small picklable value.
+
+Every rank of a distributed run rebuilds its blocks from the same Workload, and profiles,
+benchmarks and caches are keyed by it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import nn
+
+from pipecast.values.data.registry import DEFAULT_SEQ_LEN, DEFAULT_VOCAB, DEFAULT_WIDTH, get_spec
+from pipecast.values.data.spec import DatasetSpec
+from pipecast.values.models.registry import build_zoo_model, get_entry
+from pipecast.values.models.sources import build_source_model, is_source_path, library_of
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Workload:
+    """A model (zoo name or 'package.module:factory') and a data set, with their options."""
+
+    model: str
+    """Zoo name (see `pipecast models`), 'torchvision:NAME', 'timm:NAME', 'hf:TYPE' or
+    'package.module:factory'."""
+    dataset: str
+    """Data set name (mnist, digits, cifar10, imagenet, highres, tokens, embeddings)."""
+    seq_len: int = DEFAULT_SEQ_LEN
+    """Sequence length of 'tokens' and 'embeddings'."""
+    vocab: int = DEFAULT_VOCAB
+    """Vocabulary of 'tokens'."""
+    width: int = DEFAULT_WIDTH
+    """Embedding width of 'embeddings' and of the GPT model."""
+    layers: int = 0
+    """Transformer layers (0: the model's default)."""
+    heads: int = 0
+    """Attention heads (0: the model's default)."""
+    ffn: int = 0
+    """Feed-forward width of 'transformer' (0: 4 x width)."""
+
+    @property
+    def spec(self) -> DatasetSpec:
+        return get_spec(self.dataset, seq_len=self.seq_len, vocab=self.vocab, width=self.width)
+
+    def build(self, device: str | torch.device | None = None) -> nn.Sequential:
+        """The model's blocks, freshly initialised (seed the RNG first for equal weights);
+        `device='meta'` builds shapes only, with no memory."""
+        if device is not None:
+            with torch.device(device):
+                return self.build()
+        spec = self.spec
+        options = {"layers": self.layers, "width": self.width, "heads": self.heads}
+        if is_source_path(self.model):
+            return build_source_model(self.model, spec, **options)
+        options["ffn"] = self.ffn
+        return build_zoo_model(self.model, spec, **options)
+
+    @property
+    def key(self) -> str:
+        """A stable, readable identity used for caches and result stores."""
+        parts = [self.model, self.dataset]
+        if self.spec.input_kind != "image":
+            parts.append(f"T{self.seq_len}")
+            parts.append(f"V{self.vocab}" if self.dataset == "tokens" else f"D{self.width}")
+        if (
+            self.model == "gpt"
+            or library_of(self.model) == "hf"
+            or (not is_source_path(self.model) and get_entry(self.model).options)
+        ):
+            parts += [f"L{self.layers}", f"H{self.heads}", f"W{self.width}", f"F{self.ffn}"]
+        return "-".join(parts)
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, object]) -> Workload:
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})  # type: ignore[arg-type]

@@ -1,0 +1,86 @@
+"""The recommender and activations on the host: offered only where the strategy does not
+fit without them, and the answer where nothing else fits."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from tests.values.profile.helpers import shipped_profile
+
+from pipecast.cli.main import main
+from pipecast.planning.recommend.predict import Prediction
+from pipecast.planning.recommend.rank import recommend
+from pipecast.values.hardware.presets import preset
+from pipecast.values.profile.reference import shipped
+
+
+def _ranked(gib: float) -> list[Prediction]:
+    cluster = replace(preset("h200-nvlink"), memory_bytes=int(gib * 2**30))
+    return list(recommend(shipped_profile("resnet18", "h200"), cluster, 256, gpus=2).ranked)
+
+
+def test_with_memory_to_spare_the_fastest_keeps_its_activations() -> None:
+    ranked = _ranked(140)
+    assert ranked[0].strategy.offload == "none"
+    assert all(p.strategy.offload == "none" for p in ranked)
+
+
+def test_when_nothing_fits_as_it_is_activations_go_to_the_host() -> None:
+    """ResNet-18 at batch 256 over 2 GPUs of 0.2 GiB (0.18 usable): every plain strategy
+    needs more; with its activations on the host, data parallelism accumulating 64 fits."""
+    ranked = _ranked(0.2)
+    assert ranked and all(p.strategy.offload in ("activations", "all") for p in ranked)
+    best = ranked[0]
+    assert best.strategy.offload == "activations"
+    # streaming the weights too is offered only where moving the activations is not enough
+    lighter = {replace(p.strategy, offload="none") for p in ranked if p.strategy.offload != "all"}
+    assert all(
+        replace(p.strategy, offload="none", cuda_graphs=False) not in lighter
+        for p in ranked
+        if p.strategy.offload == "all"
+    )
+    assert best.fits and not best.strategy.cuda_graphs
+    assert best.peak_host_memory > 0
+    plain = replace(best.strategy, offload="none")
+    assert plain not in {p.strategy for p in ranked}
+
+
+def test_a_memory_limit_that_is_not_a_size_stops_before_anything_runs() -> None:
+    with pytest.raises(SystemExit) as stop:
+        main(["recommend", "--model", "lenet5", "--memory-limit", "0"])
+    assert stop.value.code == 2
+
+
+def _gpt(gib: float) -> Prediction:
+    (profile,) = [p for p in shipped("h200") if p.model == "transformer"]
+    four = replace(preset("h200-nvlink"), gpus_per_node=4, memory_bytes=int(gib * 2**30))
+    return recommend(profile, four, 32, gpus=4).best
+
+
+def test_recomputation_where_it_fits_offload_where_nothing_else_does() -> None:
+    """The GPT stack (batch 32) on 4 GPUs. At 3 GiB a split recomputing every micro-batch
+    fits, and beats copying 64 MB a layer to the host and back (on 4 x H200 the offloaded
+    1F1B ran 4.7x slower than recomputation on the same split); at 2 GiB only the offload
+    fits. The partitioner must count what recomputation and offloading leave on the GPU,
+    or it finds no split for either."""
+    roomier = _gpt(3.0)
+    assert roomier.strategy.recompute == "all" and roomier.strategy.offload == "none"
+    tight = _gpt(2.0)
+    assert tight.strategy.offload == "activations" and tight.fits
+
+
+def test_adam_state_goes_to_the_host_where_the_weights_alone_fit() -> None:
+    """4 GiB of weights under Adam on one GPU of 12 GiB (10.8 usable): weights, gradients
+    and Adam's 8 GiB of state need 16; with the state on the host, 8 fit. Moving the
+    activations too would only add copies."""
+    from tests.planning.partition.test_partition import make_profile
+
+    from pipecast.values.hardware.presets import describe
+
+    profile = make_profile([1e-3] * 4, params=[2**30] * 4)
+    one = describe(gpus_per_node=1, memory="12GiB")
+    rec = recommend(profile, one, 8, optimizer="adam")
+    assert rec.best.strategy.offload == "optimizer"
+    assert all(p.strategy.offload in ("optimizer", "both") for p in rec.ranked)
+    assert recommend(profile, one, 8).best.strategy.offload == "none"  # SGD keeps no state

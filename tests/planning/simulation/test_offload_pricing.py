@@ -1,0 +1,127 @@
+"""How the simulator prices what is kept on the host (Costs.offload): activations' copies out
+overlap the forward, the copies back lengthen the backward, and the GPU holds only the
+received input between them while the host holds the rest; the optimizer's state and
+streamed weights trade device memory for copies and a host step."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from tests.planning.partition.test_partition import make_profile
+
+from pipecast.planning.recommend.predict import Prediction, predict
+from pipecast.planning.schedules.generators import make_plan
+from pipecast.planning.simulation.costs import Costs, StageTimes
+from pipecast.planning.simulation.simulator import simulate
+from pipecast.values.hardware.presets import describe
+from pipecast.values.strategy import Strategy
+
+
+def _stage(to_host: float) -> StageTimes:
+    return StageTimes(
+        forward=1.0, backward_input=1.0, backward_weight=1.0, backward=2.0,
+        activation_bytes=100, input_bytes=10, to_host=to_host, from_host=0.5,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(("to_host", "forward"), [(3.0, 3.0), (0.25, 1.0)])
+def test_one_stage_step_and_memory(to_host: float, forward: float) -> None:
+    """One micro-batch: the forward takes the longer of itself and its copies out (3 s of
+    copies bind; 0.25 s hide), the backward its 2 s and 0.5 s of copies back."""
+    plan = make_plan("1f1b", 1, 1)
+    plain = simulate(plan, Costs(stages=(_stage(to_host),)))
+    moved = simulate(plan, Costs(stages=(_stage(to_host),), offload="activations"))
+    assert plain.step_time == pytest.approx(3.0)
+    assert moved.step_time == pytest.approx(forward + 2.0 + 0.5)
+    assert plain.peak_memory[0] - moved.peak_memory[0] == 0  # all 100 back for the backward
+    assert moved.peak_host_memory == (90,)
+    assert plain.peak_host_memory == ()
+
+
+def test_micro_batches_in_flight_leave_their_activations_on_the_host() -> None:
+    """GPipe, 1 stage, 4 micro-batches: all four forwards before any backward. The GPU holds
+    four inputs (40) and, in a backward, one micro-batch's activations brought back (90)
+    and the input's gradient (10): 140, against 400 kept and 10; the host holds 4 x 90."""
+    plan = make_plan("gpipe", 1, 4)
+    st = _stage(0.25)
+    plain = simulate(plan, Costs(stages=(st,)))
+    moved = simulate(plan, Costs(stages=(st,), offload="activations"))
+    assert plain.peak_memory[0] == 410
+    assert moved.peak_memory[0] == 140
+    assert moved.peak_host_memory == (360,)
+
+
+def test_recomputed_micro_batches_keep_nothing_to_move() -> None:
+    plan = make_plan("gpipe", 1, 4)
+    st = replace(_stage(3.0), forward=1.0)
+    both = simulate(plan, Costs(stages=(st,), offload="activations", recompute="all"))
+    only = simulate(plan, Costs(stages=(st,), recompute="all"))
+    assert both.step_time == pytest.approx(only.step_time)
+    assert both.peak_host_memory == (0,)
+
+
+def test_a_backward_brings_back_one_block_at_a_time() -> None:
+    """With the largest block's 30 bytes back at once instead of all 90, one micro-batch
+    peaks at its input, those 30 and the input's gradient: 50, against 110 kept."""
+    plan = make_plan("1f1b", 1, 1)
+    st = replace(_stage(0.25), restored_bytes=30)
+    assert simulate(plan, Costs(stages=(st,))).peak_memory[0] == 110
+    assert simulate(plan, Costs(stages=(st,), offload="activations")).peak_memory[0] == 50
+
+
+GPU_80 = describe(gpus_per_node=1, memory="80GiB")
+
+
+def _adam_on_one_gpu(offload: str) -> Prediction:
+    """Four blocks of 1 GiB of weights under Adam on one GPU of 80 GiB, batch 8."""
+    profile = make_profile([1e-3] * 4, params=[2**30] * 4)
+    strategy = Strategy(kind="single", offload=offload)  # type: ignore[arg-type]
+    return predict(profile, GPU_80, strategy, 8, optimizer="adam")
+
+
+def test_an_optimizer_on_the_host_trades_its_state_for_copies_and_a_host_step() -> None:
+    """Adam on one GPU, 4 GiB of weights: on the host, its 8 GiB of state leave the GPU, and
+    so do the 4 GiB of square roots its step allocates beside them (the step's peak, the
+    activations long gone); the host holds weights, gradients and state (16 GiB); the step
+    gains the gradients' copy out, the weights' copy back and the host's pass over them."""
+    gib, gpu = 2**30, GPU_80
+    plain, hosted = (_adam_on_one_gpu(o) for o in ("none", "optimizer"))
+    # the activations and the batch, a few KiB, are what the square roots replace
+    assert plain.peak_memory - hosted.peak_memory == pytest.approx(12 * gib, abs=2**20)
+    assert hosted.peak_host_memory == 16 * gib and plain.peak_host_memory == 0
+    copies = 2 * gpu.host_link.time(4 * gib) + 4 * gib / gpu.host_optimizer_rate
+    assert hosted.step_time - plain.step_time == pytest.approx(copies)
+
+
+def test_streamed_weights_leave_the_gradients_and_two_blocks() -> None:
+    """Four blocks of 1 GiB under Adam on one GPU, streamed: against the optimizer alone on
+    the host, the GPU gives back the weights but two blocks' (4 GiB less 2); the forward
+    and the backward each take at least the copy of the 4 GiB in, and the step copies the
+    gradients out but no weights back."""
+    gib, gpu = 2**30, GPU_80
+    hosted, streamed = (_adam_on_one_gpu(o) for o in ("optimizer", "weights"))
+    assert hosted.peak_memory - streamed.peak_memory == 2 * gib
+    assert streamed.peak_host_memory == hosted.peak_host_memory == 16 * gib
+    moved = gpu.host_link.time(4 * gib)
+    took = {e.kind: e.end - e.start for e in streamed.timeline.events}
+    assert took["F"] == pytest.approx(moved) and took["BW"] == pytest.approx(moved)
+    plain = {e.kind: e.end - e.start for e in hosted.timeline.events}
+    assert plain["optimizer"] - took["optimizer"] == pytest.approx(moved)  # no weights back
+
+
+def test_a_rank_that_offloads_issues_no_further_ahead_than_its_device() -> None:
+    """GPipe's first stage, four forwards of 1 s whose 10-byte outputs leave in 0.1 s each,
+    nothing saved: a host free to run ahead allocates all four outputs at once, before any
+    has left (40 bytes); one that copies activations through pinned memory waits for its
+    device, so each output has left before the next is made (10)."""
+    st0 = StageTimes(
+        forward=1.0, backward_input=1.0, backward_weight=1.0, backward=2.0, output_bytes=10
+    )
+    st1 = replace(st0, output_bytes=0, input_bytes=10)
+    plan = make_plan("gpipe", 2, 4)
+    links = {"forward_transfer": (0.1,), "backward_transfer": (0.1,)}
+    free = simulate(plan, Costs(stages=(st0, st1), **links))  # type: ignore[arg-type]
+    paced = simulate(plan, Costs(stages=(st0, st1), offload="activations", **links))  # type: ignore[arg-type]
+    assert free.peak_memory[0] == 40 and paced.peak_memory[0] == 10
+    assert paced.step_time == pytest.approx(free.step_time)
