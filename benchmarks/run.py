@@ -70,7 +70,7 @@ def _profiles(
                 f"{out}; run the same command again to go on from there"
             )
         began = time.time()
-        options = ProfileOptions(micro_batches=item.sizes, device=device, dtype=dtype, **quick)  # type: ignore[arg-type]
+        options = ProfileOptions(micro_batch_sizes=item.sizes, device=device, dtype=dtype, **quick)  # type: ignore[arg-type]
         prof = profile_model(
             item.workload.build(),
             item.workload.spec,

@@ -198,7 +198,7 @@ def recommend(
         as_sequential(model),
         spec,
         ProfileOptions(
-            micro_batches=profile_sizes(request.batch, request.gpus),
+            micro_batch_sizes=profile_sizes(request.batch, request.gpus),
             device=request.device if request.device != "auto" else "cpu",
             dtype=request.dtype,
             autocast=request.autocast,

@@ -21,8 +21,11 @@ def dump(kind: str, version: int, body: JsonDict) -> str:
     return json.dumps({"kind": kind, "version": version, **body}, indent=1, sort_keys=False)
 
 
-def load(kind: str, version: int, text: str, source: str = "<string>") -> JsonDict:
-    """Parse `text` and check it is a `kind` document of format `version`."""
+def load(
+    kind: str, version: int, text: str, source: str = "<string>", *, oldest: int | None = None
+) -> JsonDict:
+    """Parse `text` and check it is a `kind` document of format `version` (or of any version
+    from `oldest` up, which the caller upgrades)."""
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -33,7 +36,7 @@ def load(kind: str, version: int, text: str, source: str = "<string>") -> JsonDi
         else:
             found = f"a JSON {type(doc).__name__}"
         raise DataError(f"{source} holds {found}, not a '{kind}': pass a {kind} file")
-    if doc.get("version") != version:
+    if doc.get("version") not in range(oldest or version, version + 1):
         raise DataError(
             f"{source} is {kind} format version {doc.get('version')}, this pipecast reads "
             f"version {version}: regenerate it with this version"

@@ -17,7 +17,7 @@ def lenet_profile(tmp_path_factory: pytest.TempPathFactory) -> str:
             "profile",
             "--model",
             "lenet5",
-            "--micro-batch",
+            "--micro-batch-sizes",
             "4,8",
             "--repeats",
             "2",
@@ -135,7 +135,8 @@ def test_profile_pools_host_costs_with_earlier_profiles(
     slow.save(str(earlier))
     out = tmp_path / "pooled.json"
     argv = ["profile", "--model", "lenet5", "--repeats", "2", "--warmup", "1"]
-    assert main([*argv, "--micro-batch", "4,8", "--pool-host", str(earlier), "-o", str(out)]) == 0
+    sizes = ["--micro-batch-sizes", "4,8"]
+    assert main([*argv, *sizes, "--pool-host", str(earlier), "-o", str(out)]) == 0
     assert "the mean of 2 profiles" in capsys.readouterr().out
     pooled = Profile.load(str(out))
     assert pooled.host.pooled == 2
@@ -146,8 +147,8 @@ def test_profile_pools_host_costs_with_earlier_profiles(
     assert forward < 100 * sum(b.costs[mb].forward for b in taken.blocks)  # its own device
     # a profile lacking a size is refused before anything is written, with the file named
     out.unlink()
-    assert main([*argv, "--micro-batch", "4", "-o", str(tmp_path / "four.json")]) == 0
+    assert main([*argv, "--micro-batch-sizes", "4", "-o", str(tmp_path / "four.json")]) == 0
     four = str(tmp_path / "four.json")
-    assert main([*argv, "--micro-batch", "4,8", "--pool-host", four, "-o", str(out)]) == 2
+    assert main([*argv, "--micro-batch-sizes", "4,8", "--pool-host", four, "-o", str(out)]) == 2
     err = capsys.readouterr().err
     assert f"--pool-host {four} cannot pool" in err and "[8]" in err and not out.exists()

@@ -50,7 +50,7 @@ def profiles_for(configs: list[BenchConfig]) -> dict[str, Profile]:
         sizes.add(size)
     for key, (cfg, sizes) in by_key.items():
         options = ProfileOptions(
-            micro_batches=tuple(sorted(sizes)),
+            micro_batch_sizes=tuple(sorted(sizes)),
             device=cfg.device if cfg.device == "cpu" else "cuda",
             dtype=cfg.dtype,
             warmup=1,

@@ -73,9 +73,9 @@ def print_report(report: PartitionReport) -> None:
 
 def run(args: argparse.Namespace) -> int:
     profile, cluster = load_inputs(args, args.stages)
-    mb = args.micro_batch or max(profile.micro_batches)
+    size = args.micro_batch or max(profile.micro_batch_sizes)
     setting = Setting(
-        micro_batch=mb,
+        micro_batch=size,
         microbatches=args.micro_batches,
         schedule=args.schedule,
         optimizer=args.optimizer,
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.compare:
         table = Table(
-            title=f"{profile.model}: {args.stages} stages at micro-batch {mb} on {cluster.name}"
+            title=f"{profile.model}: {args.stages} stages at micro-batch {size} on {cluster.name}"
         )
         for col in ("method", "boundaries", "slowest stage", "efficiency", "with comm"):
             table.add_column(col, justify="left" if col in ("method", "boundaries") else "right")
@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
                 profile,
                 partition(profile, cluster, args.stages, setting, method),
                 cluster,
-                mb,
+                size,
                 schedule=args.schedule,
                 microbatches=args.micro_batches,
                 optimizer=args.optimizer,
@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         console.print(table)
         return 0
     if args.method == "pipedream":
-        part = pipedream_partition(profile, cluster, args.stages, mb)
+        part = pipedream_partition(profile, cluster, args.stages, size)
     else:
         part = partition(profile, cluster, args.stages, setting, args.method)
     print_report(
@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
             profile,
             part,
             cluster,
-            mb,
+            size,
             schedule=args.schedule,
             microbatches=args.micro_batches,
             optimizer=args.optimizer,

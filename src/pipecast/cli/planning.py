@@ -31,4 +31,4 @@ def load_inputs(args: argparse.Namespace, gpus: int) -> tuple[Profile, Cluster]:
 
 def default_batch(profile: Profile, per_step: int) -> int:
     """Micro-batch = the largest profiled size, times the micro-batches per step."""
-    return max(profile.micro_batches) * per_step
+    return max(profile.micro_batch_sizes) * per_step

@@ -28,7 +28,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "write the Profile as JSON, the input of partition, simulate and recommend.",
     )
     add_workload_args(p)
-    p.add_argument("--micro-batch", default="1,2,4,8", help="sizes to measure, e.g. 8,16,32")
+    p.add_argument(
+        "--micro-batch-sizes",
+        "--micro-batch",
+        dest="micro_batch_sizes",
+        default="1,2,4,8",
+        help="samples per micro-batch to measure at, e.g. 8,16,32",
+    )
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32")
     p.add_argument("--autocast", action="store_true", help="fp32 parameters, autocast compute")
@@ -72,10 +78,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def print_profile(profile: Profile, micro_batch: int | None = None) -> None:
-    mb = micro_batch or max(profile.micro_batches)
+    size = micro_batch or max(profile.micro_batch_sizes)
     table = Table(
         title=f"{profile.model} on {profile.dataset}, {profile.device}, "
-        f"{profile.dtype}, micro-batch {mb}"
+        f"{profile.dtype}, micro-batch {size}"
     )
     graphs = profile.graph_times
     columns = ["block", "type", "forward", "B", "W", "output", "saved", "parameters"]
@@ -88,7 +94,7 @@ def print_profile(profile: Profile, micro_batch: int | None = None) -> None:
         return [human_seconds(forward), human_seconds(backward)] if graphs else []
 
     for i, block in enumerate(profile.blocks):
-        c = profile.cost(i, mb)
+        c = profile.cost(i, size)
         table.add_row(
             str(i),
             block.name,
@@ -100,7 +106,7 @@ def print_profile(profile: Profile, micro_batch: int | None = None) -> None:
             human_bytes(c.saved_bytes),
             human_count(block.params),
         )
-    whole = profile.stage(0, profile.num_blocks, mb)
+    whole = profile.stage(0, profile.num_blocks, size)
     table.add_row(
         "",
         "total",
@@ -127,9 +133,9 @@ def print_profile(profile: Profile, micro_batch: int | None = None) -> None:
 
 def run(args: argparse.Namespace) -> int:
     workload = workload_from_args(args)
-    sizes = tuple(parse_int_list(args.micro_batch, "--micro-batch"))
+    sizes = tuple(parse_int_list(args.micro_batch_sizes, "--micro-batch-sizes"))
     options = ProfileOptions(
-        micro_batches=sizes,
+        micro_batch_sizes=sizes,
         device=args.device,
         dtype=args.dtype,
         autocast=args.autocast,

@@ -224,7 +224,7 @@ class _Shown:
         if psource == "shipped":
             console.print(
                 f"profile: pipecast's reference, measured on {profile.device} at micro-batches "
-                f"{list(profile.micro_batches)} ({profile.dtype}, torch "
+                f"{list(profile.micro_batch_sizes)} ({profile.dtype}, torch "
                 f"{profile.torch_version}; host costs the mean of {profile.host.pooled} runs' "
                 "profiles)"
             )
@@ -236,7 +236,7 @@ class _Shown:
             )
             console.print(
                 f"profile: {psource} on {profile.device} at micro-batches "
-                f"{list(profile.micro_batches)}{pooled}"
+                f"{list(profile.micro_batch_sizes)}{pooled}"
             )
         if csource == "preset":
             console.print(

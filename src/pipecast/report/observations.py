@@ -66,12 +66,12 @@ def communication_linearity(p2p: dict[str, list[list[float]]]) -> list[str]:
 
 def balancing(profile: Profile, cluster: Cluster, stages: int) -> list[str]:
     """'Compute-only balancing is worse than communication-aware balancing.'"""
-    mb = max(profile.micro_batches)
-    setting = Setting(micro_batch=mb, memory_margin=0.0)
+    size = max(profile.micro_batch_sizes)
+    setting = Setting(micro_batch=size, memory_margin=0.0)
     rows = {}
     for method in ("forward", "compute", "balanced"):
-        report = analyze(profile, partition(profile, cluster, stages, setting, method), cluster, mb)
-        rows[method] = report
+        split = partition(profile, cluster, stages, setting, method)
+        rows[method] = analyze(profile, split, cluster, size)
     c, b = rows["compute"], rows["balanced"]
     verdict = (
         "holds"

@@ -147,8 +147,8 @@ def accuracy(comps: Sequence[Comparison], path: str) -> str | None:
 
 
 def profile_breakdown(profile: Profile, path: str) -> str:
-    mb = max(profile.micro_batches)
-    costs = [profile.cost(i, mb) for i in range(profile.num_blocks)]
+    size = max(profile.micro_batch_sizes)
+    costs = [profile.cost(i, size) for i in range(profile.num_blocks)]
     x = np.arange(profile.num_blocks)
     f = np.array([c.forward for c in costs]) * 1e3
     b = np.array([c.backward_input for c in costs]) * 1e3
@@ -160,7 +160,7 @@ def profile_breakdown(profile: Profile, path: str) -> str:
     ax.set_xlabel("block")
     ax.set_ylabel("ms")
     ax.set_title(
-        f"{profile.model} on {profile.dataset}, {profile.device}, micro-batch {mb}", fontsize=9
+        f"{profile.model} on {profile.dataset}, {profile.device}, micro-batch {size}", fontsize=9
     )
     ax.legend(fontsize=8)
     return _save(fig, path)

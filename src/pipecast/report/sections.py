@@ -179,7 +179,7 @@ def profile_section(path: str, cluster: Cluster | None, out: Path) -> Section:
     if cluster is None:
         return section
     stages = min(4, profile.num_blocks)
-    size = max(profile.micro_batches)
+    size = max(profile.micro_batch_sizes)
     setting = Setting(micro_batch=size, memory_margin=0.0)
     section.table = [["method", "boundaries", "efficiency (compute)", "efficiency (with comm)"]]
     for method in METHODS:

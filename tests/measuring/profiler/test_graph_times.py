@@ -23,7 +23,7 @@ from pipecast.values.models import Workload
 from pipecast.values.partition import Partition, Stage
 from pipecast.values.profile import Profile
 
-FAST = ProfileOptions(micro_batches=(2, 4), warmup=1, repeats=3)
+FAST = ProfileOptions(micro_batch_sizes=(2, 4), warmup=1, repeats=3)
 
 
 @pytest.fixture
@@ -64,7 +64,7 @@ class _Slow(nn.Module):
 
 def test_graph_times_take_the_median_of_the_kept_passes() -> None:
     slow = _Slow(0.02)
-    options = ProfileOptions(micro_batches=(2,), warmup=2, repeats=3)
+    options = ProfileOptions(micro_batch_sizes=(2,), warmup=2, repeats=3)
     g = graph_times(slow, torch.randn(4, 8), True, torch.device("cpu"), options)
     # one pass to size the output's gradient, then warm-up and kept passes (on CPU no hold
     # is needed, so one batch of them)
@@ -192,7 +192,7 @@ def test_profile_cli_shows_graph_times_where_it_took_them(
     from pipecast.cli.main import main
 
     out = tmp_path / "lenet.json"
-    argv = ["profile", "--model", "lenet5", "--micro-batch", "2", "--repeats", "2"]
+    argv = ["profile", "--model", "lenet5", "--micro-batch-sizes", "2", "--repeats", "2"]
     assert main([*argv, "-o", str(out)]) == 0
     assert "graph F" in capsys.readouterr().out and Profile.load(str(out)).graph_times
     assert main([*argv, "--no-graph-times", "-o", str(out)]) == 0

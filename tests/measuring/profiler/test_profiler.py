@@ -26,7 +26,7 @@ from pipecast.values.models import Workload
 from pipecast.values.profile import Profile, robust
 from pipecast.values.profile.types import BlockCost
 
-FAST = ProfileOptions(micro_batches=(2, 4), warmup=1, repeats=3)
+FAST = ProfileOptions(micro_batch_sizes=(2, 4), warmup=1, repeats=3)
 
 
 def test_robust_drops_outliers() -> None:
@@ -38,7 +38,7 @@ def test_robust_drops_outliers() -> None:
 def test_profile_measures_every_block_and_size() -> None:
     w = Workload(model="lenet5", dataset="mnist")
     p = profile_model(w.build(), w.spec, FAST, model_name="lenet5")
-    assert p.num_blocks == 12 and p.micro_batches == (2, 4)
+    assert p.num_blocks == 12 and p.micro_batch_sizes == (2, 4)
     for i, block in enumerate(p.blocks):
         for mb in (2, 4):
             c = block.costs[mb]
@@ -92,7 +92,7 @@ def test_a_samples_target_takes_its_kinds_bytes() -> None:
 def test_profile_counts_buffers() -> None:
     model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.Flatten(), nn.LazyLinear(10))
     model(torch.zeros(1, 1, 28, 28))
-    p = profile_model(model, get_spec("mnist"), ProfileOptions(micro_batches=(2,), repeats=1))
+    p = profile_model(model, get_spec("mnist"), ProfileOptions(micro_batch_sizes=(2,), repeats=1))
     assert [b.buffer_tensors for b in p.blocks] == [0, 3, 0, 0]  # mean, var, batches seen
     assert [b.param_tensors for b in p.blocks] == [2, 2, 0, 2]
 
@@ -103,7 +103,7 @@ def test_profile_counts_the_parameters_whose_gradients_take_large_segments() -> 
     bias, and a 256 x 1024 weight of exactly 1 MiB, are small requests)."""
     model = nn.Sequential(nn.Flatten(), nn.Linear(784, 1024), nn.Linear(1024, 320), nn.ReLU())
     model.append(nn.Linear(320, 256, bias=False)).append(nn.Linear(256, 1024))
-    p = profile_model(model, get_spec("mnist"), ProfileOptions(micro_batches=(2,), repeats=1))
+    p = profile_model(model, get_spec("mnist"), ProfileOptions(micro_batch_sizes=(2,), repeats=1))
     sizes = [[t.numel() * 4 for t in b.parameters()] for b in model]
     assert [b.large_param_bytes for b in p.blocks] == [0, 784 * 1024 * 4, 1024 * 320 * 4, 0, 0, 0]
     assert sizes[5] == [256 * 1024 * 4, 1024 * 4]  # the last weight is exactly 1 MiB: small
@@ -124,7 +124,7 @@ def test_saved_bytes_count_a_shared_tensor_once() -> None:
     # output as its input: the ReLU output must be counted once.
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 8))
     spec = get_spec("embeddings", seq_len=1, width=8)
-    p = profile_model(model, spec, ProfileOptions(micro_batches=(10,), warmup=0, repeats=1))
+    p = profile_model(model, spec, ProfileOptions(micro_batch_sizes=(10,), warmup=0, repeats=1))
     relu_out = 10 * 1 * 16 * 4
     assert p.blocks[1].costs[10].saved_bytes == relu_out
     assert p.blocks[2].costs[10].saved_bytes == 0
@@ -140,7 +140,7 @@ def test_profile_json_roundtrip_and_interpolation(tmp_path: Path) -> None:
     path = tmp_path / "p.json"
     p.save(str(path))
     q = Profile.load(str(path))
-    assert q.blocks == p.blocks and q.micro_batches == p.micro_batches
+    assert q.blocks == p.blocks and q.micro_batch_sizes == p.micro_batch_sizes
     mid = q.cost(3, 3)
     lo, hi = q.cost(3, 2), q.cost(3, 4)
     assert min(lo.forward, hi.forward) <= mid.forward <= max(lo.forward, hi.forward)
@@ -173,23 +173,33 @@ def test_missing_device() -> None:
 def test_profile_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "lenet.json"
     code = main(
-        ["profile", "--model", "lenet5", "--micro-batch", "2", "--repeats", "2", "-o", str(out)]
+        [
+            "profile",
+            "--model",
+            "lenet5",
+            "--micro-batch-sizes",
+            "2",
+            "--repeats",
+            "2",
+            "-o",
+            str(out),
+        ]
     )
     assert code == 0 and out.exists()
     assert "Conv2d" in capsys.readouterr().out
     assert Profile.load(str(out)).model == "lenet5"
     assert Profile.load(str(out)).host.windows == 1  # a CPU reads its host in one window
-    assert main(["profile", "--model", "lenet5", "--micro-batch", "0"]) == 2
-    one = ["profile", "--model", "lenet5", "--micro-batch", "2", "--repeats", "2"]
+    assert main(["profile", "--model", "lenet5", "--micro-batch-sizes", "0"]) == 2
+    one = ["profile", "--model", "lenet5", "--micro-batch-sizes", "2", "--repeats", "2"]
     assert main([*one, "--host-windows", "0"]) == 2
     assert "host windows must be at least 1" in capsys.readouterr().err
 
 
 def test_bf16_profile_halves_bytes() -> None:
     w = Workload(model="lenet5", dataset="mnist")
-    fp32 = profile_model(w.build(), w.spec, ProfileOptions(micro_batches=(4,), repeats=1))
+    fp32 = profile_model(w.build(), w.spec, ProfileOptions(micro_batch_sizes=(4,), repeats=1))
     bf16 = profile_model(
-        w.build(), w.spec, ProfileOptions(micro_batches=(4,), repeats=1, dtype="bf16")
+        w.build(), w.spec, ProfileOptions(micro_batch_sizes=(4,), repeats=1, dtype="bf16")
     )
     assert bf16.param_bytes * 2 == fp32.param_bytes
     assert bf16.blocks[3].costs[4].output_bytes * 2 == fp32.blocks[3].costs[4].output_bytes
@@ -199,14 +209,14 @@ def test_bf16_profile_halves_bytes() -> None:
 def test_profiler_measures_what_b_keeps_for_w() -> None:
     model = nn.Sequential(nn.Linear(8, 16), nn.Linear(16, 8))
     spec = get_spec("embeddings", seq_len=1, width=8)
-    p = profile_model(model, spec, ProfileOptions(micro_batches=(10,), warmup=0, repeats=1))
+    p = profile_model(model, spec, ProfileOptions(micro_batch_sizes=(10,), warmup=0, repeats=1))
     assert p.blocks[0].costs[10].held_bytes == 0  # the first block does all its work in B
     assert p.blocks[1].costs[10].held_bytes == 10 * 8 * 4  # the gradient of its (10, 8) output
 
 
 def test_split_call_is_only_measured_where_the_host_is_modelled() -> None:
     """On a CPU the host does the work itself: no B-call cost to share out."""
-    options = ProfileOptions(device="cpu", micro_batches=(2,), warmup=0, repeats=1)
+    options = ProfileOptions(device="cpu", micro_batch_sizes=(2,), warmup=0, repeats=1)
     assert split_call(torch.device("cpu"), torch.float32, options) == 0.0
 
 
@@ -239,7 +249,7 @@ def test_in_context_backward_is_marked_block_by_block() -> None:
         nn.Linear(1024, 10),
     ]
     x, target = torch.randn(256, 64), torch.randint(0, 10, (256,))
-    options = ProfileOptions(device="cpu", micro_batches=(256,), warmup=1, repeats=5)
+    options = ProfileOptions(device="cpu", micro_batch_sizes=(256,), warmup=1, repeats=5)
     ctx = in_situ(blocks, x, target, nn.functional.cross_entropy, torch.device("cpu"), options)
     assert ctx.backward_blocks is not None and len(ctx.backward_blocks) == 5
     assert all(t > 0 for t in ctx.backward_blocks)
@@ -340,7 +350,7 @@ def test_hidden_issue_is_cuda_only_and_recorded_in_the_profile() -> None:
     torch.manual_seed(0)
     blocks = [nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 10)]
     x, target = torch.randn(64, 32), torch.randint(0, 10, (64,))
-    options = ProfileOptions(device="cpu", micro_batches=(64,), warmup=1, repeats=3)
+    options = ProfileOptions(device="cpu", micro_batch_sizes=(64,), warmup=1, repeats=3)
     cpu = torch.device("cpu")
     hidden = in_situ_hidden(blocks, x, target, nn.functional.cross_entropy, cpu, options)
     assert hidden is not None
@@ -439,7 +449,7 @@ def test_profile_reads_the_host_in_windows_spread_over_it(monkeypatch: pytest.Mo
     monkeypatch.setattr(profiler, "in_situ", counting_in_situ)
     monkeypatch.setattr(profiler, "measure_block", counting_measure)
     w = Workload(model="lenet5", dataset="mnist")
-    options = replace(FAST, micro_batches=(2, 4), host_windows=3)
+    options = replace(FAST, micro_batch_sizes=(2, 4), host_windows=3)
     assert profile_model(w.build(), w.spec, options, model_name="lenet5").host.windows == 1
     assert [mb for mb, _ in calls] == [2, 4]  # a CPU: its host costs are 0 anyway
     calls.clear()

@@ -240,7 +240,7 @@ def test_an_uncut_comparison_run_keeps_stored_keys_and_goes_unpredicted() -> Non
     assert uncut.key != cut.key and BenchConfig.from_dict(uncut.to_dict()) == uncut
     assert uncut.label() == cut.label() + " uncut"
     profile = profile_model(
-        LENET.build(), LENET.spec, ProfileOptions(micro_batches=(4,), device="cpu", repeats=2)
+        LENET.build(), LENET.spec, ProfileOptions(micro_batch_sizes=(4,), device="cpu", repeats=2)
     )
     got = predictions([cut, uncut], {LENET.key: profile}, preset("h100-nvlink"))
     assert set(got) == {cut.key}

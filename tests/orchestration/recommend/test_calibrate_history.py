@@ -18,7 +18,7 @@ from pipecast.values.profile.types import Profile
 
 def _forward(p: Profile) -> float:
     """One block's host forward at the first size: enough to tell which readings pooled."""
-    return p.blocks[3].costs[p.micro_batches[0]].host_forward
+    return p.blocks[3].costs[p.micro_batch_sizes[0]].host_forward
 
 
 def test_a_first_profile_is_kept_as_measured(tmp_path: Path) -> None:

@@ -60,7 +60,7 @@ def make_profile(
         device="gpu",
         dtype="fp32",
         torch_version="t",
-        micro_batches=(8,),
+        micro_batch_sizes=(8,),
         input_bytes_per_sample=4,
         blocks=blocks,
     )

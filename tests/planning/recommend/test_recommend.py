@@ -161,7 +161,7 @@ def test_ranking_follows_measurement_where_it_differs_2x() -> None:
     """One rank, batch 64: whole batch at once against 64 micro-batches of 1. The simulator
     says accumulation of 64 is over 2x slower; so does the runtime on this machine."""
     w = Workload(model="lenet5", dataset="mnist")
-    profile = profile_model(w.build(), w.spec, ProfileOptions(micro_batches=(1, 64), repeats=5))
+    profile = profile_model(w.build(), w.spec, ProfileOptions(micro_batch_sizes=(1, 64), repeats=5))
     cpu = describe(gpus_per_node=1, memory="8GiB")
     fast = predict(profile, cpu, Strategy(kind="single", microbatches=1), 64)
     slow = predict(profile, cpu, Strategy(kind="single", microbatches=64), 64)

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 from tests.planning.partition.test_partition import make_profile
+from tests.values.profile.helpers import shipped_profile
 
 from pipecast.values.profile.interpolate import monotone
 from pipecast.values.profile.types import BlockCost, Profile
@@ -15,7 +16,7 @@ def with_costs(profile: Profile, costs: list[dict[int, BlockCost]]) -> Profile:
     return replace(
         profile,
         blocks=tuple(replace(b, costs=c) for b, c in zip(profile.blocks, costs, strict=True)),
-        micro_batches=tuple(sorted(costs[0])),
+        micro_batch_sizes=tuple(sorted(costs[0])),
     )
 
 
@@ -149,14 +150,15 @@ def test_a_stage_keeps_the_largest_library_workspace_of_its_blocks() -> None:
 def test_a_version_1_profile_loads_with_its_host_readings_nested() -> None:
     """Version 1 kept the host's readings beside everything else; version 2 nests them.
     A file written by version 1 (a shipped profile as it was) loads, and written again in
-    version 2 and read back, it is the same profile."""
+    the current version and read back, it is the same profile."""
     import json
     from pathlib import Path
 
     path = Path(__file__).with_name("data") / "v1_resnet18_h200.json"
     doc = json.loads(path.read_text())
     p = Profile.load(str(path))
-    assert doc["version"] == 1 and json.loads(p.to_json())["version"] == 2
+    assert doc["version"] == 1 and json.loads(p.to_json())["version"] == 3
+    assert p.micro_batch_sizes == tuple(doc["micro_batches"])
     assert p.host.issue == doc["host_issue"] and p.host.pooled == doc["host_pooled"]
     assert p.host.windows == doc["host_windows"] and p.host.machine == doc["host_machine"]
     assert p.host.window_host == {int(k): tuple(v) for k, v in doc["window_host"].items()}
@@ -165,3 +167,14 @@ def test_a_version_1_profile_loads_with_its_host_readings_nested() -> None:
     cost = p.blocks[3].costs[int(next(iter(block["costs"])))]
     assert cost.forward == next(iter(block["costs"].values()))["forward"]
     assert Profile.from_json(p.to_json()) == p
+
+
+def test_a_version_2_profile_loads_its_sizes_under_their_new_name() -> None:
+    """Version 2 called the measured sizes "micro_batches"; version 3 "micro_batch_sizes"."""
+    import json
+
+    p = shipped_profile("resnet50")
+    doc = json.loads(p.to_json())
+    doc["version"] = 2
+    doc["micro_batches"] = doc.pop("micro_batch_sizes")
+    assert Profile.from_json(json.dumps(doc)) == p

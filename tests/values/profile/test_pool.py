@@ -39,7 +39,7 @@ def test_pooling_a_pooled_profile_counts_each_reading_once() -> None:
     once = pool_host(a, [a, b, c])
     twice = pool_host(a, [pool_host(a, [a, b]), c])
     assert once.host.pooled == twice.host.pooled == 3
-    k = base.micro_batches[0]
+    k = base.micro_batch_sizes[0]
     assert twice.blocks[3].costs[k].host_forward == pytest.approx(
         once.blocks[3].costs[k].host_forward
     )
@@ -58,7 +58,7 @@ def test_profiles_that_do_not_match_are_refused_with_the_reason() -> None:
     base = shipped_profile()
     other_model = shipped_profile("resnet50")
     on_h200 = shipped_profile("resnet18", "h200")
-    fewer_sizes = replace(base, micro_batches=base.micro_batches[:1])
+    fewer_sizes = replace(base, micro_batch_sizes=base.micro_batch_sizes[:1])
     fp32 = replace(base, dtype="fp32")
     assert "resnet50" in poolable(base, other_model)
     assert "H200" in poolable(base, on_h200)

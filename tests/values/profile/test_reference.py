@@ -28,7 +28,7 @@ def test_every_shipped_profile_was_measured_on_its_gpu(kind: str) -> None:
         assert gpu_kind(p.device) == kind and p.dtype == "bf16" and p.host.windows > 1
         assert p.host.pooled > 1  # host costs pooled over several runs' profiles
         # every block priced at every size it was measured at
-        assert all(set(b.costs) == set(p.micro_batches) for b in p.blocks)
+        assert all(set(b.costs) == set(p.micro_batch_sizes) for b in p.blocks)
 
 
 def test_reference_profile_matches_workload_dtype_and_gpu() -> None:

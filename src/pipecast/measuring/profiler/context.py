@@ -254,7 +254,7 @@ def in_place(plain: dict[int, Context], held: dict[int, Context]) -> dict[int, C
     ResNet-50's and ResNet-152's can) keeps the plain passes' device times."""
     if held.keys() != plain.keys() or not all(c.issue_hidden for c in held.values()):
         return dict(plain)
-    return {mb: plain[mb].device_from(held[mb]) for mb in plain}
+    return {size: plain[size].device_from(held[size]) for size in plain}
 
 
 def _ready(
@@ -274,7 +274,7 @@ def shares(parts: list[float], total: float) -> list[float]:
 
 def rescale(
     costs: list[dict[int, BlockCost]],
-    mb: int,
+    size: int,
     context: Context,
     *,
     loss_backward: float,
@@ -287,15 +287,15 @@ def rescale(
     alone: its graph walk and per-weight calls cost per block wherever they run, and a
     stage's B call pays its own fixed cost once (Profile.host_split_call)."""
     total = max(context.backward - loss_backward, 0.0)
-    backward = shares(context.backward_blocks or [c[mb].backward for c in costs], total)
-    host_isolated = sum(c[mb].host_backward for c in costs)
+    backward = shares(context.backward_blocks or [c[size].backward for c in costs], total)
+    host_isolated = sum(c[size].host_backward for c in costs)
     host_scale = context.host_backward / host_isolated if host_isolated > 0 else 1.0
     for c, f, hf, bw in zip(costs, context.forward, context.host_forward, backward, strict=True):
-        old = c[mb]
+        old = c[size]
         split = old.backward_input + old.backward_weight
         # an empty W stays exactly empty (the first block does all its backward in B)
         b = bw * old.backward_input / split if split > 0 and old.backward_weight > 0 else bw
-        c[mb] = replace(
+        c[size] = replace(
             old,
             forward=f,
             backward=bw,

@@ -151,18 +151,18 @@ class GraphRecorder:
         stage of many blocks pays once."""
         if not self.enabled:
             return
-        mb = x.shape[0]
+        size = x.shape[0]
         try:
             whole = graph_times(nn.Sequential(*blocks), x, False, self.device, self.options)
         except RuntimeError as exc:
-            self._give_up(f"the whole model at micro-batch {mb}", exc)
+            self._give_up(f"the whole model at micro-batch {size}", exc)
             return
-        self.pool[mb] = whole.pool_bytes
-        parts = [t[mb] for t in self.times]
+        self.pool[size] = whole.pool_bytes
+        parts = [t[size] for t in self.times]
         forward = shares([f for f, _ in parts], whole.forward)
         backward = shares([b for _, b in parts], whole.backward)
         for t, f, b in zip(self.times, forward, backward, strict=True):
-            t[mb] = (f, b)
+            t[size] = (f, b)
 
     def loss_fn(
         self,
@@ -181,9 +181,9 @@ class GraphRecorder:
         if not self.enabled:
             return
         for c, t, pools in zip(costs, self.times, self.block_pools, strict=True):
-            for mb, (f, b) in t.items():
-                c[mb] = replace(
-                    c[mb], graph_forward=f, graph_backward=b, graph_pool=pools.get(mb, 0)
+            for size, (f, b) in t.items():
+                c[size] = replace(
+                    c[size], graph_forward=f, graph_backward=b, graph_pool=pools.get(size, 0)
                 )
 
     def _give_up(self, where: str, exc: BaseException) -> None:

@@ -9,7 +9,7 @@ from pipecast.values.profile.types import Dtype
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProfileOptions:
-    micro_batches: tuple[int, ...] = (1, 2, 4, 8)
+    micro_batch_sizes: tuple[int, ...] = (1, 2, 4, 8)
     """Micro-batch sizes to measure; costs at other sizes are interpolated."""
     device: str = "cpu"
     dtype: Dtype = "fp32"

@@ -106,7 +106,7 @@ def quick_profile(
 ) -> Profile:
     """A few repeats at one size: enough to balance a run's stages, seconds to take."""
     options = ProfileOptions(
-        micro_batches=(micro_batch,),
+        micro_batch_sizes=(micro_batch,),
         device=device,
         dtype=dtype,  # type: ignore[arg-type]
         autocast=autocast,
@@ -125,8 +125,8 @@ def _profile_model(
     workload: dict[str, object] | None,
     progress: Progress | None,
 ) -> Profile:
-    if not options.micro_batches or min(options.micro_batches) < 1:
-        raise ConfigError(f"micro-batch sizes must be at least 1, got {options.micro_batches}")
+    if not options.micro_batch_sizes or min(options.micro_batch_sizes) < 1:
+        raise ConfigError(f"micro-batch sizes must be at least 1, got {options.micro_batch_sizes}")
     if options.repeats < 1:
         raise ConfigError(f"repeats must be at least 1, got {options.repeats}")
     if options.host_windows < 1:
@@ -149,37 +149,37 @@ def _profile_model(
     optimizer_step = [0.0] * len(blocks)
     kept: list[int | None] = [None] * len(blocks)  # library workspaces, at the first size
     loss: dict[int, tuple[float, float]] = {}
-    sizes = sorted(set(options.micro_batches))
+    sizes = sorted(set(options.micro_batch_sizes))
     floor = workspace_floor(device, dtype)
     fixed_step = optimizer_fixed(device, dtype, options)
     b_call = split_call(device, dtype, options)
     host_speed, host_issue = [hostspeed.reference()], [hostspeed.issue(device)]
-    plain_passes: dict[int, list[Context]] = {mb: [] for mb in sizes}  # per size, per window
+    plain_passes: dict[int, list[Context]] = {size: [] for size in sizes}  # per size, per window
     size_issue: dict[int, float] = {}  # per size: hostspeed.issue() beside its host readings
     held_passes: dict[int, Context] = {}  # per size: passes behind a hold (hide_issue)
     hiding = options.hide_issue and device.type == "cuda"
     graphs = GraphRecorder(len(blocks), options, device)  # graph replay times
 
-    def whole_batch(mb: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The batch the whole-model passes at size `mb` run on, on the device."""
-        first, target = synthetic_batch(spec, mb, seed=options.seed, dtype=dtype)
+    def whole_batch(size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The batch the whole-model passes at size `size` run on, on the device."""
+        first, target = synthetic_batch(spec, size, seed=options.seed, dtype=dtype)
         return first.to(device), target.to(device)
 
     def host_window() -> None:
         """Plain whole-model passes at every size, for the host's readings from a window
         away from each size's own turn (ProfileOptions.host_windows)."""
-        for mb in sizes:
-            x_in, target = whole_batch(mb)
+        for size in sizes:
+            x_in, target = whole_batch(size)
             with quiet_gc():
-                plain_passes[mb].append(in_situ(blocks, x_in, target, loss_fn, device, options))
+                plain_passes[size].append(in_situ(blocks, x_in, target, loss_fn, device, options))
         host_issue.append(hostspeed.issue(device))
 
     if windows > 1:
         _check_shapes(blocks, whole_batch(sizes[0])[0], device, options)
         host_window()
-    for mb in sizes:
+    for size in sizes:
         gc.collect()
-        x, target = whole_batch(mb)
+        x, target = whole_batch(size)
         prev_saved_output = False
         for index, block in enumerate(blocks):
             if offload:
@@ -187,7 +187,7 @@ def _profile_model(
             try:
                 param_ptrs = {storage(p)[0] for p in block.parameters()}
                 run = BlockRun(block, x, index, device, options)
-                if mb == sizes[0]:
+                if size == sizes[0]:
                     kept[index] = kept_workspace(run, dtype)
                 devices.reset_peak(device)
                 base = devices.allocated(device)
@@ -208,7 +208,7 @@ def _profile_model(
                 hb, hw = m["host_b"], m["host_w"]
                 if index == 0:  # the first stage never sends an input gradient
                     b, w, held, hb, hw = m["bw"], 0.0, 0, m["host_bw"], 0.0
-                costs[index][mb] = BlockCost(
+                costs[index][size] = BlockCost(
                     forward=m["f"],
                     backward_input=b,
                     backward_weight=w,
@@ -225,14 +225,14 @@ def _profile_model(
                 )
                 input_counted[index] = saves_input and not shared
                 graphs.block(index, block, run.leaf.detach(), run.leaf.requires_grad)
-                if mb == sizes[0]:
+                if size == sizes[0]:
                     step = measure_optimizer(block, device, options)
                     optimizer_step[index] = max(step - fixed_step, 0.0) if step else 0.0
                 x = out.detach()
                 del out, run, grad_out
             except torch.OutOfMemoryError:
                 raise DeviceError(
-                    f"block {index} ({block_name(block)}) at micro-batch {mb} does not fit in "
+                    f"block {index} ({block_name(block)}) at micro-batch {size} does not fit in "
                     f"{devices.name(device)} ({devices.total_memory(device) / 2**30:.1f} GiB): "
                     "profile smaller micro-batches"
                 ) from None
@@ -240,31 +240,31 @@ def _profile_model(
                 if offload:
                     block.to("cpu")
             if progress is not None:
-                progress(f"micro-batch {mb}")
-        loss[mb] = measure_loss(loss_fn, x, target, device, options)
+                progress(f"micro-batch {size}")
+        loss[size] = measure_loss(loss_fn, x, target, device, options)
         graphs.loss_fn(loss_fn, x, target)
         host_speed.append(hostspeed.reference())
         host_issue.append(hostspeed.issue(device))
-        size_issue[mb] = host_issue[-1]
+        size_issue[size] = host_issue[-1]
         if in_context:
-            x_in, target = whole_batch(mb)
+            x_in, target = whole_batch(size)
             with quiet_gc():
-                plain_passes[mb].append(in_situ(blocks, x_in, target, loss_fn, device, options))
+                plain_passes[size].append(in_situ(blocks, x_in, target, loss_fn, device, options))
                 if hiding:
                     behind = in_situ_hidden(blocks, x_in, target, loss_fn, device, options)
                     if behind is None:  # one size not hidden keeps the plain device times
                         hiding = False  # at every size (in_place): no more held passes
                     else:
-                        held_passes[mb] = behind
+                        held_passes[size] = behind
                 graphs.whole(blocks, x_in)
             after = hostspeed.issue(device)  # the passes' host times lie between the two
-            size_issue[mb] = statistics.mean([size_issue[mb], after])
+            size_issue[size] = statistics.mean([size_issue[size], after])
     for _ in range(windows - 2):
         host_window()
-    plain = {mb: across_windows(w) for mb, w in plain_passes.items() if w}
+    plain = {size: across_windows(w) for size, w in plain_passes.items() if w}
     contexts = in_place(plain, held_passes)
-    for mb, context in contexts.items():
-        rescale(costs, mb, context, loss_backward=loss[mb][1])
+    for size, context in contexts.items():
+        rescale(costs, size, context, loss_backward=loss[size][1])
     graphs.apply(costs)
     return Profile(
         model=model_name,
@@ -274,7 +274,7 @@ def _profile_model(
         dtype=options.dtype,
         autocast=options.autocast,
         torch_version=torch.__version__,
-        micro_batches=tuple(sizes),
+        micro_batch_sizes=tuple(sizes),
         input_bytes_per_sample=_input_bytes(spec, dtype),
         target_bytes_per_sample=spec.target_bytes(torch.empty((), dtype=dtype).element_size()),
         blocks=tuple(
@@ -312,8 +312,8 @@ def _profile_model(
             size_issue=size_issue,
             windows=windows if in_context else 0,
             window_host={
-                mb: tuple(sum(c.host_forward) + c.host_backward for c in w)
-                for mb, w in plain_passes.items()
+                size: tuple(sum(c.host_forward) + c.host_backward for c in w)
+                for size, w in plain_passes.items()
                 if w
             },
         ),

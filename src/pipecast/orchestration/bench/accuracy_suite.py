@@ -55,12 +55,12 @@ def workloads(dry: bool = False) -> list[Profiled]:
 
 
 def balanced_split(
-    prof: Profile, cluster: Cluster, stages: int, mb: int, m: int, schedule: str = "1f1b"
+    prof: Profile, cluster: Cluster, stages: int, size: int, m: int, schedule: str = "1f1b"
 ) -> tuple[int, ...]:
-    """pipecast's balanced split into `stages` for `m` micro-batches of `mb` (planned on
+    """pipecast's balanced split into `stages` for `m` micro-batches of `size` (planned on
     this machine's kind of GPU even where the configuration needs more of them than it
     has: such configurations are planned, then dropped)."""
-    setting = Setting(micro_batch=mb, microbatches=m, schedule=schedule, memory_margin=0.1)
+    setting = Setting(micro_batch=size, microbatches=m, schedule=schedule, memory_margin=0.1)
     plan = replace(cluster, gpus_per_node=max(cluster.gpus_per_node, stages))
     return tuple(partition(prof, plan, stages, setting, "balanced").boundaries)
 

@@ -91,7 +91,7 @@ def calibrated_profile(
     dev = devices.resolve(device)
     name = devices.name(dev)
     options = ProfileOptions(
-        micro_batches=sizes, device=device, dtype=dtype, autocast=autocast, warmup=2, repeats=5
+        micro_batch_sizes=sizes, device=device, dtype=dtype, autocast=autocast, warmup=2, repeats=5
     )
     # profiles cached before device times were taken with the issuing hidden are re-taken
     hidden = f"hide_issue={options.hide_issue}"

@@ -139,7 +139,7 @@ class Outcome:
             "optimizer": req.optimizer,
             "profile": {
                 "device": profile.device,
-                "micro_batches": list(profile.micro_batches),
+                "micro_batch_sizes": list(profile.micro_batch_sizes),
                 "torch": profile.torch_version,
                 "host_pooled": profile.host.pooled,
             },
@@ -291,8 +291,8 @@ def _reference(workload: Workload, dtype: str, autocast: bool, target: str, here
     raise ConfigError(
         f"the cluster's devices are {target} but this machine would profile on "
         f"{here}, whose times do not carry to them: profile it on that GPU (pipecast profile "
-        f"--model {workload.model} --dataset {workload.dataset} --dtype {dtype} --micro-batch "
-        "8,16,32,64 --device cuda -o p.json) and pass --profile p.json"
+        f"--model {workload.model} --dataset {workload.dataset} --dtype {dtype} "
+        "--micro-batch-sizes 8,16,32,64 --device cuda -o p.json) and pass --profile p.json"
         + (f"; pipecast ships {kind.upper()} profiles of {ships}" if ships else "")
     )
 

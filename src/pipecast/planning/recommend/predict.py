@@ -176,14 +176,14 @@ def predict(
         raise ConfigError(
             f"{strategy.label()} needs {strategy.gpus} GPUs, the cluster has {cluster.world}"
         )
-    mb = micro_batch_of(batch, strategy, uneven=uneven)
-    part = partition_for(profile, cluster, strategy, mb, optimizer, memory_margin)
+    size = micro_batch_of(batch, strategy, uneven=uneven)
+    part = partition_for(profile, cluster, strategy, size, optimizer, memory_margin)
     plan = plan_for(strategy)
     ddp = ddp_buckets and strategy.kind == "data" and strategy.replicas > 1
     costs = costs_from_profile(
         profile,
         part,
-        mb,
+        size,
         cluster,
         overlap_comm=overlap_comm,
         recompute=strategy.recompute,
@@ -202,7 +202,7 @@ def predict(
     return Prediction(
         strategy=strategy,
         batch=batch,
-        micro_batch=mb,
+        micro_batch=size,
         partition=part,
         plan=plan,
         timeline=timeline,

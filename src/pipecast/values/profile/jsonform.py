@@ -6,9 +6,11 @@ default, so files written before a field existed still load; one without a defau
 error that names it.
 
 [Note: format versions]
-Version 2 keeps the host's readings in one object ("host": HostReadings). Version 1 kept
-them beside everything else, as host_split_call, host_reference, host_issue, host_machine,
-host_cpu, host_pooled, size_issue, host_windows and window_host; `upgrade` moves them.
+Version 3 names the measured sizes "micro_batch_sizes" (version 2: "micro_batches", a name
+that elsewhere counts micro-batches). Version 2 keeps the host's readings in one object
+("host": HostReadings). Version 1 kept them beside everything else, as host_split_call,
+host_reference, host_issue, host_machine, host_cpu, host_pooled, size_issue, host_windows and
+window_host. `upgrade` brings an older document to version 3.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 from pipecast import jsonio
 from pipecast.errors import DataError
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 
 _V1_HOST = {
     "host_split_call": "split_call",
@@ -36,10 +38,14 @@ _V1_HOST = {
 }
 
 
-def upgrade(doc: dict[str, Any]) -> dict[str, Any]:
-    """A version-1 profile document in version 2's shape."""
-    out = {k: v for k, v in doc.items() if k not in _V1_HOST}
-    out["host"] = {new: doc[old] for old, new in _V1_HOST.items() if old in doc}
+def upgrade(doc: dict[str, Any], version: int) -> dict[str, Any]:
+    """A profile document of an earlier format `version` in the current one's shape."""
+    out = dict(doc)
+    if version < 2:
+        out = {k: v for k, v in doc.items() if k not in _V1_HOST}
+        out["host"] = {new: doc[old] for old, new in _V1_HOST.items() if old in doc}
+    if version < 3 and "micro_batches" in out:
+        out["micro_batch_sizes"] = out.pop("micro_batches")
     out["version"] = FORMAT_VERSION
     return out
 
@@ -94,13 +100,10 @@ def dump(profile: Any) -> str:
 
 
 def load(cls: type[Any], text: str, source: str) -> Any:
-    """A Profile from its JSON text, version 1 or 2."""
-    try:
-        doc = jsonio.load("profile", FORMAT_VERSION, text, source)
-    except DataError as exc:
-        if "format version 1," not in str(exc):
-            raise
-        doc = upgrade(jsonio.load("profile", 1, text, source))
+    """A Profile from its JSON text, of this format version or an earlier one."""
+    doc = jsonio.load("profile", FORMAT_VERSION, text, source, oldest=1)
+    if doc["version"] < FORMAT_VERSION:
+        doc = upgrade(doc, doc["version"])
     body = {k: v for k, v in doc.items() if k not in ("kind", "version")}
     try:
         return decode(cls, body, source)

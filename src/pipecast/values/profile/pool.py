@@ -31,9 +31,9 @@ def with_host_costs(
     blocks = []
     for i, block in enumerate(p.blocks):
         costs = {}
-        for mb, c in block.costs.items():
-            fields = new(i, mb, c)
-            costs[mb] = replace(c, **fields) if fields else c
+        for size, c in block.costs.items():
+            fields = new(i, size, c)
+            costs[size] = replace(c, **fields) if fields else c
         blocks.append(replace(block, costs=costs))
     return replace(p, blocks=tuple(blocks))
 
@@ -52,7 +52,7 @@ def poolable(base: Profile, other: Profile) -> str:
         return f"its host costs were read on {other.host.cpu}, not {base.host.cpu}"
     if [b.name for b in other.blocks] != [b.name for b in base.blocks]:
         return f"its {len(other.blocks)} blocks are not the {len(base.blocks)} of this one"
-    missing = sorted(set(base.micro_batches) - set(other.micro_batches))
+    missing = sorted(set(base.micro_batch_sizes) - set(other.micro_batch_sizes))
     if missing:
         return f"it lacks micro-batch sizes {missing}"
     return ""
@@ -82,8 +82,8 @@ def pool_host(base: Profile, profiles: Sequence[Profile]) -> Profile:
     weight = sum(p.host.pooled for p in profiles)
     pooled = with_host_costs(
         base,
-        lambda i, mb, _: {
-            h: sum(getattr(p.blocks[i].costs[mb], h) * p.host.pooled for p in profiles) / weight
+        lambda i, size, _: {
+            h: sum(getattr(p.blocks[i].costs[size], h) * p.host.pooled for p in profiles) / weight
             for h in HOST_COSTS
         },
     )

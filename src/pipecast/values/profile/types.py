@@ -173,7 +173,7 @@ class HostReadings:
     def window_spread(self) -> dict[int, float]:
         """Micro-batch size -> how far its windows' whole-model host times lay apart,
         (largest - smallest) / median, where it was read in more than one window."""
-        return {mb: range_spread(v) for mb, v in self.window_host.items() if len(v) > 1}
+        return {size: range_spread(v) for size, v in self.window_host.items() if len(v) > 1}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -187,7 +187,7 @@ class Profile:
     dtype: Dtype
     autocast: bool = False
     torch_version: str
-    micro_batches: tuple[int, ...]
+    micro_batch_sizes: tuple[int, ...]
     input_bytes_per_sample: int
     blocks: tuple[BlockProfile, ...]
     loss: dict[int, tuple[float, float]] = field(default_factory=dict)
