@@ -135,15 +135,15 @@ def _closed_forms(pred: Prediction, m: int) -> None:
         if e.kind == "send" and e.mb == 0 and e.name.split()[1][1:].startswith("F")
     ]
     stages = len(times)
-    # the thesis's T_seq: one GPU running the batch's micro-batches one after another
+    # the recommender study's T_seq: one GPU running the batch's micro-batches in turn
     t_seq = m * sum(times)
-    thesis = closed_form.gpipe_compute(t_seq, stages, m)
+    study = closed_form.gpipe_compute(t_seq, stages, m)
     if stages > 1 and len(transfers) == stages - 1:
-        thesis += closed_form.lockstep_links(transfers, m)  # each already L + mb A / BW
+        study += closed_form.lockstep_links(transfers, m)  # each already L + mb A / BW
     console.print(
-        f"closed forms: GPipe study (seeds/000) "
+        f"closed forms: GPipe study "
         f"{human_seconds(closed_form.gpipe_study(times, transfers, m))}, "
-        f"thesis eq. 6.1 + 6.2 (seeds/004) {human_seconds(thesis)}, "
+        f"recommender study eq. 6.1 + 6.2 {human_seconds(study)}, "
         f"(m + K - 1) x slowest {human_seconds(closed_form.fill_drain(times, m))}, "
         f"simulator {human_seconds(pred.step_time)}"
     )

@@ -1,5 +1,6 @@
 """The same model and weights in DeepSpeed's inference engine (`deepspeed.init_inference`,
-the engine seeds/002 compares with ONNX Runtime), on its accelerator (CUDA where present),
+the engine "A Comparative Study on Synchronous Pipeline Parallelism Techniques" compares
+with ONNX Runtime), on its accelerator (CUDA where present),
 in fp32, without its kernel injection (which replaces only the transformer layers it knows)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Prediction accuracy: predicted against measured step time and memory, and whether the
-strategy pipecast would pick is the one that measured fastest (the thesis's Tables 8.1 and
-8.2, for pipecast)."""
+strategy pipecast would pick is the one that measured fastest (the recommender
+study's Tables 8.1 and 8.2, for pipecast)."""
 
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 predicts, measured on the GPUs at hand, from profiles and a probe taken first.
 
 Seven workloads (the anchors' GPT and VGG-16, ResNet-50, VGG-16 on CIFAR-10 shapes, and the
-thesis's ResNet-18, ResNet-152 and MobileNetV2) over one GPU, data parallelism, pipelines of
-1F1B, ZB-H1 and GPipe, and a hybrid; pipeline splits are pipecast's own balanced ones. The
+recommender study's ResNet-18, ResNet-152 and MobileNetV2) over one GPU, data parallelism, pipelines
+of 1F1B, ZB-H1 and GPipe, and a hybrid; pipeline splits are pipecast's own balanced ones. The
 GPipe study's splits x micro-batches ride along (suite 'seeds'). A dry run shrinks every
 workload to run on CPU ranks in minutes.
 """
@@ -41,7 +41,7 @@ def workloads(dry: bool = False) -> list[Profiled]:
             Profiled("vgg16_cifar", Workload(model="lenet5", dataset="mnist"), (2, 8)),
             Profiled("mobilenetv2", Workload(model="mobilenetv2", dataset="cifar10"), (4, 8)),
         ]
-    thesis = [
+    studied = [
         Profiled(m, Workload(model=m, dataset="imagenet"), (32, 64, 128))
         for m in ("resnet18", "resnet152", "mobilenetv2")
     ]
@@ -50,7 +50,7 @@ def workloads(dry: bool = False) -> list[Profiled]:
         Profiled("gpt", GPT, (1, 2, 4, 8)),
         Profiled("resnet50", Workload(model="resnet50", dataset="imagenet"), (16, 32, 64, 128)),
         Profiled("vgg16_cifar", Workload(model="vgg16", dataset="cifar10"), (4, 8, 32, 128)),
-        *thesis,
+        *studied,
     ]
 
 
@@ -73,7 +73,9 @@ def configurations(
     by_name = {p.name: p.workload for p in workloads(dry)}
     prof = {name: profiles[w.key] for name, w in by_name.items()}
     vgg, gpt, r50, vggc = (by_name[n] for n in ("vgg16", "gpt", "resnet50", "vgg16_cifar"))
-    thesis = [w for n, w in by_name.items() if n not in ("vgg16", "gpt", "resnet50", "vgg16_cifar")]
+    studied = [
+        w for n, w in by_name.items() if n not in ("vgg16", "gpt", "resnet50", "vgg16_cifar")
+    ]
     gb, vb, rb, wide = (16, 16, 16, 2) if dry else (32, 128, 128, min(4, gpus))
     if dry:
         anchor = anchors(
@@ -110,10 +112,10 @@ def configurations(
     seeds = gpipe_study(
         vggc, splits, 16 if dry else 128, microbatches=(1, 4) if dry else (1, 4, 16, 32)
     )
-    for w in thesis:
+    for w in studied:
         t = BenchConfig(
             suite="seeds", system="single", workload=w, gpus=1, batch=16 if dry else 128,
-            tags={"study": "thesis"},
+            tags={"study": "recommender"},
         )  # fmt: skip
         split = balanced_split(profiles[w.key], cluster, wide, 4 if dry else 32, 4)
         seeds += [

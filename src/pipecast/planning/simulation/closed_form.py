@@ -1,13 +1,13 @@
 """The background studies' closed-form models, exactly as their documents write them, kept
 beside the simulator so the two can be compared (`pipecast simulate --compare-closed-form`).
 
-From the GPipe/Lingvo performance study (seeds/000 below: 000_a7551e7ceee364d6.txt of the
-project's background documents, section 4.3):
+From the GPipe study (A. Shankar, "Analyzing the performance and scheduling of neural
+networks that use pipeline parallelism", section 4.3):
 * `gpipe_study`: time = t1 + c1 + t2 + c2 + t3 + tmax (m - 1), for any number of splits.
 * `partition_efficiency`: sum of the stage costs S_i over k x S_max (its Tables 4.2, 4.3).
 
-From the recommender thesis (seeds/004: 004_898aa0e44a6fe783.txt), with the symbols of its
-Table 5.1:
+From the recommender study (M. Jansen, "A performance-based recommender system for
+Distributed DNN training"), with the symbols of its Table 5.1:
 * `horovod` (eq. 5.1): T_seq / W + 2 (W - 1) max_i (L_i,i+1 + min(G, th) / (W BW_i,i+1)).
 * `gpipe_compute` (eq. 6.1): T_seq (W + #mb - 1) / (W #mb).
 * `gpipe_communication` (eq. 6.2): twice the slowest link's time per lockstep step, summed
@@ -26,7 +26,7 @@ from collections.abc import Sequence
 def gpipe_study(
     stage_times: Sequence[float], transfers: Sequence[float], microbatches: int
 ) -> float:
-    """seeds/000's time = t1 + c1 + ... + tK + tmax (m - 1): each stage's time per
+    """The GPipe study's time = t1 + c1 + ... + tK + tmax (m - 1): each stage's time per
     micro-batch t_k, the transfer c_k into the next stage (the receiver pulls it, so the study
     counts it in the next stage), and the slowest stage tmax for every further micro-batch."""
     fill = sum(stage_times) + sum(transfers)
@@ -34,7 +34,7 @@ def gpipe_study(
 
 
 def partition_efficiency(stage_costs: Sequence[float]) -> float:
-    """seeds/000's partition efficiency: sum_i S_i / (k x S_max), 1 for equal stages."""
+    """The GPipe study's partition efficiency: sum_i S_i / (k x S_max), 1 for equal stages."""
     return sum(stage_costs) / (len(stage_costs) * max(stage_costs))
 
 
@@ -46,9 +46,10 @@ def horovod(
     gradients: float,
     threshold: float,
 ) -> float:
-    """seeds/004's eq. 5.1: the time per batch of Horovod on W workers. `t_seq` is one GPU's
-    time for the batch (s); `latency[i]` and `bandwidth[i]` are L_i,i+1 (s) and BW_i,i+1
-    (MB/s) of the ring's link from worker i to the next (the last one back to the first);
+    """The recommender study's eq. 5.1: the time per batch of Horovod on W workers. `t_seq`
+    is one GPU's time for the batch (s); `latency[i]` and `bandwidth[i]` are L_i,i+1 (s) and
+    BW_i,i+1 (MB/s) of the ring's link from worker i to the next (the last one back to the
+    first);
     `gradients` is G and `threshold` th, in MB: only the final all-reduce, of min(G, th),
     is exposed, and the ring's slowest link sets its pace."""
     if len(latency) != workers or len(bandwidth) != workers:
@@ -61,7 +62,7 @@ def horovod(
 
 
 def gpipe_compute(t_seq: float, workers: int, microbatches: int) -> float:
-    """seeds/004's eq. 6.1: T_comp = T_seq (W + #mb - 1) / (W #mb). W - 1 steps fill and
+    """The recommender study's eq. 6.1: T_comp = T_seq (W + #mb - 1) / (W #mb). W - 1 steps fill and
     drain the pipeline, #mb - W + 1 run every worker at once; with one micro-batch it is
     T_seq (model parallelism, no concurrency)."""
     return t_seq * (workers + microbatches - 1) / (workers * microbatches)
@@ -75,8 +76,8 @@ def gpipe_communication(
     latency: Sequence[float],
     bandwidth: Sequence[float],
 ) -> float:
-    """seeds/004's eq. 6.2, as written: with x_j = L_j,j+1 + mb A_j / BW_j,j+1 the time of
-    link j (1..W-1; A_j the MB of activations per sample leaving partition j), the
+    """The recommender study's eq. 6.2, as written: with x_j = L_j,j+1 + mb A_j / BW_j,j+1
+    the time of link j (1..W-1; A_j the MB of activations per sample leaving partition j), the
     lockstep sum of `lockstep_links` over those x_j."""
     if not (len(activations) == len(latency) == len(bandwidth) == workers - 1):
         raise ValueError("eq. 6.2 needs one activation size, latency and bandwidth per link")
