@@ -2,7 +2,7 @@
 
     python -m benchmarks.report --store DIR/bench.sqlite --suite runtime     # print it
     python -m benchmarks.report --store DIR/bench.sqlite --suite runtime --commit abc1234 \\
-        --save                 # benchmarks/reports/<date>_<hardware>_<commit>.md + index.csv
+        --save          # benchmarks/reports/<date>_<hardware>_<suite>_<commit>.md + index.csv
     python -m benchmarks.report --traces DIR/traces.json --suite runtime --commit abc1234 --save
 
 A runtime report checks the runtime's bars: pipecast's best pipeline against
@@ -387,9 +387,9 @@ def headline(text: str) -> str:
 
 
 def save(text: str, *, date: str, hardware: str, commit: str, suite: str, headline: str) -> Path:
-    """Write the report as reports/<date>_<hardware>_<commit>.md and index it."""
+    """Write the report as reports/<date>_<hardware>_<suite>_<commit>.md and index it."""
     REPORTS.mkdir(exist_ok=True)
-    path = REPORTS / f"{date}_{hardware}_{commit}.md"
+    path = REPORTS / f"{date}_{hardware}_{suite}_{commit}.md"
     path.write_text(text)
     new = not INDEX.exists()
     with open(INDEX, "a", newline="") as fh:

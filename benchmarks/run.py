@@ -11,7 +11,7 @@ The folder gets bench.sqlite (every configuration as it completes: a rerun with 
 --out resumes), environment.json, and for `accuracy` the probe (cluster.json) and the
 profiles (profile_<name>.json) the predictions come from; then report.md (the suite's table
 and verdict, benchmarks/report.py). Copy that report to
-benchmarks/reports/<date>_<hardware>_<commit>.md and add its line to results/index.csv
+benchmarks/reports/<date>_<hardware>_<suite>_<commit>.md and add its line to results/index.csv
 with `python -m benchmarks.report --store DIR/bench.sqlite --commit`.
 """
 
