@@ -125,7 +125,7 @@ class Costs:
     cuda_graphs: bool = False
     """Actions replayed as CUDA graphs (pipecast.runtime.graphs): an action costs its host
     only the runtime's overhead, and each rank holds static buffers for the values that
-    cross its graphs (simulator.graph_buffers)."""
+    cross its graphs (memory.graph_buffers)."""
     extra: dict[str, float] = field(default_factory=dict)
 
     @classmethod

@@ -12,15 +12,10 @@ host binds, and the bubbles the host spends ahead of its device are not lost.
 
 Because a rank's sends leave in its own program order, replaying each rank as far as it can
 go, then the next, yields exact times, link queueing included, in O(actions).
-Memory is tallied per rank in the host's program order, as the caching allocator counts it:
-a tensor from when the host allocates it to when the host lets go of it. Transfer buffers
-are the exception: NCCL keeps a received or sent gradient until the transfer is done on the
-device, so a host running ahead of its device holds several at once. A rank that copies
-activations through pinned host memory does not run ahead: it issues an action only once
-its device is done with the one before (the host waits on its pinned buffers;
-docs/decisions.md, "Offloaded ranks keep pace with their devices"). The optimizer step's own
-temporaries (OPTIMIZER_TEMPORARY) are on top of the weights, gradients and state, after every
-activation is gone.
+Memory is tallied per rank in the host's program order (simulation/memory.py). A rank that
+copies activations through pinned host memory does not run ahead: it issues an action only
+once its device is done with the one before (the host waits on its pinned buffers;
+docs/decisions.md, "Offloaded ranks keep pace with their devices").
 
 Two what-if terms, off by default and unused by the predictor, model compute held behind
 sends (Costs.launch_queue, Costs.hold_sends; docs/decisions.md, "Compute held behind sends").
@@ -33,14 +28,12 @@ from dataclasses import dataclass, field
 from pipecast.errors import ConfigError
 from pipecast.planning.simulation.costs import Costs, StageTimes
 from pipecast.planning.simulation.links import HeldSends, at, send
+from pipecast.planning.simulation.memory import RankMemory, fixed_memory, offloads, recomputed
 from pipecast.values.plan.action import Action, Plan
 from pipecast.values.plan.validate import dependencies
 from pipecast.values.timeline import Event, Timeline
 from pipecast.values.training import (
-    OPTIMIZER_STATE,
-    OPTIMIZER_TEMPORARY,
     offloads_activations,
-    offloads_optimizer,
 )
 
 
@@ -50,42 +43,18 @@ class _Rank:
     host: float = 0.0
     """When the host has issued everything so far."""
     host_busy: float = 0.0
-    host_memory: int = 0
-    """Pinned host bytes of offloaded activations."""
-    host_peak: int = 0
     head: int = 0
     busy: float = 0.0
-    memory: int = 0
-    peak: int = 0
+    mem: RankMemory = field(default_factory=RankMemory)
     first_start: float = -1.0
     finishes: list[float] = field(default_factory=list)
     """Device finish of each action so far, in program order (launch_queue)."""
     held_by: Action | None = None
     """hold_sends: the consumer whose receive the device waits for before its next action."""
-    in_flight: list[tuple[int, float]] = field(default_factory=list)
-    """Transfer buffers the host has let go of and NCCL still holds: (bytes, when the
-    transfer completes on the device)."""
-
-
-def _recomputed(mb: int, costs: Costs, plan: Plan) -> bool:
-    """Whether micro-batch `mb`'s forward is run again in its backward."""
-    return costs.recompute == "all" or (
-        costs.recompute == "all-but-last" and mb < plan.num_microbatches - 1
-    )
 
 
 def _recomputes(action: Action, costs: Costs, plan: Plan) -> bool:
-    return action.kind in ("B", "BW") and _recomputed(action.mb, costs, plan)
-
-
-def _offloads(action: Action, costs: Costs, plan: Plan) -> bool:
-    """Whether `action`'s micro-batch keeps its saved activations on the host: offloaded
-    training where the forward keeps them (a recomputed one keeps only its input)."""
-    return (
-        offloads_activations(costs.offload)
-        and not plan.forward_only
-        and not _recomputed(action.mb, costs, plan)
-    )
+    return action.kind in ("B", "BW") and recomputed(action.mb, costs, plan)
 
 
 def _by_kind(
@@ -115,7 +84,7 @@ def _duration(action: Action, st: StageTimes, costs: Costs, plan: Plan) -> float
         seconds += st.optimizer
     if action.kind in ("F", "B", "BW"):  # streamed weights come in beside the compute
         seconds = max(seconds, st.weights_in)
-    if _offloads(action, costs, plan):
+    if offloads(action, costs, plan):
         if action.kind == "F":  # the copies out run beside it; the slower of the two binds
             seconds = max(seconds, st.to_host)
         elif action.kind in ("B", "BW"):  # the copies back run before the ops that need them
@@ -130,29 +99,6 @@ the profile's forwards, which follow forwards (a one-GPU profile's whole passes 
 a forward after the previous backward). The premium is what a GPT stage's forward read
 after a backward against after a forward (docs/decisions.md, "A forward after a
 backward")."""
-
-
-def graph_buffers(plan: Plan, costs: Costs, rank: int) -> int:
-    """Bytes of a graphed rank's static buffers (pipecast.runtime.graphs), held for the whole
-    run: per micro-batch of each of its stages, the input (received, or the data) unless a
-    stage of its own produced it, the output, the output's gradient where another rank sends
-    it, the input's gradient. The graphs' own temporaries share one pool in the plan's order,
-    as an eager step's allocations come and go, and are counted as those."""
-    total = 0
-    mine = set(plan.stages_of(rank))
-    last = plan.num_stages - 1
-    for s in mine:
-        st = costs.stages[s]
-        per_mb = st.output_bytes if s < last else 0  # the output
-        per_mb += st.batch_bytes  # the data at the first stage, the targets at the last
-        if s > 0 and s - 1 not in mine:
-            per_mb += st.input_bytes  # received
-        if s < last and s + 1 not in mine:
-            per_mb += st.output_bytes  # the output's gradient, received
-        if s > 0 and not plan.forward_only:
-            per_mb += st.input_bytes  # the input's gradient
-        total += per_mb * plan.num_microbatches
-    return total
 
 
 def _host(
@@ -193,17 +139,6 @@ def _span(action: Action, st: StageTimes, costs: Costs, plan: Plan) -> float:
     )
 
 
-def _held(action: Action, st: StageTimes, costs: Costs, plan: Plan) -> int:
-    """Bytes a micro-batch keeps on its stage from F until its last backward action."""
-    if plan.forward_only:
-        return 0
-    keeps_input = _recomputed(action.mb, costs, plan) or _offloads(action, costs, plan)
-    held = st.input_bytes if keeps_input else st.activation_bytes
-    if plan.async_updates:
-        held += st.param_bytes  # the stashed weight version
-    return held
-
-
 def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
     """Run `plan` under `costs`. With `exposed`, also simulate free communication to report
     how much of the step communication adds."""
@@ -212,32 +147,7 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
             f"costs describe {len(costs.stages)} stages, plan {plan.name} has {plan.num_stages}"
         )
     ranks = [_Rank() for _ in range(plan.num_ranks)]
-    static = [0] * plan.num_ranks
-    host = [0] * plan.num_ranks  # the optimizer's copy of the weights and its state
-    stepping = [0] * plan.num_ranks  # the optimizer step's temporaries
-    on_host = offloads_optimizer(costs.offload) and not plan.forward_only
-    per_param = OPTIMIZER_STATE[costs.optimizer]
-    factor = 1.0 + (
-        0.0 if plan.forward_only else costs.grad_bytes_factor + (0.0 if on_host else per_param)
-    )
-    temporary = 0.0 if on_host or plan.forward_only else OPTIMIZER_TEMPORARY[costs.optimizer]
-    for s, r in enumerate(plan.stage_to_rank):
-        st = costs.stages[s]
-        if st.window_bytes:  # streamed: the gradients and a window of the weights
-            static[r] += int(st.param_bytes * (factor - 1.0)) + st.window_bytes
-        else:
-            static[r] += int(st.param_bytes * factor)
-        if on_host:
-            host[r] += int(st.param_bytes * (2.0 + per_param))  # weights, gradients, state
-        static[r] += st.batch_bytes * plan.num_microbatches  # the step's batch, held throughout
-        stepping[r] += int(st.param_bytes * temporary)
-    for r in range(plan.num_ranks):  # the default stream's library workspaces
-        static[r] += max((costs.stages[s].kept_workspace for s in plan.stages_of(r)), default=0)
-    if costs.cuda_graphs:
-        for r in range(plan.num_ranks):
-            static[r] += graph_buffers(plan, costs, r)
-            # the graphs' stream keeps library workspaces of its own
-            static[r] += max((costs.stages[s].kept_workspace for s in plan.stages_of(r)), default=0)
+    fixed = fixed_memory(plan, costs)
     end: dict[Action, float] = {}
     available: dict[Action, float] = {}  # when an action's output is usable by its consumer
     link_free: dict[tuple[int, int], float] = {}
@@ -282,39 +192,7 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
                 if state.first_start < 0:
                     state.first_start = start
                 state.busy += finish - start
-                # memory: a micro-batch's activations live from its F to its last backward.
-                # The caching allocator counts a tensor from when the host allocates it to
-                # when the host drops it (the host's program order), except transfer buffers:
-                # NCCL keeps those until the transfer is done on the device, and a host that
-                # runs ahead of its device meanwhile allocates the next actions' tensors.
-                state.in_flight = [(b, t) for b, t in state.in_flight if t > issue]
-                held = _held(a, st, costs, plan)
-                if a.kind == "F":
-                    state.memory += held
-                workspace = st.workspace_bytes
-                transient = workspace + sum(b for b, _ in state.in_flight)
-                if a.kind in ("B", "BW"):
-                    # the gradient received for the stage's output and the one it computes
-                    # for its input, held until its send completes
-                    transient += st.output_bytes + st.input_bytes
-                offloaded = _offloads(a, costs, plan)
-                if a.kind in ("B", "BW") and costs.recompute != "none":
-                    transient += st.activation_bytes
-                elif a.kind in ("B", "BW") and offloaded:
-                    transient += st.restored_bytes or st.offloaded_bytes  # brought back
-                state.peak = max(state.peak, state.memory + transient)
-                if offloaded:
-                    if a.kind == "F":
-                        state.host_memory += st.offloaded_bytes
-                        state.host_peak = max(state.host_peak, state.host_memory)
-                    elif a.kind in ("W", "BW"):
-                        state.host_memory -= st.offloaded_bytes
-                if a.kind == "B":
-                    state.memory += st.held_bytes
-                if a.kind == "W":
-                    state.memory -= held + st.held_bytes
-                elif a.kind == "BW":
-                    state.memory -= held
+                state.mem.tally(a, st, costs, plan, issue)
                 if a.kind in ("W", "BW"):
                     last_backward[a.stage] = events[-1]
                     last_device[a.stage] = _duration(a, st, costs, plan)
@@ -332,7 +210,9 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
                     if arrive is not None and not costs.overlap_comm:
                         state.free = max(state.free, arrive)  # the sender waits for it
                 if a.kind in ("B", "BW"):
-                    _hold_transfers(plan, a, st, r, ready, available, state)
+                    state.mem.hold_transfers(
+                        plan, a, st, r, ready, available, state.host, state.free
+                    )
                 state.head += 1
                 remaining -= 1
                 progressed = True
@@ -352,31 +232,15 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
         events=tuple(events),
         busy=tuple(r.busy for r in ranks),
         compute_span=compute_end - first,
-        peak_memory=tuple(static[i] + max(r.peak, stepping[i]) for i, r in enumerate(ranks)),
+        peak_memory=tuple(
+            fixed.device[i] + max(r.mem.peak, fixed.stepping[i]) for i, r in enumerate(ranks)
+        ),
         exposed_comm=exposed_comm,
         host_busy=tuple(r.host_busy for r in ranks),
-        peak_host_memory=tuple(h + r.host_peak for h, r in zip(host, ranks, strict=True))
+        peak_host_memory=tuple(h + r.mem.host_peak for h, r in zip(fixed.host, ranks, strict=True))
         if costs.offload != "none"
         else (),
     )
-
-
-def _hold_transfers(
-    plan: Plan,
-    a: Action,
-    st: StageTimes,
-    rank: int,
-    ready: float,
-    available: dict[Action, float],
-    state: _Rank,
-) -> None:
-    """After a backward: the output gradient it received stays until the receive is done on
-    the device (`ready`) and the input gradient it sent until the send is (`available`)."""
-    last = plan.num_stages - 1
-    if a.stage < last and plan.stage_to_rank[a.stage + 1] != rank:
-        state.in_flight.append((st.output_bytes, max(ready, state.host)))
-    if a.stage > 0 and plan.stage_to_rank[a.stage - 1] != rank:
-        state.in_flight.append((st.input_bytes, available.get(a, state.free)))
 
 
 def _finish_step(

@@ -1,0 +1,186 @@
+"""Memory in the simulator: what each rank holds for the whole step, and what comes and goes
+with its actions, counted in the host's program order as the caching allocator counts it.
+
+A tensor counts from when the host allocates it to when the host lets go of it. Transfer
+buffers are the exception: NCCL keeps a received or sent gradient until the transfer is done
+on the device, so a host running ahead of its device holds several at once. The optimizer
+step's own temporaries (OPTIMIZER_TEMPORARY) are on top of the weights, gradients and state,
+after every activation is gone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pipecast.planning.simulation.costs import Costs, StageTimes
+from pipecast.values.plan.action import Action, Plan
+from pipecast.values.training import (
+    OPTIMIZER_STATE,
+    OPTIMIZER_TEMPORARY,
+    offloads_activations,
+    offloads_optimizer,
+)
+
+
+def recomputed(mb: int, costs: Costs, plan: Plan) -> bool:
+    """Whether micro-batch `mb`'s forward is run again in its backward."""
+    return costs.recompute == "all" or (
+        costs.recompute == "all-but-last" and mb < plan.num_microbatches - 1
+    )
+
+
+def offloads(action: Action, costs: Costs, plan: Plan) -> bool:
+    """Whether `action`'s micro-batch keeps its saved activations on the host: offloaded
+    training where the forward keeps them (a recomputed one keeps only its input)."""
+    return (
+        offloads_activations(costs.offload)
+        and not plan.forward_only
+        and not recomputed(action.mb, costs, plan)
+    )
+
+
+def held_bytes(action: Action, st: StageTimes, costs: Costs, plan: Plan) -> int:
+    """Bytes a micro-batch keeps on its stage from F until its last backward action."""
+    if plan.forward_only:
+        return 0
+    keeps_input = recomputed(action.mb, costs, plan) or offloads(action, costs, plan)
+    held = st.input_bytes if keeps_input else st.activation_bytes
+    if plan.async_updates:
+        held += st.param_bytes  # the stashed weight version
+    return held
+
+
+def graph_buffers(plan: Plan, costs: Costs, rank: int) -> int:
+    """Bytes of a graphed rank's static buffers (pipecast.runtime.graphs), held for the whole
+    run: per micro-batch of each of its stages, the input (received, or the data) unless a
+    stage of its own produced it, the output, the output's gradient where another rank sends
+    it, the input's gradient. The graphs' own temporaries share one pool in the plan's order,
+    as an eager step's allocations come and go, and are counted as those."""
+    total = 0
+    mine = set(plan.stages_of(rank))
+    last = plan.num_stages - 1
+    for s in mine:
+        st = costs.stages[s]
+        per_mb = st.output_bytes if s < last else 0  # the output
+        per_mb += st.batch_bytes  # the data at the first stage, the targets at the last
+        if s > 0 and s - 1 not in mine:
+            per_mb += st.input_bytes  # received
+        if s < last and s + 1 not in mine:
+            per_mb += st.output_bytes  # the output's gradient, received
+        if s > 0 and not plan.forward_only:
+            per_mb += st.input_bytes  # the input's gradient
+        total += per_mb * plan.num_microbatches
+    return total
+
+
+@dataclass(frozen=True)
+class FixedMemory:
+    """Each rank's bytes that do not come and go with micro-batches."""
+
+    device: list[int]
+    """Held for the whole step: weights, gradients, optimizer state (unless on the host), the
+    step's batch, library workspaces, a graphed rank's static buffers."""
+    host: list[int]
+    """Pinned host bytes of an optimizer stepped on the host: weights, gradients, state."""
+    stepping: list[int]
+    """The optimizer step's own temporaries, after every activation is gone."""
+
+
+def fixed_memory(plan: Plan, costs: Costs) -> FixedMemory:
+    """What each rank holds whatever the plan's order (FixedMemory)."""
+    static = [0] * plan.num_ranks
+    host = [0] * plan.num_ranks  # the optimizer's copy of the weights and its state
+    stepping = [0] * plan.num_ranks  # the optimizer step's temporaries
+    on_host = offloads_optimizer(costs.offload) and not plan.forward_only
+    per_param = OPTIMIZER_STATE[costs.optimizer]
+    factor = 1.0 + (
+        0.0 if plan.forward_only else costs.grad_bytes_factor + (0.0 if on_host else per_param)
+    )
+    temporary = 0.0 if on_host or plan.forward_only else OPTIMIZER_TEMPORARY[costs.optimizer]
+    for s, r in enumerate(plan.stage_to_rank):
+        st = costs.stages[s]
+        if st.window_bytes:  # streamed: the gradients and a window of the weights
+            static[r] += int(st.param_bytes * (factor - 1.0)) + st.window_bytes
+        else:
+            static[r] += int(st.param_bytes * factor)
+        if on_host:
+            host[r] += int(st.param_bytes * (2.0 + per_param))  # weights, gradients, state
+        static[r] += st.batch_bytes * plan.num_microbatches  # the step's batch, held throughout
+        stepping[r] += int(st.param_bytes * temporary)
+    for r in range(plan.num_ranks):  # the default stream's library workspaces
+        static[r] += max((costs.stages[s].kept_workspace for s in plan.stages_of(r)), default=0)
+    if costs.cuda_graphs:
+        for r in range(plan.num_ranks):
+            static[r] += graph_buffers(plan, costs, r)
+            # the graphs' stream keeps library workspaces of its own
+            static[r] += max((costs.stages[s].kept_workspace for s in plan.stages_of(r)), default=0)
+    return FixedMemory(static, host, stepping)
+
+
+@dataclass
+class RankMemory:
+    """One rank's memory as the simulator replays its actions."""
+
+    memory: int = 0
+    """Bytes held now beyond the fixed ones: micro-batches' saved activations."""
+    peak: int = 0
+    host_memory: int = 0
+    """Pinned host bytes of offloaded activations."""
+    host_peak: int = 0
+    in_flight: list[tuple[int, float]] = field(default_factory=list)
+    """Transfer buffers the host has let go of and NCCL still holds: (bytes, when the
+    transfer completes on the device)."""
+
+    def tally(self, a: Action, st: StageTimes, costs: Costs, plan: Plan, issue: float) -> None:
+        """Count `a`'s memory on its rank, as the host issues it at `issue`: a micro-batch's
+        activations live from its F to its last backward. The caching allocator counts a tensor
+        from when the host allocates it to when the host drops it (the host's program order),
+        except transfer buffers: NCCL keeps those until the transfer is done on the device, and
+        a host that runs ahead of its device meanwhile allocates the next actions' tensors."""
+        self.in_flight = [(b, t) for b, t in self.in_flight if t > issue]
+        held = held_bytes(a, st, costs, plan)
+        if a.kind == "F":
+            self.memory += held
+        workspace = st.workspace_bytes
+        transient = workspace + sum(b for b, _ in self.in_flight)
+        if a.kind in ("B", "BW"):
+            # the gradient received for the stage's output and the one it computes
+            # for its input, held until its send completes
+            transient += st.output_bytes + st.input_bytes
+        offloaded = offloads(a, costs, plan)
+        if a.kind in ("B", "BW") and costs.recompute != "none":
+            transient += st.activation_bytes
+        elif a.kind in ("B", "BW") and offloaded:
+            transient += st.restored_bytes or st.offloaded_bytes  # brought back
+        self.peak = max(self.peak, self.memory + transient)
+        if offloaded:
+            if a.kind == "F":
+                self.host_memory += st.offloaded_bytes
+                self.host_peak = max(self.host_peak, self.host_memory)
+            elif a.kind in ("W", "BW"):
+                self.host_memory -= st.offloaded_bytes
+        if a.kind == "B":
+            self.memory += st.held_bytes
+        if a.kind == "W":
+            self.memory -= held + st.held_bytes
+        elif a.kind == "BW":
+            self.memory -= held
+
+    def hold_transfers(
+        self,
+        plan: Plan,
+        a: Action,
+        st: StageTimes,
+        rank: int,
+        ready: float,
+        available: dict[Action, float],
+        host: float,
+        free: float,
+    ) -> None:
+        """After a backward: the output gradient it received stays until the receive is done on
+        the device (`ready`) and the input gradient it sent until the send is (`available`)."""
+        last = plan.num_stages - 1
+        if a.stage < last and plan.stage_to_rank[a.stage + 1] != rank:
+            self.in_flight.append((st.output_bytes, max(ready, host)))
+        if a.stage > 0 and plan.stage_to_rank[a.stage - 1] != rank:
+            self.in_flight.append((st.input_bytes, available.get(a, free)))
