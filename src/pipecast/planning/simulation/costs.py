@@ -177,92 +177,28 @@ def costs_from_profile(
     `clip`: the gradients are clipped to their global norm (Costs.clip_sync). `offload`:
     saved activations, gradients and weights copied to and from the host over
     `cluster.host_link`, the optimizer stepped at `cluster.host_optimizer_rate`."""
-    stages = []
     busy = len({d for st in partition.stages for d in st.devices})
-    slow = cluster.host_factor(
-        min(busy, cluster.gpus_per_node), profile.host.issue, profile.host.machine
-    )
-    # CPU ranks share the cores the profile had to itself: the model's own reading
-    # (Profile.shared_compute), else the probe's matmul (Cluster.cpu_compute); and the
-    # runtime's own work per action runs on those cores too, between the ops, not beside them
     cpu = profile.device == "cpu"
-    shared = cpu_factor(profile, cluster, busy) if cpu else 1.0
-    per_action = cluster.host_overhead * cpu_turns(profile, cluster, busy) if cpu else 0.0
-    last = partition.num_stages - 1
-    per_param = cluster.ddp_param_host if ddp else 0.0
-    # where DDP's fixed cost per step falls the probe does not read (DDP's step less the
-    # plain one), so it stays in the forward's total only, beside the loss
-    fixed = cluster.ddp_step_host if ddp else 0.0
+    host = _HostTerms(
+        slow=cluster.host_factor(
+            min(busy, cluster.gpus_per_node), profile.host.issue, profile.host.machine
+        ),
+        # CPU ranks share the cores the profile had to itself: the model's own reading
+        # (Profile.shared_compute), else the probe's matmul (Cluster.cpu_compute); and the
+        # runtime's own work per action runs on those cores too, between the ops
+        shared=cpu_factor(profile, cluster, busy) if cpu else 1.0,
+        per_action=cluster.host_overhead * cpu_turns(profile, cluster, busy) if cpu else 0.0,
+        per_param=cluster.ddp_param_host if ddp else 0.0,
+        # where DDP's fixed cost per step falls the probe does not read (DDP's step less the
+        # plain one), so it stays in the forward's total only, beside the loss
+        fixed=cluster.ddp_step_host if ddp else 0.0,
+        buffer=cluster.ddp_buffer_host if ddp else 0.0,
+    )
+    stages = []
     for index, st in enumerate(partition.stages):
-        c = profile.stage(st.start, st.stop, micro_batch)
-        owned = profile.blocks[st.start : st.stop]
-        # DDP broadcasts its buffers before the forward's first kernel
-        before = sum(b.buffer_tensors for b in owned) * cluster.ddp_buffer_host if ddp else 0.0
-        hooks = [b.param_tensors * per_param for b in owned]
-        hooks_total = sum(hooks)
-        batch = (profile.input_bytes_per_sample if index == 0 else 0) + (
-            profile.target_bytes_per_sample if index == last else 0
-        )
-        if cuda_graphs and profile.graph_times:
-            c = _graphed(c)
-        b, w = c.backward_input, c.backward_weight
-        if index == 0:  # the first stage never sends an input gradient: all of it in B
-            b, w = c.backward, 0.0
-        times = StageTimes(
-            forward=c.forward * shared + per_action,
-            backward_input=b * shared + per_action,
-            backward_weight=w * shared + per_action,
-            backward=c.backward * shared + per_action,
-            optimizer=c.optimizer_step * shared,
-            output_bytes=c.output_bytes,
-            input_bytes=c.input_bytes,
-            activation_bytes=c.activation_bytes,
-            param_bytes=c.param_bytes,
-            workspace_bytes=c.peak_bytes,
-            held_bytes=0 if index == 0 else c.held_bytes,
-            batch_bytes=batch * micro_batch,
-            host_forward=c.host_forward * slow + before + fixed,
-            host_backward_input=slow * (c.host_backward if index == 0 else c.host_backward_input)
-            + hooks_total,
-            host_backward_weight=0.0 if index == 0 else c.host_backward_weight * slow,
-            host_backward=c.host_backward * slow + hooks_total,
-            kept_workspace=c.kept_workspace,
-        )
-        blocks = [profile.cost(i, micro_batch) for i in range(st.start, st.stop)]
-        if not cuda_graphs:  # a graphed action is one launch
-            times = _with_spans(times, blocks, hooks, slow, before, first=index == 0)
-        if offloads_optimizer(offload):  # grads out, the host's step, weights back
-            moved = cluster.host_link.time(c.param_bytes)
-            step = c.param_bytes / cluster.host_optimizer_rate
-            if offloads_weights(offload):  # weights come back as the blocks run instead
-                window = 2 * max(b.param_bytes for b in owned)
-                times = replace(
-                    times,
-                    optimizer=moved + step,
-                    weights_in=moved,
-                    window_bytes=min(window, c.param_bytes),
-                )
-            else:
-                times = replace(times, optimizer=2 * moved + step)
-        if offloads_activations(offload):
-            out = times.offloaded_bytes
-            largest = max(b.saved_bytes for b in blocks)
-            times = replace(
-                times,
-                to_host=cluster.host_link.time(out),
-                from_host=cluster.host_link.time(out),
-                restored_bytes=min(largest, out),
-            )
-        stages.append(times)
-    fwd, bwd = [], []
-    for s in range(partition.num_stages - 1):
-        a, b_dev = partition.stages[s].devices[0], partition.stages[s + 1].devices[0]
-        if a == b_dev:
-            fwd.append(0.0)
-            bwd.append(0.0)
-            continue
-        fwd.append(cluster.link(a, b_dev).time(stages[s].output_bytes))
-        bwd.append(cluster.link(b_dev, a).time(stages[s + 1].input_bytes))
+        times = _stage_times(profile, partition, index, micro_batch, host, cuda_graphs)
+        stages.append(_offloaded(times, profile, st.start, st.stop, micro_batch, cluster, offload))
+    fwd, bwd = _transfers(partition, stages, cluster)
     allreduce = tuple(
         cluster.allreduce_time(stages[i].param_bytes, st.devices)
         for i, st in enumerate(partition.stages)
@@ -285,6 +221,130 @@ def costs_from_profile(
         host_overhead=0.0 if cpu else cluster.host_overhead,  # on CPU: in the stage times
         cuda_graphs=cuda_graphs,
     )
+
+
+@dataclass(frozen=True)
+class _HostTerms:
+    """How a run's host and shared cores scale the profile's times (costs_from_profile)."""
+
+    slow: float
+    """The host's issuing against the profile's (Cluster.host_factor)."""
+    shared: float
+    """CPU ranks' compute against the profiler's one process (1 on GPUs)."""
+    per_action: float
+    """CPU ranks: the runtime's own seconds per action, on the compute's cores."""
+    per_param: float
+    """DDP: host seconds per parameter tensor's hook in the backward."""
+    fixed: float
+    """DDP: host seconds per step beyond the hooks."""
+    buffer: float
+    """DDP: host seconds per buffer broadcast before the forward."""
+
+
+def _stage_times(
+    profile: Profile,
+    partition: Partition,
+    index: int,
+    micro_batch: int,
+    host: _HostTerms,
+    cuda_graphs: bool,
+) -> StageTimes:
+    """Stage `index`'s times and bytes at `micro_batch`, scaled to the run's host."""
+    st = partition.stages[index]
+    last = partition.num_stages - 1
+    c = profile.stage(st.start, st.stop, micro_batch)
+    owned = profile.blocks[st.start : st.stop]
+    # DDP broadcasts its buffers before the forward's first kernel
+    before = sum(b.buffer_tensors for b in owned) * host.buffer
+    hooks = [b.param_tensors * host.per_param for b in owned]
+    hooks_total = sum(hooks)
+    batch = (profile.input_bytes_per_sample if index == 0 else 0) + (
+        profile.target_bytes_per_sample if index == last else 0
+    )
+    if cuda_graphs and profile.graph_times:
+        c = _graphed(c)
+    b, w = c.backward_input, c.backward_weight
+    if index == 0:  # the first stage never sends an input gradient: all of it in B
+        b, w = c.backward, 0.0
+    shared, per_action, slow = host.shared, host.per_action, host.slow
+    times = StageTimes(
+        forward=c.forward * shared + per_action,
+        backward_input=b * shared + per_action,
+        backward_weight=w * shared + per_action,
+        backward=c.backward * shared + per_action,
+        optimizer=c.optimizer_step * shared,
+        output_bytes=c.output_bytes,
+        input_bytes=c.input_bytes,
+        activation_bytes=c.activation_bytes,
+        param_bytes=c.param_bytes,
+        workspace_bytes=c.peak_bytes,
+        held_bytes=0 if index == 0 else c.held_bytes,
+        batch_bytes=batch * micro_batch,
+        host_forward=c.host_forward * slow + before + host.fixed,
+        host_backward_input=slow * (c.host_backward if index == 0 else c.host_backward_input)
+        + hooks_total,
+        host_backward_weight=0.0 if index == 0 else c.host_backward_weight * slow,
+        host_backward=c.host_backward * slow + hooks_total,
+        kept_workspace=c.kept_workspace,
+    )
+    if cuda_graphs:  # a graphed action is one launch
+        return times
+    blocks = [profile.cost(i, micro_batch) for i in range(st.start, st.stop)]
+    return _with_spans(times, blocks, hooks, slow, before, first=index == 0)
+
+
+def _offloaded(
+    times: StageTimes,
+    profile: Profile,
+    start: int,
+    stop: int,
+    micro_batch: int,
+    cluster: Cluster,
+    offload: Offload,
+) -> StageTimes:
+    """`times` with what moving to and from the host adds under `offload`: the gradients
+    out, the host's optimizer step and the weights back; saved activations out and back."""
+    param_bytes = times.param_bytes
+    if offloads_optimizer(offload):
+        moved = cluster.host_link.time(param_bytes)
+        step = param_bytes / cluster.host_optimizer_rate
+        if offloads_weights(offload):  # weights come back as the blocks run instead
+            window = 2 * max(b.param_bytes for b in profile.blocks[start:stop])
+            times = replace(
+                times,
+                optimizer=moved + step,
+                weights_in=moved,
+                window_bytes=min(window, param_bytes),
+            )
+        else:
+            times = replace(times, optimizer=2 * moved + step)
+    if offloads_activations(offload):
+        out = times.offloaded_bytes
+        largest = max(profile.cost(i, micro_batch).saved_bytes for i in range(start, stop))
+        times = replace(
+            times,
+            to_host=cluster.host_link.time(out),
+            from_host=cluster.host_link.time(out),
+            restored_bytes=min(largest, out),
+        )
+    return times
+
+
+def _transfers(
+    partition: Partition, stages: list[StageTimes], cluster: Cluster
+) -> tuple[list[float], list[float]]:
+    """Seconds of each boundary's forward (activation) and backward (gradient) transfer
+    between replica 0's devices; 0 where both stages share a device."""
+    fwd, bwd = [], []
+    for s in range(partition.num_stages - 1):
+        a, b = partition.stages[s].devices[0], partition.stages[s + 1].devices[0]
+        if a == b:
+            fwd.append(0.0)
+            bwd.append(0.0)
+            continue
+        fwd.append(cluster.link(a, b).time(stages[s].output_bytes))
+        bwd.append(cluster.link(b, a).time(stages[s + 1].input_bytes))
+    return fwd, bwd
 
 
 def cpu_factor(profile: Profile, cluster: Cluster, busy: int) -> float:

@@ -147,8 +147,6 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
             f"costs describe {len(costs.stages)} stages, plan {plan.name} has {plan.num_stages}"
         )
     ranks = [_Rank() for _ in range(plan.num_ranks)]
-    fixed = fixed_memory(plan, costs)
-    end: dict[Action, float] = {}
     available: dict[Action, float] = {}  # when an action's output is usable by its consumer
     link_free: dict[tuple[int, int], float] = {}
     events: list[Event] = []
@@ -201,7 +199,6 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
                 state.free = finish
                 if queue:
                     state.finishes.append(finish)
-                end[a] = finish
                 available[a] = finish
                 if links is not None:
                     state.held_by = links.send(a, r, finish)
@@ -218,14 +215,30 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
                 progressed = True
         if not progressed:
             raise ConfigError(f"plan {plan.name} cannot finish: validate it first")
-    compute_end = max((e.end for e in events), default=0.0)
-    first = min((r.first_start for r in ranks if r.first_start >= 0), default=0.0)
     step = _finish_step(plan, costs, ranks, last_backward, last_device, events)
     exposed_comm = 0.0
     if exposed and (costs.forward_transfer or costs.allreduce):
         exposed_comm = max(
             step - simulate(plan, costs.without_communication(), exposed=False).step_time, 0.0
         )
+    return _timeline(plan, costs, ranks, events, step, exposed_comm)
+
+
+def _timeline(
+    plan: Plan,
+    costs: Costs,
+    ranks: list[_Rank],
+    events: list[Event],
+    step: float,
+    exposed_comm: float,
+) -> Timeline:
+    """The simulated step as a Timeline: its events, each rank's busy time and peak memory."""
+    fixed = fixed_memory(plan, costs)
+    # the actions and their transfers, before the step's all-reduces and optimizer step
+    compute_end = max(
+        (e.end for e in events if e.kind not in ("allreduce", "optimizer")), default=0.0
+    )
+    first = min((r.first_start for r in ranks if r.first_start >= 0), default=0.0)
     return Timeline(
         plan=plan.name,
         step_time=step,
