@@ -95,49 +95,6 @@ def _passes(
     *,
     hide: bool,
 ) -> Context | None:
-    cuda = device.type == "cuda"
-    mark, seconds = devices.clock(device)
-
-    forward: list[list[float]] = [[] for _ in blocks]
-    host_forward: list[list[float]] = [[] for _ in blocks]
-    whole: list[float] = []
-    host_whole: list[float] = []
-    backward: list[float] = []
-    host_backward: list[float] = []
-    backward_blocks: list[list[float]] = [[] for _ in blocks]
-    params = [p for b in blocks for p in b.parameters() if p.requires_grad]
-
-    hold = Hold()  # how long the device is held before a pass, with `hide`
-
-    def one_pass(marked: bool) -> _Pass:
-        """A whole-model forward, loss and backward; marked: an event after every block
-        and a gradient hook on every block's output, else marks at the forward's two ends.
-        With `hide`, the device is first held for `lead` seconds."""
-        held = None
-        if hide:
-            held = mark()
-            devices.hold(device, hold.lead)
-        marks, clock = [mark()], [time.perf_counter()]
-        ready: dict[int, object] = {}  # block -> when its output's gradient was ready
-        h = x
-        with precision(device, options):
-            for i, block in enumerate(blocks):
-                h = block(h)
-                if marked:
-                    marks.append(mark())
-                    clock.append(time.perf_counter())
-                    if h.requires_grad:
-                        h.register_hook(partial(_ready, ready, i, mark))
-            if not marked:
-                marks.append(mark())
-                clock.append(time.perf_counter())
-            loss = loss_fn(h, target)
-        began, host_began = mark(), time.perf_counter()
-        torch.autograd.backward(loss)
-        host_ended, ended = time.perf_counter(), mark()
-        devices.synchronize(device)
-        return _Pass(marks, clock, ready, began, host_began, host_ended, ended, held)
-
     # Passes alternate: one marks every block, the next only the forward's two ends. The
     # marks cost the host time, and where the host binds they lengthen the forward; the
     # per-block shares come from the marked passes, the total from the plain ones. Gradients
@@ -148,12 +105,15 @@ def _passes(
     # run again with a longer hold (up to as many retries as passes). A pass whose host
     # waits on its device can't be hidden: when the longest hold falls short, or the
     # retries run out, there is no context (the profiler keeps its plain passes').
+    mark, seconds = devices.clock(device)
+    readings = _Readings(len(blocks))
+    hold = Hold()  # how long the device is held before a pass, with `hide`
     passes = 2 * (options.warmup + 1 + 2 * options.repeats)
     rep = retries = 0
     failed = False
     while rep < passes:
         marked = rep % 2 == 0
-        run = one_pass(marked)
+        run = _one_pass(blocks, x, target, loss_fn, device, options, mark, marked, hold, hide)
         keep = rep > 2 * options.warmup + 1
         if hide:
             assert run.held is not None
@@ -168,37 +128,99 @@ def _passes(
                 continue
         rep += 1
         if keep:
-            if marked:
-                for i in range(len(blocks)):
-                    forward[i].append(seconds(run.marks[i], run.marks[i + 1]))
-                    host_forward[i].append(run.clock[i + 1] - run.clock[i])
-                if len(run.ready) == len(blocks):  # block i's backward: from its output's
-                    # gradient to its input's (the previous block's output's; the end for 0)
-                    bounds = [run.ended, *(run.ready[i] for i in range(len(blocks)))]
-                    for i in range(len(blocks)):
-                        backward_blocks[i].append(seconds(bounds[i + 1], bounds[i]))
-            else:
-                whole.append(seconds(run.marks[0], run.marks[1]))
-                host_whole.append(run.clock[1] - run.clock[0])
-                backward.append(seconds(run.began, run.ended))
-                host_backward.append(run.host_ended - run.host_began)
+            readings.record(run, marked, seconds)
         del run
-    for p in params:
-        p.grad = None
-    if failed:
-        return None
-    return Context(
-        forward=shares([robust(f).median for f in forward], robust(whole).median),
-        backward=robust(backward).median,
-        host_forward=shares([robust(f).median for f in host_forward], robust(host_whole).median)
-        if cuda
-        else [0.0] * len(blocks),
-        host_backward=robust(host_backward).median if cuda else 0.0,
-        backward_blocks=[robust(b).median for b in backward_blocks]
-        if all(backward_blocks)
-        else None,
-        issue_hidden=hide,
-    )
+    for b in blocks:
+        for p in b.parameters():
+            p.grad = None
+    return None if failed else readings.context(device.type == "cuda", hide)
+
+
+def _one_pass(
+    blocks: list[nn.Module],
+    x: torch.Tensor,
+    target: torch.Tensor,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    device: torch.device,
+    options: ProfileOptions,
+    mark: Callable[[], object],
+    marked: bool,
+    hold: Hold,
+    hide: bool,
+) -> _Pass:
+    """A whole-model forward, loss and backward; marked: an event after every block and a
+    gradient hook on every block's output, else marks at the forward's two ends. With
+    `hide`, the device is first held for `hold.lead` seconds."""
+    held = None
+    if hide:
+        held = mark()
+        devices.hold(device, hold.lead)
+    marks, clock = [mark()], [time.perf_counter()]
+    ready: dict[int, object] = {}  # block -> when its output's gradient was ready
+    h = x
+    with precision(device, options):
+        for i, block in enumerate(blocks):
+            h = block(h)
+            if marked:
+                marks.append(mark())
+                clock.append(time.perf_counter())
+                if h.requires_grad:
+                    h.register_hook(partial(_ready, ready, i, mark))
+        if not marked:
+            marks.append(mark())
+            clock.append(time.perf_counter())
+        loss = loss_fn(h, target)
+    began, host_began = mark(), time.perf_counter()
+    torch.autograd.backward(loss)
+    host_ended, ended = time.perf_counter(), mark()
+    devices.synchronize(device)
+    return _Pass(marks, clock, ready, began, host_began, host_ended, ended, held)
+
+
+class _Readings:
+    """The kept passes' readings, block by block (marked passes) and whole (plain ones)."""
+
+    def __init__(self, blocks: int) -> None:
+        self.forward: list[list[float]] = [[] for _ in range(blocks)]
+        self.host_forward: list[list[float]] = [[] for _ in range(blocks)]
+        self.backward_blocks: list[list[float]] = [[] for _ in range(blocks)]
+        self.whole: list[float] = []
+        self.host_whole: list[float] = []
+        self.backward: list[float] = []
+        self.host_backward: list[float] = []
+
+    def record(self, run: _Pass, marked: bool, seconds: Callable[[object, object], float]) -> None:
+        n = len(self.forward)
+        if not marked:
+            self.whole.append(seconds(run.marks[0], run.marks[1]))
+            self.host_whole.append(run.clock[1] - run.clock[0])
+            self.backward.append(seconds(run.began, run.ended))
+            self.host_backward.append(run.host_ended - run.host_began)
+            return
+        for i in range(n):
+            self.forward[i].append(seconds(run.marks[i], run.marks[i + 1]))
+            self.host_forward[i].append(run.clock[i + 1] - run.clock[i])
+        if len(run.ready) == n:  # block i's backward: from its output's gradient to its
+            # input's (the previous block's output's; the end for block 0)
+            bounds = [run.ended, *(run.ready[i] for i in range(n))]
+            for i in range(n):
+                self.backward_blocks[i].append(seconds(bounds[i + 1], bounds[i]))
+
+    def context(self, cuda: bool, hide: bool) -> Context:
+        n = len(self.forward)
+        host_forward = [robust(f).median for f in self.host_forward]
+        return Context(
+            forward=shares([robust(f).median for f in self.forward], robust(self.whole).median),
+            backward=robust(self.backward).median,
+            host_forward=shares(host_forward, robust(self.host_whole).median)
+            if cuda
+            else [0.0] * n,
+            host_backward=robust(self.host_backward).median if cuda else 0.0,
+            backward_blocks=[robust(b).median for b in self.backward_blocks]
+            if all(self.backward_blocks)
+            else None,
+            issue_hidden=hide,
+        )
 
 
 @dataclass(frozen=True, slots=True)

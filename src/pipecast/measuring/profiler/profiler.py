@@ -131,196 +131,245 @@ def _profile_model(
         raise ConfigError(f"repeats must be at least 1, got {options.repeats}")
     if options.host_windows < 1:
         raise ConfigError(f"host windows must be at least 1, got {options.host_windows}")
-    device = devices.resolve(options.device)
-    torch.manual_seed(options.seed)
-    dtype = devices.DTYPES[options.dtype]
-    if not options.autocast:
-        model = model.to(dtype)
-    offload = options.offload if options.offload is not None else not _fits(model, device)
-    in_context = options.in_situ and not offload  # whole-model passes (context.in_situ)
-    # windows beyond the size's own turn only read the host, which only a GPU's profile models
-    windows = options.host_windows if device.type in HOST_MODELLED and in_context else 1
-    if not offload:
-        model = model.to(device)
-    loss_fn = loss_for(spec)
-    blocks = list(model)
-    costs: list[dict[int, BlockCost]] = [{} for _ in blocks]
-    input_counted = [False] * len(blocks)
-    optimizer_step = [0.0] * len(blocks)
-    kept: list[int | None] = [None] * len(blocks)  # library workspaces, at the first size
-    loss: dict[int, tuple[float, float]] = {}
-    sizes = sorted(set(options.micro_batch_sizes))
-    floor = workspace_floor(device, dtype)
-    fixed_step = optimizer_fixed(device, dtype, options)
-    b_call = split_call(device, dtype, options)
-    host_speed, host_issue = [hostspeed.reference()], [hostspeed.issue(device)]
-    plain_passes: dict[int, list[Context]] = {size: [] for size in sizes}  # per size, per window
-    size_issue: dict[int, float] = {}  # per size: hostspeed.issue() beside its host readings
-    held_passes: dict[int, Context] = {}  # per size: passes behind a hold (hide_issue)
-    hiding = options.hide_issue and device.type == "cuda"
-    graphs = GraphRecorder(len(blocks), options, device)  # graph replay times
+    run = _Profiling(model, spec, options, progress)
+    if run.windows > 1:
+        _check_shapes(run.blocks, run.whole_batch(run.sizes[0])[0], run.device, options)
+        run.host_window()
+    for size in run.sizes:
+        run.measure_size(size)
+    for _ in range(run.windows - 2):
+        run.host_window()
+    return run.assemble(model_name, workload)
 
-    def whole_batch(size: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The batch the whole-model passes at size `size` run on, on the device."""
-        first, target = synthetic_batch(spec, size, seed=options.seed, dtype=dtype)
-        return first.to(device), target.to(device)
 
-    def host_window() -> None:
+class _Profiling:
+    """One profiling of a model: what its passes share, and the steps that fill it in."""
+
+    def __init__(
+        self,
+        model: nn.Sequential,
+        spec: DatasetSpec,
+        options: ProfileOptions,
+        progress: Progress | None,
+    ) -> None:
+        self.spec, self.options, self.progress = spec, options, progress
+        self.device = device = devices.resolve(options.device)
+        torch.manual_seed(options.seed)
+        self.dtype = dtype = devices.DTYPES[options.dtype]
+        if not options.autocast:
+            model = model.to(dtype)
+        self.offload = options.offload if options.offload is not None else not _fits(model, device)
+        self.in_context = options.in_situ and not self.offload  # whole-model passes
+        # windows beyond the size's own turn only read the host, which only a GPU's profile
+        # models
+        in_windows = device.type in HOST_MODELLED and self.in_context
+        self.windows = options.host_windows if in_windows else 1
+        if not self.offload:
+            model = model.to(device)
+        self.loss_fn = loss_for(spec)
+        self.blocks = blocks = list(model)
+        self.costs: list[dict[int, BlockCost]] = [{} for _ in blocks]
+        self.input_counted = [False] * len(blocks)
+        self.optimizer_step = [0.0] * len(blocks)
+        self.kept: list[int | None] = [None] * len(blocks)  # library workspaces, first size
+        self.loss: dict[int, tuple[float, float]] = {}
+        self.sizes = sorted(set(options.micro_batch_sizes))
+        self.floor = workspace_floor(device, dtype)
+        self.fixed_step = optimizer_fixed(device, dtype, options)
+        self.b_call = split_call(device, dtype, options)
+        self.host_speed, self.host_issue = [hostspeed.reference()], [hostspeed.issue(device)]
+        self.plain_passes: dict[int, list[Context]] = {size: [] for size in self.sizes}
+        """Per size, per window: whole-model passes."""
+        self.size_issue: dict[int, float] = {}
+        """Per size: hostspeed.issue() beside its host readings."""
+        self.held_passes: dict[int, Context] = {}
+        """Per size: passes behind a hold (ProfileOptions.hide_issue)."""
+        self.hiding = options.hide_issue and device.type == "cuda"
+        self.graphs = GraphRecorder(len(blocks), options, device)  # graph replay times
+
+    def whole_batch(self, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The batch the whole-model passes at `size` run on, on the device."""
+        first, target = synthetic_batch(self.spec, size, seed=self.options.seed, dtype=self.dtype)
+        return first.to(self.device), target.to(self.device)
+
+    def _in_situ(self, size: int) -> Context:
+        x_in, target = self.whole_batch(size)
+        return in_situ(self.blocks, x_in, target, self.loss_fn, self.device, self.options)
+
+    def host_window(self) -> None:
         """Plain whole-model passes at every size, for the host's readings from a window
         away from each size's own turn (ProfileOptions.host_windows)."""
-        for size in sizes:
-            x_in, target = whole_batch(size)
+        for size in self.sizes:
             with quiet_gc():
-                plain_passes[size].append(in_situ(blocks, x_in, target, loss_fn, device, options))
-        host_issue.append(hostspeed.issue(device))
+                self.plain_passes[size].append(self._in_situ(size))
+        self.host_issue.append(hostspeed.issue(self.device))
 
-    if windows > 1:
-        _check_shapes(blocks, whole_batch(sizes[0])[0], device, options)
-        host_window()
-    for size in sizes:
+    def measure_size(self, size: int) -> None:
+        """Every block at `size` in isolation, the loss, then the whole-model passes."""
         gc.collect()
-        x, target = whole_batch(size)
+        x, target = self.whole_batch(size)
         prev_saved_output = False
-        for index, block in enumerate(blocks):
-            if offload:
-                block.to(device)
+        for index, block in enumerate(self.blocks):
+            if self.offload:
+                block.to(self.device)
             try:
-                param_ptrs = {storage(p)[0] for p in block.parameters()}
-                run = BlockRun(block, x, index, device, options)
-                if size == sizes[0]:
-                    kept[index] = kept_workspace(run, dtype)
-                devices.reset_peak(device)
-                base = devices.allocated(device)
-                saved, out = saved_storages(run, param_ptrs)
-                in_ptr, in_bytes = storage(run.leaf)
-                out_ptr, out_bytes = storage(out)
-                saves_input = in_ptr in saved
-                saved_total = sum(saved.values())
-                shared = saves_input and prev_saved_output
-                prev_saved_output = out_ptr in saved
-                grad_out = torch.randn_like(out)
-                backward_full(out, grad_out, run.stage_input(), run.params)
-                peak = max(devices.peak_allocated(device) - base - saved_total - out_bytes, 0)
-                run.clear_grads()
-                with quiet_gc():
-                    m = measure_block(run, grad_out)
-                b, w, held = m["b"], m["w"], int(m["held"])
-                hb, hw = m["host_b"], m["host_w"]
-                if index == 0:  # the first stage never sends an input gradient
-                    b, w, held, hb, hw = m["bw"], 0.0, 0, m["host_bw"], 0.0
-                costs[index][size] = BlockCost(
-                    forward=m["f"],
-                    backward_input=b,
-                    backward_weight=w,
-                    backward=m["bw"],
-                    output_bytes=out.numel() * out.element_size(),
-                    saved_bytes=saved_total - (in_bytes if shared else 0),
-                    peak_bytes=peak,
-                    spread=m["spread"],
-                    held_bytes=held,
-                    host_forward=m["host_f"],
-                    host_backward_input=hb,
-                    host_backward_weight=hw,
-                    host_backward=m["host_bw"],
-                )
-                input_counted[index] = saves_input and not shared
-                graphs.block(index, block, run.leaf.detach(), run.leaf.requires_grad)
-                if size == sizes[0]:
-                    step = measure_optimizer(block, device, options)
-                    optimizer_step[index] = max(step - fixed_step, 0.0) if step else 0.0
-                x = out.detach()
-                del out, run, grad_out
+                x, prev_saved_output = self._measure_block(index, block, x, size, prev_saved_output)
             except torch.OutOfMemoryError:
                 raise DeviceError(
-                    f"block {index} ({block_name(block)}) at micro-batch {size} does not fit in "
-                    f"{devices.name(device)} ({devices.total_memory(device) / 2**30:.1f} GiB): "
+                    f"block {index} ({block_name(block)}) at micro-batch {size} does not fit "
+                    f"in {devices.name(self.device)} "
+                    f"({devices.total_memory(self.device) / 2**30:.1f} GiB): "
                     "profile smaller micro-batches"
                 ) from None
             finally:
-                if offload:
+                if self.offload:
                     block.to("cpu")
-            if progress is not None:
-                progress(f"micro-batch {size}")
-        loss[size] = measure_loss(loss_fn, x, target, device, options)
-        graphs.loss_fn(loss_fn, x, target)
-        host_speed.append(hostspeed.reference())
-        host_issue.append(hostspeed.issue(device))
-        size_issue[size] = host_issue[-1]
-        if in_context:
-            x_in, target = whole_batch(size)
-            with quiet_gc():
-                plain_passes[size].append(in_situ(blocks, x_in, target, loss_fn, device, options))
-                if hiding:
-                    behind = in_situ_hidden(blocks, x_in, target, loss_fn, device, options)
-                    if behind is None:  # one size not hidden keeps the plain device times
-                        hiding = False  # at every size (in_place): no more held passes
-                    else:
-                        held_passes[size] = behind
-                graphs.whole(blocks, x_in)
-            after = hostspeed.issue(device)  # the passes' host times lie between the two
-            size_issue[size] = statistics.mean([size_issue[size], after])
-    for _ in range(windows - 2):
-        host_window()
-    plain = {size: across_windows(w) for size, w in plain_passes.items() if w}
-    contexts = in_place(plain, held_passes)
-    for size, context in contexts.items():
-        rescale(costs, size, context, loss_backward=loss[size][1])
-    graphs.apply(costs)
-    return Profile(
-        model=model_name,
-        dataset=spec.name,
-        workload=dict(workload or {}),
-        device=devices.name(device),
-        dtype=options.dtype,
-        autocast=options.autocast,
-        torch_version=torch.__version__,
-        micro_batch_sizes=tuple(sizes),
-        input_bytes_per_sample=_input_bytes(spec, dtype),
-        target_bytes_per_sample=spec.target_bytes(torch.empty((), dtype=dtype).element_size()),
-        blocks=tuple(
-            BlockProfile(
-                index=i,
-                name=block_name(block),
-                params=sum(p.numel() for p in block.parameters()),
-                param_bytes=sum(p.numel() * p.element_size() for p in block.parameters()),
-                input_counted=input_counted[i],
-                costs=costs[i],
-                optimizer_step=optimizer_step[i],
-                param_tensors=sum(1 for p in block.parameters() if p.requires_grad),
-                buffer_tensors=sum(1 for _ in block.buffers()),
-                kept_workspace=kept[i],
-                large_param_bytes=sum(
-                    n
-                    for p in block.parameters()
-                    if (n := p.numel() * p.element_size()) > SMALL_REQUEST
-                ),
+            if self.progress is not None:
+                self.progress(f"micro-batch {size}")
+        self.loss[size] = measure_loss(self.loss_fn, x, target, self.device, self.options)
+        self.graphs.loss_fn(self.loss_fn, x, target)
+        self.host_speed.append(hostspeed.reference())
+        self.host_issue.append(hostspeed.issue(self.device))
+        self.size_issue[size] = self.host_issue[-1]
+        if self.in_context:
+            self._whole_passes(size)
+
+    def _measure_block(
+        self, index: int, block: nn.Module, x: torch.Tensor, size: int, prev_saved_output: bool
+    ) -> tuple[torch.Tensor, bool]:
+        """Block `index` at `size` on input `x`: its costs and memory; (its output, whether
+        autograd saved that output)."""
+        device, options = self.device, self.options
+        param_ptrs = {storage(p)[0] for p in block.parameters()}
+        run = BlockRun(block, x, index, device, options)
+        if size == self.sizes[0]:
+            self.kept[index] = kept_workspace(run, self.dtype)
+        devices.reset_peak(device)
+        base = devices.allocated(device)
+        saved, out = saved_storages(run, param_ptrs)
+        in_ptr, in_bytes = storage(run.leaf)
+        out_ptr, out_bytes = storage(out)
+        saves_input = in_ptr in saved
+        saved_total = sum(saved.values())
+        shared = saves_input and prev_saved_output
+        grad_out = torch.randn_like(out)
+        backward_full(out, grad_out, run.stage_input(), run.params)
+        peak = max(devices.peak_allocated(device) - base - saved_total - out_bytes, 0)
+        run.clear_grads()
+        with quiet_gc():
+            m = measure_block(run, grad_out)
+        b, w, held = m["b"], m["w"], int(m["held"])
+        hb, hw = m["host_b"], m["host_w"]
+        if index == 0:  # the first stage never sends an input gradient
+            b, w, held, hb, hw = m["bw"], 0.0, 0, m["host_bw"], 0.0
+        self.costs[index][size] = BlockCost(
+            forward=m["f"],
+            backward_input=b,
+            backward_weight=w,
+            backward=m["bw"],
+            output_bytes=out.numel() * out.element_size(),
+            saved_bytes=saved_total - (in_bytes if shared else 0),
+            peak_bytes=peak,
+            spread=m["spread"],
+            held_bytes=held,
+            host_forward=m["host_f"],
+            host_backward_input=hb,
+            host_backward_weight=hw,
+            host_backward=m["host_bw"],
+        )
+        self.input_counted[index] = saves_input and not shared
+        self.graphs.block(index, block, run.leaf.detach(), run.leaf.requires_grad)
+        if size == self.sizes[0]:
+            step = measure_optimizer(block, device, options)
+            self.optimizer_step[index] = max(step - self.fixed_step, 0.0) if step else 0.0
+        return out.detach(), out_ptr in saved
+
+    def _whole_passes(self, size: int) -> None:
+        """The whole model's passes at `size`: plain, behind a hold, and as graphs."""
+        blocks, device, options = self.blocks, self.device, self.options
+        x_in, target = self.whole_batch(size)
+        with quiet_gc():
+            self.plain_passes[size].append(
+                in_situ(blocks, x_in, target, self.loss_fn, device, options)
             )
-            for i, block in enumerate(blocks)
-        ),
-        loss=loss,
-        loss_alone=graphs.loss if graphs.enabled else {},
-        graph_pool=graphs.pool if graphs.enabled else {},
-        created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        floor_bytes=floor,
-        optimizer_fixed=fixed_step,
-        host=HostReadings(
-            split_call=b_call,
-            reference=statistics.median(host_speed),
-            issue=statistics.median(host_issue),
+            if self.hiding:
+                behind = in_situ_hidden(blocks, x_in, target, self.loss_fn, device, options)
+                if behind is None:  # one size not hidden keeps the plain device times
+                    self.hiding = False  # at every size (in_place): no more held passes
+                else:
+                    self.held_passes[size] = behind
+            self.graphs.whole(blocks, x_in)
+        after = hostspeed.issue(device)  # the passes' host times lie between the two
+        self.size_issue[size] = statistics.mean([self.size_issue[size], after])
+
+    def assemble(self, model_name: str, workload: dict[str, object] | None) -> Profile:
+        """The Profile of everything measured, each size's block times rescaled to the
+        whole-model passes (context.rescale)."""
+        plain = {size: across_windows(w) for size, w in self.plain_passes.items() if w}
+        contexts = in_place(plain, self.held_passes)
+        for size, context in contexts.items():
+            rescale(self.costs, size, context, loss_backward=self.loss[size][1])
+        self.graphs.apply(self.costs)
+        graphs, device, spec = self.graphs, self.device, self.spec
+        return Profile(
+            model=model_name,
+            dataset=spec.name,
+            workload=dict(workload or {}),
+            device=devices.name(device),
+            dtype=self.options.dtype,
+            autocast=self.options.autocast,
+            torch_version=torch.__version__,
+            micro_batch_sizes=tuple(self.sizes),
+            input_bytes_per_sample=_input_bytes(spec, self.dtype),
+            target_bytes_per_sample=spec.target_bytes(
+                torch.empty((), dtype=self.dtype).element_size()
+            ),
+            blocks=tuple(self._block_profile(i, block) for i, block in enumerate(self.blocks)),
+            loss=self.loss,
+            loss_alone=graphs.loss if graphs.enabled else {},
+            graph_pool=graphs.pool if graphs.enabled else {},
+            created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            floor_bytes=self.floor,
+            optimizer_fixed=self.fixed_step,
+            host=self._host_readings(),
+            issue_hidden=bool(contexts) and all(c.issue_hidden for c in contexts.values()),
+            graph_times=graphs.enabled,
+            graph_failure=graphs.failure,
+        )
+
+    def _block_profile(self, i: int, block: nn.Module) -> BlockProfile:
+        params = list(block.parameters())
+        return BlockProfile(
+            index=i,
+            name=block_name(block),
+            params=sum(p.numel() for p in params),
+            param_bytes=sum(p.numel() * p.element_size() for p in params),
+            input_counted=self.input_counted[i],
+            costs=self.costs[i],
+            optimizer_step=self.optimizer_step[i],
+            param_tensors=sum(1 for p in params if p.requires_grad),
+            buffer_tensors=sum(1 for _ in block.buffers()),
+            kept_workspace=self.kept[i],
+            large_param_bytes=sum(
+                n for p in params if (n := p.numel() * p.element_size()) > SMALL_REQUEST
+            ),
+        )
+
+    def _host_readings(self) -> HostReadings:
+        return HostReadings(
+            split_call=self.b_call,
+            reference=statistics.median(self.host_speed),
+            issue=statistics.median(self.host_issue),
             machine=hostspeed.machine(),
             cpu=hostspeed.cpu_model(),
-            size_issue=size_issue,
-            windows=windows if in_context else 0,
+            size_issue=self.size_issue,
+            windows=self.windows if self.in_context else 0,
             window_host={
                 size: tuple(sum(c.host_forward) + c.host_backward for c in w)
-                for size, w in plain_passes.items()
+                for size, w in self.plain_passes.items()
                 if w
             },
-        ),
-        issue_hidden=bool(contexts) and all(c.issue_hidden for c in contexts.values()),
-        graph_times=graphs.enabled,
-        graph_failure=graphs.failure,
-    )
+        )
 
 
 def _check_shapes(
