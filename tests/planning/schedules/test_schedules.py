@@ -4,8 +4,13 @@ import pytest
 
 from pipecast.errors import ConfigError, PlanError, UnknownNameError
 from pipecast.planning.schedules import SCHEDULES, make_plan
-from pipecast.planning.schedules.generators import gpipe, interleaved_1f1b, one_f_one_b
-from pipecast.values.plan import Action, Plan, validate
+from pipecast.planning.schedules.generators import (
+    gpipe,
+    interleaved_1f1b,
+    one_f_one_b,
+    zero_bubble_v,
+)
+from pipecast.values.plan import Action, Plan, unit_clock, validate
 
 
 def actions(plan: Plan, rank: int) -> str:
@@ -45,6 +50,53 @@ def test_zb_h1_defers_w_by_stage() -> None:
     assert p.split_backward
     assert actions(p, 0) == "0F0 0F1 0F2 0B0 0W0 0F3 0B1 0W1 0B2 0W2 0B3 0W3"
     assert actions(p, 2) == "2F0 2B0 2F1 2B1 2F2 2B2 2W0 2F3 2B3 2W1 2W2 2W3"
+
+
+def test_zb_v_literal_two_ranks() -> None:
+    """The Zero Bubble paper's V order for 2 ranks and 4 micro-batches, written out by hand
+    from its rules (rank 0 holds stages 0 and 3, rank 1 stages 1 and 2)."""
+    p = zero_bubble_v(2, 4)
+    assert p.stage_to_rank == (0, 1, 1, 0)
+    assert actions(p, 0) == (
+        "0F0 0F1 0F2 3F0 3B0 3W0 3F1 3B1 3W1 0F3 0B0 0W0 3F2 3B2 3W2 0B1 0W1 3F3 3B3 3W3 "
+        "0B2 0W2 0B3 0W3"
+    )
+    assert actions(p, 1) == (
+        "1F0 2F0 1F1 2F1 2B0 2W0 1F2 1B0 1W0 2F2 2B1 2W1 1F3 1B1 1W1 2F3 2B2 2W2 1B2 2B3 "
+        "1B3 1W2 2W3 1W3"
+    )
+
+
+def test_zb_v_literal_four_ranks() -> None:
+    """The V order for 4 ranks and 8 micro-batches: the first rank (stages 0 and 7) and the
+    last (stages 3 and 4), by hand."""
+    p = zero_bubble_v(4, 8)
+    assert actions(p, 0) == (
+        "0F0 0F1 0F2 0F3 0F4 0F5 0F6 7F0 7B0 7W0 7F1 7B1 7W1 7F2 7B2 7W2 7F3 7B3 7W3 0F7 "
+        "0B0 0W0 7F4 7B4 7W4 0B1 0W1 7F5 7B5 7W5 0B2 0W2 7F6 7B6 7W6 0B3 0W3 7F7 7B7 7W7 "
+        "0B4 0W4 0B5 0W5 0B6 0W6 0B7 0W7"
+    )
+    assert actions(p, 3) == (
+        "3F0 4F0 3F1 4F1 3F2 4F2 3F3 4F3 4B0 4W0 3F4 3B0 3W0 4F4 4B1 4W1 3F5 3B1 3W1 4F5 "
+        "4B2 4W2 3F6 3B2 3W2 4F6 4B3 4W3 3F7 3B3 3W3 4F7 4B4 4W4 3B4 4B5 3B5 4B6 3B6 4B7 "
+        "3B7 3W4 4W5 4W6 4W7 3W5 3W6 3W7"
+    )
+
+
+@pytest.mark.parametrize(("ranks", "m"), [(2, 3), (2, 8), (4, 7), (4, 16), (8, 15)])
+def test_zb_v_leaves_no_idle_slot_inside_a_ranks_span(ranks: int, m: int) -> None:
+    """On the unit clock (F = B = W) every rank runs from its first action to its last
+    without a gap, once M >= 2R-1, and keeps at most 2R chunk micro-batches in flight."""
+    p = zero_bubble_v(ranks, m)
+    clock = unit_clock(p)
+    for r in range(ranks):
+        spans = sorted(clock[a] for a in p.actions[r])
+        assert spans[-1][1] - spans[0][0] == len(spans)
+        in_flight = peak = 0
+        for a in p.actions[r]:
+            in_flight += {"F": 1, "B": 0, "W": -1}[a.kind]
+            peak = max(peak, in_flight)
+        assert peak <= 2 * ranks
 
 
 @pytest.mark.parametrize("name", list(SCHEDULES))

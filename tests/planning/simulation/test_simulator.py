@@ -4,8 +4,10 @@ from dataclasses import replace
 
 import pytest
 
+from pipecast.planning.recommend.auto_schedule import auto_plan, durations_of
 from pipecast.planning.schedules import SCHEDULES, make_plan
 from pipecast.planning.simulation import Costs, StageTimes, closed_form, simulate
+from pipecast.values.plan import validate
 from pipecast.values.plan.clock import unit_clock
 
 
@@ -38,12 +40,22 @@ def test_uniform_pipedream_step_fills_and_drains_like_1f1b(s: int, m: int) -> No
 
 
 def test_uniform_zb_v_over_two_ranks_by_hand() -> None:
-    """ZB-V, 2 ranks, 2 micro-batches, unit F, B and W: rank 0 (stages 0 and 3) runs 12
-    actions and waits once, from 2 to 3, for 2F0, which needs 0F0, 1F0 and 2F0 in turn;
-    rank 1 (stages 1 and 2) waits from 0 to 1 for 0F0 and never again: 13."""
+    """ZB-V, 2 ranks, 2 micro-batches (fewer than the 2R-1 its order is laid out for), unit
+    F, B and W. Rank 1 waits from 0 to 1 for 0F0; rank 0 waits from 2 to 3 for 2F0 (0F0,
+    1F0 and 2F0 in turn) and from 11 to 12 for 1B1, whose 2B1 waited on 3B1 (ends 8) and
+    rank 1's 2W0 1B0 1W0 before it; 0W1 ends at 14."""
     t = simulate(make_plan("zb-v", 2, 2), Costs.uniform(4, 1.0, 1.0, 1.0))
-    assert t.step_time == pytest.approx(13.0)
-    assert t.idle == pytest.approx((1.0, 1.0))
+    assert t.step_time == pytest.approx(14.0)
+    assert t.idle == pytest.approx((2.0, 2.0))
+
+
+@pytest.mark.parametrize(("s", "m"), [(2, 3), (2, 8), (4, 8), (4, 16), (8, 16)])
+def test_zb_v_takes_six_units_a_micro_batch_and_its_fill(s: int, m: int) -> None:
+    """With F = B = W and free transfers, ZB-V runs each rank's 6M units without a gap once
+    M >= 2R-1: rank r starts at r, when 0F0 has passed through stages 0..r-1, so the last
+    rank ends the step at 6M + R - 1 (the paper's 6m+3 at 4 ranks)."""
+    t = simulate(make_plan("zb-v", s, m), Costs.uniform(2 * s, 1.0, 1.0, 1.0))
+    assert t.step_time == pytest.approx(6 * m + s - 1)
 
 
 @pytest.mark.parametrize(("s", "m"), [(4, 8), (4, 16), (8, 32)])
@@ -349,3 +361,52 @@ def test_unit_clock_is_the_simulator_on_unit_costs(name: str) -> None:
             e.name: (e.start, e.end) for e in timeline.events if e.kind in ("F", "B", "W", "BW")
         }
         assert {str(a): t for a, t in unit_clock(plan).items()} == simulated
+
+
+def _linear_costs(stages: int, f: float, b: float, w: float, move: float) -> Costs:
+    st = StageTimes(forward=f, backward_input=b, backward_weight=w, backward=b + w)
+    moves = (move,) * (stages - 1)
+    return Costs(stages=(st,) * stages, forward_transfer=moves, backward_transfer=moves)
+
+
+@pytest.mark.parametrize(
+    ("s", "m", "times"),
+    [(2, 8, (1.0, 1.0, 1.0, 0.5)), (4, 8, (1.0, 1.0, 1.0, 0.5)), (4, 16, (1.0, 1.2, 0.8, 0.1))],
+)
+def test_zb_auto_meets_the_linear_placements_bound(
+    s: int, m: int, times: tuple[float, float, float, float]
+) -> None:
+    """On one stage per rank, the last rank cannot start before the first F has crossed the
+    S-1 stages before it, (S-1)(F + transfer), and then has M(F+B+W) to run: ZB-auto, built
+    from these very times with 2S in flight, ends there; ZB-H1's order, built for equal
+    units, does not once transfers cost time."""
+    f, b, w, move = times
+    costs = _linear_costs(s, f, b, w, move)
+    plan = make_plan("zb-auto", s, m, durations=durations_of(costs))
+    validate(plan)
+    bound = m * (f + b + w) + (s - 1) * (f + move)
+    assert simulate(plan, costs, exposed=False).step_time == pytest.approx(bound)
+    assert simulate(make_plan("zb-h1", s, m), costs, exposed=False).step_time > bound * 1.03
+    for r in range(s):
+        in_flight = peak = 0
+        for a in plan.actions[r]:
+            in_flight += {"F": 1, "B": 0, "W": -1}[a.kind]
+            peak = max(peak, in_flight)
+        assert peak <= 2 * s
+
+
+def test_zb_auto_picks_the_fastest_order_for_its_costs() -> None:
+    """Where the list schedule built from the costs loses to the one built from equal units
+    (F=1, B=1.5, W=1, transfers 1, 4 ranks, 8 micro-batches), ZB-auto keeps the faster, and
+    under a memory limit only orders that fit."""
+    st = StageTimes(forward=1, backward_input=1.5, backward_weight=1, backward=2.5)
+    costs = Costs(stages=(st,) * 4, forward_transfer=(1.0,) * 3, backward_transfer=(1.0,) * 3)
+    fitted = make_plan("zb-auto", 4, 8, durations=durations_of(costs))
+    unit = make_plan("zb-auto", 4, 8)
+    chosen = auto_plan(4, 8, costs)
+    step = simulate(chosen, costs, exposed=False).step_time
+    assert step <= simulate(unit, costs, exposed=False).step_time
+    assert step < simulate(fitted, costs, exposed=False).step_time
+    sized = replace(costs, stages=(replace(st, activation_bytes=100),) * 4)
+    tight = auto_plan(4, 8, sized, memory_limit=400)
+    assert max(simulate(tight, sized, exposed=False).peak_memory) <= 400

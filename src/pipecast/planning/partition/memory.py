@@ -9,13 +9,15 @@ from pipecast.values.training import OPTIMIZER_STATE, Optimizer
 def in_flight(schedule: str, position: int, stages: int, microbatches: int) -> int:
     """Micro-batches whose activations a stage holds at its peak: all M under GPipe, S - s
     under 1F1B and PipeDream (PipeDream also stashes that many weight versions), S under
-    ZB-H1, about S for the interleaved and V schedules."""
+    ZB-H1, about S for the interleaved and V schedules, up to 2S under ZB-auto."""
     if schedule in ("gpipe",):
         return microbatches
     if schedule in ("1f1b", "pipedream"):
         return min(microbatches, stages - position)
     if schedule == "forward-only":
         return 0
+    if schedule == "zb-auto":
+        return min(microbatches, 2 * stages)
     return min(microbatches, stages)
 
 

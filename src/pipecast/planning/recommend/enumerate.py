@@ -7,7 +7,7 @@ from collections.abc import Iterator, Sequence
 from pipecast.values.strategy import Kind, Strategy
 from pipecast.values.training import Recompute
 
-PIPELINE_SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-v")
+PIPELINE_SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "zb-auto")
 ACCUMULATION = 8
 """Gradient accumulation counts up to this are always considered for one GPU and for data
 parallelism."""

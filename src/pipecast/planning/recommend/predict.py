@@ -7,8 +7,9 @@ from dataclasses import dataclass, replace
 from pipecast.errors import ConfigError
 from pipecast.planning.partition.boundaries import split
 from pipecast.planning.recommend import error_ranges
+from pipecast.planning.recommend.auto_schedule import auto_plan
 from pipecast.planning.schedules.generators import make_plan
-from pipecast.planning.simulation.costs import costs_from_profile, cpu_turns
+from pipecast.planning.simulation.costs import Costs, costs_from_profile, cpu_turns
 from pipecast.planning.simulation.simulator import simulate
 from pipecast.values.hardware.cluster import Cluster
 from pipecast.values.partition import Partition, Stage
@@ -143,10 +144,13 @@ def partition_for(
     )
 
 
-def plan_for(strategy: Strategy) -> Plan:
+def plan_for(strategy: Strategy, costs: Costs | None = None, memory_limit: float = 0.0) -> Plan:
+    """The plan `strategy` runs; ZB-auto's order is searched on `costs` (auto_schedule)."""
     if strategy.kind in ("single", "data"):
         serving = strategy.schedule == "forward-only"
         return make_plan("forward-only" if serving else "1f1b", 1, strategy.microbatches)
+    if strategy.schedule == "zb-auto" and costs is not None:
+        return auto_plan(strategy.stages, strategy.microbatches, costs, memory_limit)
     return make_plan(strategy.schedule, strategy.stages, strategy.microbatches)
 
 
@@ -178,7 +182,6 @@ def predict(
         )
     size = micro_batch_of(batch, strategy, uneven=uneven)
     part = partition_for(profile, cluster, strategy, size, optimizer, memory_margin)
-    plan = plan_for(strategy)
     ddp = ddp_buckets and strategy.kind == "data" and strategy.replicas > 1
     costs = costs_from_profile(
         profile,
@@ -193,6 +196,8 @@ def predict(
         clip=clip,
         offload=strategy.offload,
     )
+    memory_limit = int(cluster.memory_bytes * (1 - memory_margin))
+    plan = plan_for(strategy, costs, memory_limit)
     timeline = simulate(plan, costs)
     if runtime and not ddp and strategy.gpus > 1 and cluster.step_overhead:
         per_step = cluster.step_overhead
@@ -206,6 +211,6 @@ def predict(
         partition=part,
         plan=plan,
         timeline=timeline,
-        memory_limit=int(cluster.memory_bytes * (1 - memory_margin)),
+        memory_limit=memory_limit,
         cpu=profile.device == "cpu",
     )

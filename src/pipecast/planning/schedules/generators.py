@@ -2,7 +2,8 @@
 
 GPipe (fill-drain), 1F1B (PipeDream-Flush, DAPPLE's early backward), interleaved 1F1B
 (Megatron's virtual stages), zero-bubble ZB-H1 and ZB-V (B and W split), forward-only
-inference, and PipeDream's asynchronous 1F1B with weight stashing.
+inference, PipeDream's asynchronous 1F1B with weight stashing, and ZB-auto, whose order a
+list scheduler finds from the stages' own costs.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ from collections.abc import Callable
 from functools import partial
 
 from pipecast.errors import ConfigError, UnknownNameError
-from pipecast.planning.schedules.greedy import list_schedule
-from pipecast.values.plan.action import BW, Action, B, F, Plan, W
+from pipecast.planning.schedules.greedy import Durations, list_schedule
+from pipecast.values.plan.action import BW, Action, B, F, Kind, Plan, W
 
 
 def _check(ranks: int, microbatches: int) -> None:
@@ -146,13 +147,94 @@ def zero_bubble_h1(ranks: int, microbatches: int) -> Plan:
 
 
 def zero_bubble_v(ranks: int, microbatches: int) -> Plan:
-    """ZB-V: two virtual stages per rank in a V (rank r holds stages r and 2R-1-r, so the
-    first and last stages share rank 0), B/W split, W filling idle time, at most 2R chunk
-    micro-batches in flight per rank (1F1B's peak activation memory)."""
+    """ZB-V (Qi et al., "Zero Bubble Pipeline Parallelism", section 6): two virtual stages
+    per rank in a V (rank r holds stage r, "down", and stage 2R-1-r, "up", so the first and
+    last stages share rank 0), the backward split into B and W. With F = B = W no rank idles
+    between its first and last action, and each keeps at most 2R chunk micro-batches in
+    flight (1F1B's peak activation memory).
+
+    Rank r's order, with d = stage r and u = stage 2R-1-r:
+      warm-up: 2(R-r)-1 F(d); r times F(u) F(d); R-r times F(u) B(u) W(u);
+      steady: F(d) B(d) W(d) F(u) B(u) W(u) until every forward is issued (F(d) dropped
+        once they are), and both stages have run as many B as F;
+      cool-down: r times B(d) B(u); R-r times B(d) W(d); then the W left, u's before d's.
+    The order is laid out for max(M, 2R-1) micro-batches and those past M dropped, so a
+    short step keeps the same shape."""
     _check(ranks, microbatches)
     stages = 2 * ranks
     placement = tuple(s if s < ranks else stages - 1 - s for s in range(stages))
-    return list_schedule("zb-v", placement, microbatches, rank_limit=2 * ranks)
+    rows = [tuple(_v_order(r, ranks, microbatches)) for r in range(ranks)]
+    return Plan(
+        name="zb-v",
+        num_stages=stages,
+        num_microbatches=microbatches,
+        stage_to_rank=placement,
+        actions=tuple(rows),
+        split_backward=True,
+    )
+
+
+def _v_order(r: int, ranks: int, microbatches: int) -> list[Action]:
+    """Rank `r`'s actions in ZB-V (zero_bubble_v)."""
+    m = max(microbatches, 2 * ranks - 1)
+    down, up = r, 2 * ranks - 1 - r
+    made: dict[tuple[int, Kind], int] = {(s, k): 0 for s in (down, up) for k in ("F", "B", "W")}
+    order: list[Action] = []
+
+    def add(stage: int, kind: Kind) -> None:
+        mb = made[(stage, kind)]
+        made[(stage, kind)] = mb + 1
+        order.append(Action(stage, kind, mb))
+
+    for _ in range(2 * (ranks - r) - 1):
+        add(down, "F")
+    for _ in range(r):
+        add(up, "F")
+        add(down, "F")
+    for _ in range(ranks - r):
+        add(up, "F")
+        add(up, "B")
+        add(up, "W")
+    while made[(up, "F")] < made[(down, "F")] or made[(down, "F")] < m:
+        if made[(down, "F")] < m:
+            add(down, "F")
+        add(down, "B")
+        add(down, "W")
+        add(up, "F")
+        add(up, "B")
+        add(up, "W")
+    for _ in range(r):
+        add(down, "B")
+        add(up, "B")
+    for _ in range(ranks - r):
+        add(down, "B")
+        add(down, "W")
+    while made[(up, "W")] < made[(up, "B")]:
+        add(up, "W")
+    while made[(down, "W")] < made[(down, "B")]:
+        add(down, "W")
+    return [a for a in order if a.mb < microbatches]
+
+
+def zero_bubble_auto(
+    ranks: int,
+    microbatches: int,
+    *,
+    durations: Durations | None = None,
+    in_flight: int = 0,
+) -> Plan:
+    """ZB-auto: one stage per rank, the backward split into B and W, the order found by a
+    list scheduler run on the stages' own F, B, W and transfer seconds (`durations`; equal
+    units without them): a rank starts a ready B first, else the next F while it keeps fewer
+    than `in_flight` micro-batches (default 2R: the paper's ZB-2p), else its oldest W, so W
+    fills exactly the gaps these durations leave."""
+    _check(ranks, microbatches)
+    limit = in_flight or 2 * ranks
+    if limit < 1:
+        raise ConfigError(f"zb-auto needs at least 1 micro-batch in flight, got {limit}")
+    return list_schedule(
+        "zb-auto", tuple(range(ranks)), microbatches, rank_limit=limit, durations=durations
+    )
 
 
 def forward_only(ranks: int, microbatches: int) -> Plan:
@@ -190,6 +272,7 @@ SCHEDULES: dict[str, Generator] = {
     "interleaved": interleaved_1f1b,
     "zb-h1": zero_bubble_h1,
     "zb-v": zero_bubble_v,
+    "zb-auto": zero_bubble_auto,
     "forward-only": forward_only,
     "pipedream": pipedream,
 }
@@ -197,12 +280,22 @@ STAGES_PER_RANK = {"interleaved": 2, "zb-v": 2}
 """Virtual stages per rank (interleaved takes `chunks`; 2 is its default)."""
 
 
-def make_plan(name: str, ranks: int, microbatches: int, *, chunks: int = 2) -> Plan:
-    """The named schedule for `ranks` pipeline ranks and `microbatches` micro-batches."""
+def make_plan(
+    name: str,
+    ranks: int,
+    microbatches: int,
+    *,
+    chunks: int = 2,
+    durations: Durations | None = None,
+) -> Plan:
+    """The named schedule for `ranks` pipeline ranks and `microbatches` micro-batches;
+    `durations` shape the schedules built from costs (zb-auto)."""
     if name not in SCHEDULES:
         raise UnknownNameError("schedule", name, list(SCHEDULES))
     if name == "interleaved":
         return interleaved_1f1b(ranks, microbatches, chunks)
+    if name == "zb-auto":
+        return zero_bubble_auto(ranks, microbatches, durations=durations)
     return SCHEDULES[name](ranks, microbatches)
 
 

@@ -1,16 +1,39 @@
-"""A list scheduler in continuous time, used to build the zero-bubble V schedule.
+"""A list scheduler in continuous time, used to build the automatic zero-bubble schedule.
 
 Whenever a rank is free it starts, among the actions whose inputs have arrived, a B first
 (it unblocks the previous stage; later stage first), else the next F if the rank keeps fewer
 than `rank_limit` micro-batches in flight (F done, W not yet), else the oldest pending W. If
-nothing is ready it waits for the next event. Durations are relative (F, B, W), default equal.
+nothing is ready it waits for the next event. Each stage's F, B and W take the seconds the
+caller gives (equal units by default), and an input that crosses ranks arrives `transfer`
+seconds after its producer ends, so the order fits the durations it was built from.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 from pipecast.values.plan.action import Action, B, F, Plan, W
 
 _ORDER = {"B": 0, "F": 1, "W": 2}
+
+
+@dataclass(frozen=True)
+class Durations:
+    """Seconds of each stage's F, B and W, and of a transfer between ranks (both ways)."""
+
+    forward: Sequence[float]
+    backward_input: Sequence[float]
+    backward_weight: Sequence[float]
+    transfer: float = 0.0
+
+    @classmethod
+    def units(cls, stages: int) -> Durations:
+        return cls((1.0,) * stages, (1.0,) * stages, (1.0,) * stages)
+
+    def of(self, a: Action) -> float:
+        seconds = {"F": self.forward, "B": self.backward_input, "W": self.backward_weight}
+        return seconds[a.kind][a.stage]
 
 
 def list_schedule(
@@ -19,17 +42,17 @@ def list_schedule(
     microbatches: int,
     *,
     rank_limit: int,
-    durations: tuple[float, float, float] = (1.0, 1.0, 1.0),
+    durations: Durations | None = None,
 ) -> Plan:
     stages, m = len(placement), microbatches
     ranks = max(placement) + 1
+    times = durations or Durations.units(stages)
     own = [[s for s in range(stages) if placement[s] == r] for r in range(ranks)]
     counts = {"F": [0] * stages, "B": [0] * stages, "W": [0] * stages}
     end: dict[Action, float] = {}
     free = [0.0] * ranks
     rows: list[list[Action]] = [[] for _ in range(ranks)]
     remaining = 3 * stages * m
-    duration = dict(zip("FBW", durations, strict=True))
 
     def inputs(a: Action) -> list[Action]:
         if a.kind == "F":
@@ -37,6 +60,10 @@ def list_schedule(
         if a.kind == "W":
             return [B(a.stage, a.mb)]
         return [F(a.stage, a.mb)] + ([B(a.stage + 1, a.mb)] if a.stage < stages - 1 else [])
+
+    def arrives(d: Action, a: Action) -> float:
+        crosses = placement[d.stage] != placement[a.stage]
+        return end[d] + (times.transfer if crosses else 0.0)
 
     def candidates(r: int) -> list[tuple[float, Action]]:
         nf, nb, nw = counts["F"], counts["B"], counts["W"]
@@ -53,7 +80,7 @@ def list_schedule(
         for a in acts:
             deps = inputs(a)
             if all(d in end for d in deps):
-                known.append((max((end[d] for d in deps), default=0.0), a))
+                known.append((max((arrives(d, a) for d in deps), default=0.0), a))
         return known
 
     def priority(a: Action) -> tuple[int, int, int]:
@@ -71,7 +98,7 @@ def list_schedule(
             upcoming += [t for t, _ in known if t > now]
             if ready:
                 a = min(ready, key=priority)
-                end[a] = free[r] = now + duration[a.kind]
+                end[a] = free[r] = now + times.of(a)
                 rows[r].append(a)
                 counts[a.kind][a.stage] += 1
                 remaining -= 1
