@@ -29,21 +29,27 @@ class Embedding(nn.Module):
 
 
 class CausalSelfAttention(nn.Module):
-    """Multi-head causal attention through scaled_dot_product_attention."""
+    """Multi-head causal attention through scaled_dot_product_attention. The query, key and
+    value projections are separate and the heads are counted from the projections' width,
+    so a tensor-parallel plan can shard each projection column-wise by whole heads (a fused
+    [q|k|v] projection sharded so would hand a rank q and half of k)."""
 
     def __init__(self, width: int, heads: int) -> None:
         super().__init__()
-        self.heads = heads
-        self.qkv = nn.Linear(width, 3 * width)
+        self.head_dim = width // heads
+        self.q = nn.Linear(width, width)
+        self.k = nn.Linear(width, width)
+        self.v = nn.Linear(width, width)
         self.proj = nn.Linear(width, width)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, c = x.shape
-        q, k, v = self.qkv(x).split(c, dim=2)
-        # (B, nh, T, hs)
-        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        b, t, _ = x.shape
+        # (B, nh, T, hs), nh the heads this rank holds
+        q, k, v = (
+            z(x).view(b, t, -1, self.head_dim).transpose(1, 2) for z in (self.q, self.k, self.v)
+        )
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        out: torch.Tensor = self.proj(y.transpose(1, 2).reshape(b, t, c))
+        out: torch.Tensor = self.proj(y.transpose(1, 2).reshape(b, t, -1))
         return out
 
 
