@@ -17,7 +17,7 @@ from pipecast.orchestration.bench.accuracy import comparisons, summary, unlike
 from pipecast.orchestration.bench.config import BenchConfig
 from pipecast.orchestration.bench.predictions import predictions, unpredicted
 from pipecast.orchestration.bench.runner import run_suite
-from pipecast.orchestration.bench.sharing import Mark, machine_busy, others_cores, shared_reason
+from pipecast.orchestration.bench.sharing import Mark, shared_reason, waited, waited_share
 from pipecast.orchestration.bench.spread import step_spread, unsettled
 from pipecast.orchestration.bench.store import Row, Store
 from pipecast.orchestration.bench.suites import LENET, quick
@@ -85,30 +85,27 @@ def test_a_world_warms_up_on_its_first_row_and_every_rank_has_one_share(
     assert row.environment["threads"] == share and "GPU" not in row.environment["card"]
 
 
-def test_machine_busy_reads_proc_stat(tmp_path: Path) -> None:
-    """user + nice + system + irq + softirq + steal, not idle or iowait, in seconds."""
-    import os
-
-    stat = tmp_path / "stat"
-    tick = os.sysconf("SC_CLK_TCK")
-    stat.write_text(f"cpu  {tick} 0 {tick} 1000000 500 0 0 {tick} 0 0\ncpu0 1 2 3\n")
-    assert machine_busy(str(stat)) == pytest.approx(3.0)
-    stat.write_text("intr 1 2 3\n")
-    assert machine_busy(str(stat)) is None
-    assert machine_busy(str(tmp_path / "absent")) is None
+def test_waited_sums_every_threads_run_queue_delay(tmp_path: Path) -> None:
+    """The second field of each thread's schedstat, in ns; a thread that ended meanwhile
+    (its file unreadable) is passed over; no threads read: not known."""
+    for tid, line in (("1", "500 2000000000 7\n"), ("2", "9 500000000 1\n"), ("3", "junk\n")):
+        (tmp_path / tid).mkdir()
+        (tmp_path / tid / "schedstat").write_text(line)
+    assert waited(str(tmp_path)) == pytest.approx(2.5)
+    assert waited(str(tmp_path / "absent")) is None
+    assert waited() is not None  # this kernel keeps it (Linux)
 
 
-def test_others_are_the_machines_busy_time_less_the_measured_ones() -> None:
-    start, end = Mark(10.0, 100.0, 5.0), Mark(12.0, 104.0, 6.0)
-    # 4 busy seconds in 2 s of wall time; the measured ranks used 1 of them
-    assert others_cores(start, end, 1.0) == pytest.approx(1.5)
-    assert others_cores(start, end, 9.0) == 0.0  # never below none
-    assert others_cores(Mark(10.0, None, 0.0), end, 1.0) is None
-    assert shared_reason(1.5, 2, "while it ran") == (
-        "other processes kept 1.5 of the 2 cores busy while it ran (more than 10% of them)"
+def test_a_wait_over_a_tenth_of_the_time_is_not_like_for_like() -> None:
+    start, end = Mark(10.0, 1.0), Mark(12.0, 1.5)
+    assert waited_share(start, end) == pytest.approx(0.25)  # 0.5 s of 2 s
+    assert waited_share(Mark(10.0, None), end) is None
+    assert shared_reason(0.25, "its slowest rank") == (
+        "its slowest rank waited for a core 25% of the time (its threads together; more "
+        "than 10%): other processes were using the machine"
     )
-    assert shared_reason(0.2, 2, "while it ran") is None  # 10% of 2 cores: still like for like
-    assert shared_reason(None, 2, "while it ran") is None
+    assert shared_reason(0.1, "its profile") is None
+    assert shared_reason(None, "its profile") is None
 
 
 def _row(cfg: BenchConfig, measured: dict[str, Any], predicted: dict[str, Any] | None) -> Row:
@@ -116,12 +113,12 @@ def _row(cfg: BenchConfig, measured: dict[str, Any], predicted: dict[str, Any] |
 
 
 def test_a_cpu_row_on_a_shared_machine_is_not_compared() -> None:
-    """A CPU row that ran, or whose profile was taken, while other processes held the
-    cores is left out of the accuracy, with why; a quiet one and a GPU row are kept."""
-    quiet = {"step_time": 0.01, "others_cores": 0.05, "cores": 2}
-    busy = quiet | {"others_cores": 1.5}
-    pred = {"step_time": 0.011, "basis": {"others_cores": 0.0, "cores": 2}}
-    profiled_busy = pred | {"basis": {"others_cores": 1.2, "cores": 2}}
+    """A CPU row whose ranks, or whose profile, waited for a core is left out of the
+    accuracy, with why; a quiet one and a GPU row are kept."""
+    quiet = {"step_time": 0.01, "waited": [0.02, 0.05]}
+    busy = quiet | {"waited": [0.02, 0.4]}
+    pred = {"step_time": 0.011, "basis": {"waited": 0.01}}
+    profiled_busy = pred | {"basis": {"waited": 0.3}}
     rows = [
         _row(CPU, quiet, pred),
         _row(replace(CPU, batch=16), busy, pred),
@@ -129,8 +126,8 @@ def test_a_cpu_row_on_a_shared_machine_is_not_compared() -> None:
         _row(replace(CPU, batch=4, device="cuda"), busy, pred),
     ]
     assert unlike(rows[0]) is None and unlike(rows[3]) is None
-    assert "1.5 of the 2 cores busy while it ran" in str(unlike(rows[1]))
-    assert "1.2 of the 2 cores busy while its profile was taken" in str(unlike(rows[2]))
+    assert "its slowest rank waited for a core 40% of the time" in str(unlike(rows[1]))
+    assert "its profile waited for a core 30% of the time" in str(unlike(rows[2]))
     assert [c.label for c in comparisons(rows)] == [
         BenchConfig.from_dict(rows[i].config).label() for i in (0, 3)
     ]
@@ -208,10 +205,10 @@ def test_the_report_shows_a_shared_row_without_its_prediction(tmp_path: Path) ->
     from pipecast.report.html import build
 
     store = Store(tmp_path / "s.sqlite")
-    measured = {"step_time": 0.01, "others_cores": 1.5, "cores": 2, "samples_per_second": 3200}
+    measured = {"step_time": 0.01, "waited": [0.6], "samples_per_second": 3200}
     store.put(CPU.key, "t", "ok", CPU.to_dict(), {"card": "CPU x"}, measured, {"step_time": 0.0123})
     _, md = build(store, tmp_path / "report.html")
     text = Path(md).read_text()
     assert "12.30" not in text  # the prediction is not shown
-    assert "not predicted like for like: other processes kept 1.5 of the 2 cores" in text
+    assert "not predicted like for like: its slowest rank waited for a core 60%" in text
     assert "No measured row was predicted like for like." in text

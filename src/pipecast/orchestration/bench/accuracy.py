@@ -72,19 +72,16 @@ class Decision:
 
 
 def unlike(row: Row) -> str | None:
-    """Why a CPU row's measurement is not like its prediction's inputs: other processes
-    took the cores it ran on, or the ones its profile was taken on (bench.sharing; None:
-    like for like, or not read)."""
+    """Why a CPU row's measurement is not like its prediction's inputs: its ranks, or its
+    profile, waited for a core (bench.sharing; None: like for like, or not read)."""
     from pipecast.orchestration.bench.sharing import shared_reason
 
     if row.config.get("device") != "cpu" or not row.measured:
         return None
     basis = (row.predicted or {}).get("basis") or {}
-    m = row.measured
-    return shared_reason(
-        m.get("others_cores"), int(m.get("cores", 1)), "while it ran"
-    ) or shared_reason(
-        basis.get("others_cores"), int(basis.get("cores", 1)), "while its profile was taken"
+    ranks = row.measured.get("waited")
+    return shared_reason(max(ranks) if ranks else None, "its slowest rank") or shared_reason(
+        basis.get("waited"), "its profile"
     )
 
 

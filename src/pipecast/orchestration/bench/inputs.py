@@ -10,7 +10,6 @@ says which device, profile and cluster its accuracy figures cover.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -46,9 +45,9 @@ class Basis:
     cluster: Cluster
     cluster_source: str
     """How the cluster was read: 'probed in this launch: ...', a file, or a preset."""
-    others_cores: dict[str, float] = field(default_factory=dict)
-    """Workload key -> cores other processes kept busy while it was profiled (on average;
-    bench.sharing; missing: not read)."""
+    waited: dict[str, float] = field(default_factory=dict)
+    """Workload key -> the share of its profiling time the profiler waited for a core
+    (bench.sharing; missing: not read)."""
 
     def describe(self, workload_key: str) -> dict[str, Any]:
         """What a prediction of `workload_key` records of its inputs."""
@@ -59,9 +58,9 @@ class Basis:
             f"; {n} ranks computing at once {f:.2f}x as slow"
             for n, f in sorted(p.shared_compute.items())
         )
-        others = self.others_cores.get(workload_key)
+        wait = self.waited.get(workload_key)
         return {
-            **({} if others is None else {"others_cores": others, "cores": os.cpu_count() or 1}),
+            **({} if wait is None else {"waited": wait}),
             "device": self.device,
             "profile": f"{p.model}/{p.dataset} {p.dtype} on {p.device}{threads}, micro-batches "
             f"{sizes}, {WARMUP} warm-up + {REPEATS} repeats, taken in this launch"
@@ -89,12 +88,12 @@ def profiles_for(
     configs: list[BenchConfig],
     threads: int | None,
     progress: Progress | None = None,
-    others: dict[str, float] | None = None,
+    waits: dict[str, float] | None = None,
 ) -> dict[str, Profile]:
     """A profile of each workload at the micro-batch sizes its configurations use, taken
     with `threads` intra-op threads; on CPU with how much slower the model computes in as
-    many ranks as the suite's widest world (Profile.shared_compute). `others` receives, per
-    workload, the cores other processes kept busy while it was profiled."""
+    many ranks as the suite's widest world (Profile.shared_compute). `waits` receives, per
+    workload, the share of the profiling time this process waited for a core."""
     out: dict[str, Profile] = {}
     for key, (cfg, sizes) in _workloads(configs).items():
         if progress is not None:
@@ -112,10 +111,9 @@ def profiles_for(
             prof = profile_model(
                 cfg.workload.build(), cfg.workload.spec, options, model_name=cfg.workload.model
             )
-            end = sharing.Mark.now()
-            busy = sharing.others_cores(start, end, end.own - start.own)
-            if others is not None and busy is not None:
-                others[key] = busy
+            wait = sharing.waited_share(start, sharing.Mark.now())
+            if waits is not None and wait is not None:
+                waits[key] = wait
             worlds = {c.gpus for c in configs if c.workload.key == key and c.gpus > 1}
             if cpu and worlds:
                 shared = host_probe.shared_compute(
@@ -148,8 +146,8 @@ def basis_for(
         return None
     cpu = all(cfg.device == "cpu" for cfg, _ in wanted.values())
     threads = rank_threads(configs) if cpu else None
-    others: dict[str, float] = {}
-    profiles = profiles_for(configs, threads, progress, others)
+    waits: dict[str, float] = {}
+    profiles = profiles_for(configs, threads, progress, waits)
     widest = max(c.gpus for c in configs)
     first = next(iter(profiles.values()))
     if cluster_path:
@@ -161,4 +159,4 @@ def basis_for(
         cluster = default_cluster(first.device, max(widest, 1))
         source = f"the {cluster.name} preset (not probed)"
     device = environment("cpu" if cpu else "cuda", threads=threads)["card"]
-    return Basis(str(device), threads, profiles, cluster, source, others)
+    return Basis(str(device), threads, profiles, cluster, source, waits)

@@ -13,7 +13,6 @@ torch.distributed.pipelining) come in as `systems`: a name and a module-level fu
 
 from __future__ import annotations
 
-import os
 import statistics
 import threading
 import time
@@ -128,17 +127,22 @@ def _measure(
             dist.all_reduce(ok, op=dist.ReduceOp.MIN)
         end = sharing.Mark.now()
         if ok.item():  # how fast each rank's host ran around its measurement
-            own, threads = end.own - start.own, torch.get_num_threads()
-            speeds = all_gather_floats([speed, issued, ahead, own, threads], ctx.device)
-            measured["threads"] = [int(r[4]) for r in speeds]  # each rank's intra-op threads
+            wait = sharing.waited_share(start, end)
+            readings = [
+                speed,
+                issued,
+                ahead,
+                torch.get_num_threads(),
+                -1.0 if wait is None else wait,
+            ]
+            speeds = all_gather_floats(readings, ctx.device)
+            measured["threads"] = [int(r[3]) for r in speeds]  # each rank's intra-op threads
             measured["host_reference"] = [r[0] for r in speeds]
             measured["host_issue"] = [r[1] for r in speeds]
             # read before the run started: what a prediction made just then could know
             measured["host_issue_before"] = [r[2] for r in speeds]
-            others = sharing.others_cores(start, end, sum(r[3] for r in speeds))
-            if others is not None:  # what else the machine ran meanwhile (bench.sharing)
-                measured["others_cores"] = others
-                measured["cores"] = os.cpu_count() or 1
+            if all(r[4] >= 0 for r in speeds):  # how long each rank waited for a core
+                measured["waited"] = [r[4] for r in speeds]  # (bench.sharing)
         watchdog.idle()
     if not ok.item() or error:
         return None, error or "failed on another rank"
@@ -155,8 +159,8 @@ def _merged(so_far: dict[str, Any], again: dict[str, Any]) -> dict[str, Any]:
     out = dict(so_far)
     out["rounds"] = rounds
     out["step_time"] = statistics.median(rounds)
-    if "others_cores" in so_far and "others_cores" in again:  # the busiest round
-        out["others_cores"] = max(so_far["others_cores"], again["others_cores"])
+    if "waited" in so_far and "waited" in again:  # each rank's longest wait of the rounds
+        out["waited"] = [max(a, b) for a, b in zip(so_far["waited"], again["waited"], strict=True)]
     for key in ("peak_allocated", "peak_reserved"):
         if key in so_far and key in again:
             out[key] = [max(a, b) for a, b in zip(so_far[key], again[key], strict=True)]
