@@ -25,22 +25,22 @@ from pipecast.values.timeline import Event
 NOT_RECORDED = "inputs not recorded with the prediction"
 
 
-def coverage(rows: list[Row]) -> list[str]:
+def coverage(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
     """Which rows the accuracy covers, on which device, predicted from which profile and
-    cluster; and the measured rows it leaves out, each with why."""
+    cluster (sentences); and the measured rows it leaves out, each with why (table rows:
+    configuration, predicted, why)."""
     measured = [r for r in rows if r.status == "ok" and r.measured and "step_time" in r.measured]
     bases: Counter[tuple[str, str, str]] = Counter()
-    left_out = []
-    unlike_rows = []
+    left_out: list[list[str]] = []
     for r in measured:
         p = r.predicted or {}
         cfg = BenchConfig.from_dict(r.config)
         if "step_time" not in p:
             why = unpredicted(cfg) or "no prediction was recorded with it"
-            left_out.append(f"{cfg.label()} ({why})")
+            left_out.append([cfg.label(), "no", why])
             continue
         if (reason := unlike(r)) is not None:
-            unlike_rows.append(f"{cfg.label()} ({reason})")
+            left_out.append([cfg.label(), "yes, not shown", reason])
             continue
         b = p.get("basis") or {}
         device = b.get("device") or str(r.environment.get("card", "")) or "unknown device"
@@ -52,18 +52,9 @@ def coverage(rows: list[Row]) -> list[str]:
     ]
     if not bases:
         lines.append("No measured row was predicted like for like.")
-    if unlike_rows:
-        lines.append(
-            f"Predicted, but not measured like the prediction's inputs, so shown without "
-            f"their predictions and not counted ({len(unlike_rows)}): "
-            + "; ".join(unlike_rows)
-            + "."
-        )
     if left_out:
-        lines.append(
-            f"Not predicted, so not counted ({len(left_out)}): " + "; ".join(left_out) + "."
-        )
-    return lines
+        lines.append(f"{len(left_out)} measured rows are left out: see the table below.")
+    return lines, left_out
 
 
 def _accuracy_lines(s: dict[str, float | int]) -> list[str]:
@@ -123,13 +114,23 @@ def _accuracy_lines(s: dict[str, float | int]) -> list[str]:
 
 
 def accuracy(rows: list[Row], out: Path) -> list[Section]:
-    """Predicted against measured, the picks, and the worst misses drawn and compared
-    action by action."""
+    """Predicted against measured: which rows it covers, the figures, the picks, the worst
+    misses drawn and compared action by action; then the rows it leaves out, and why."""
     comps = comparisons(rows)
-    section = Section("Prediction accuracy", coverage(rows))
+    covered, left_out = coverage(rows)
+    section = Section("Prediction accuracy", covered)
+    tail = []
+    if left_out:
+        tail.append(
+            Section(
+                "Rows left out of the accuracy",
+                ["Measured rows pipecast does not predict, or predicted but not measured like "
+                 "the prediction's inputs (shown without their predictions), and why."],
+                table=[["configuration", "predicted", "why"], *left_out],
+            )
+        )  # fmt: skip
     if not comps:
-        section.paragraphs.append("No configuration has both a prediction and a measurement yet.")
-        return [section]
+        return [section, *tail]
     section.paragraphs += _accuracy_lines(summary(comps))
     section.table = [["group", "pipecast would pick", "measured fastest", "cost of the pick"]]
     section.table += [
@@ -146,7 +147,7 @@ def accuracy(rows: list[Row], out: Path) -> list[Section]:
         )
         section.images += drawn
     if not gaps:
-        return [section]
+        return [section, *tail]
     by_action = Section(
         "The worst misses, action by action",
         [
@@ -158,7 +159,7 @@ def accuracy(rows: list[Row], out: Path) -> list[Section]:
         ],
         table=[GAP_HEADER, *gaps],
     )
-    return [section, by_action]
+    return [section, by_action, *tail]
 
 
 MISSES_DRAWN = 3

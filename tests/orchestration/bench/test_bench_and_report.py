@@ -84,7 +84,7 @@ def test_report_renders_with_every_image(quick_store: Path, tmp_path: Path) -> N
 
 def _good_and_bad(suite: str) -> tuple[BenchConfig, BenchConfig]:
     """A configuration that runs and one that fails (its split overruns the model)."""
-    good = replace(quick()[0], suite=suite)
+    good = replace(quick()[0], suite=suite, steps=3, warmup=1)  # resuming is the point here
     return good, replace(good, system="pipecast", gpus=2, boundaries=(0, 6, 99))
 
 
