@@ -1,4 +1,4 @@
-"""How long a process's threads waited for a core while something was measured.
+"""How long a measuring thread waited for a core while something was measured.
 
 [Note: a shared host] CPU ranks compute on the host's cores, and so does everything else the
 machine runs. On a 2-core machine where other processes kept 1.0-1.8 cores busy, two
@@ -6,11 +6,11 @@ LeNet-5 ranks each stepped 2.2-2.8x as slowly as one rank alone, one rank's step
 30% from one to the next, and a profile taken a minute before the runs described another
 machine than the one they ran on. Such a row is not measured like its prediction's inputs.
 The kernel counts, per thread, the time it was ready to run but waited for a core
-(/proc/<pid>/task/<tid>/schedstat, the run-queue delay): the bench reads it around every
-row in every rank and around the profile, and the report leaves out of its accuracy every
-row whose ranks, or whose profile, waited for a core more than WAIT_LIMIT of the time,
-saying so. (What other processes take from cores the ranks leave idle costs the ranks
-nothing, and is not counted.)
+(/proc/thread-self/schedstat, the run-queue delay): the bench reads the computing thread's
+around every row in every rank and around the profile, and the report leaves out of its
+accuracy every row whose ranks, or whose profile, waited for a core more than WAIT_LIMIT of
+the time, saying so. (What other processes take from cores the ranks leave idle costs the
+ranks nothing, and is not counted.)
 """
 
 from __future__ import annotations
@@ -20,24 +20,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 WAIT_LIMIT = 0.1
-"""The share of a measurement's time its threads may have waited for a core, together,
-for it to count as measured like for like."""
+"""The share of a measurement's time its computing thread may have waited for a core for
+it to count as measured like for like."""
 
 
-def waited(task_dir: str = "/proc/self/task") -> float | None:
-    """Seconds this process's threads have waited, ready to run, for a core (the second
-    field of each thread's schedstat, in ns; None where the kernel does not keep it)."""
-    total, read = 0, 0
+def waited(schedstat: str = "/proc/thread-self/schedstat") -> float | None:
+    """Seconds the calling thread has waited, ready to run, for a core (the second field
+    of its schedstat, in ns; None where the kernel does not keep it). The thread that
+    measures is the one that computes (a CPU rank computes on its main thread with one
+    thread; with more, the main thread still runs every op); the transport's and the
+    workers' own threads are not counted, so a rank's own wake-ups never read as another
+    process's."""
     try:
-        for stat in Path(task_dir).glob("*/schedstat"):
-            try:
-                total += int(stat.read_text().split()[1])
-            except (OSError, IndexError, ValueError):
-                continue  # a thread that ended meanwhile
-            read += 1
-    except OSError:
+        return int(Path(schedstat).read_text().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
         return None
-    return total / 1e9 if read else None
 
 
 @dataclass(frozen=True)
@@ -53,8 +50,8 @@ class Mark:
 
 
 def waited_share(start: Mark, end: Mark) -> float | None:
-    """The share of the time between `start` and `end` this process's threads spent
-    waiting for a core (None: not readable here)."""
+    """The share of the time between `start` and `end` the calling thread spent waiting
+    for a core (None: not readable here)."""
     wall = end.wall - start.wall
     if start.waited is None or end.waited is None or wall <= 0:
         return None
@@ -67,6 +64,6 @@ def shared_reason(share: float | None, who: str) -> str | None:
     if share is None or share <= WAIT_LIMIT:
         return None
     return (
-        f"{who} waited for a core {share:.0%} of the time (its threads together; more than "
-        f"{WAIT_LIMIT:.0%}): other processes were using the machine"
+        f"{who} waited for a core {share:.0%} of the time (more than {WAIT_LIMIT:.0%}): "
+        "other processes were using the machine"
     )
