@@ -72,9 +72,11 @@ def parse(label: str) -> Parsed:
     if m := _LABEL.match(label):
         return Parsed(m["workload"], m["who"], m["schedule"], int(m["m"]), m["notes"].strip())
     workload = label.split(" ")[0]
-    if acc := re.search(r" single GPU acc(\d+)$", label):
+    # older stores' labels said "single GPU" and "DDP xN" whatever the device
+    if acc := re.search(r" (?:single GPU|one device) acc(\d+)$", label):
         return Parsed(workload, "single", microbatches=int(acc[1]))
-    return Parsed(workload, "ddp" if " DDP x" in label else "single")
+    ddp = " DDP x" in label or " data parallel x" in label
+    return Parsed(workload, "ddp" if ddp else "single")
 
 
 def runtime_verdict(rows: Sequence[Measured], gpus: int) -> list[str]:
@@ -130,11 +132,15 @@ def runtime_verdict(rows: Sequence[Measured], gpus: int) -> list[str]:
 
 def accuracy_verdict(records: Sequence[Row]) -> list[str]:
     s = summary(comparisons(records))
+    if not s["configurations"]:
+        return ["- no configuration was both predicted and measured"]
     return [
         f"- {s['configurations']} configurations: median |error| {s['median_abs_error']:.1%}, "
         f"worst {s['worst_abs_error']:.1%}, {s['within_20_percent']} within 20%",
         f"- memory: median {s['median_abs_memory_error']:.1%}, worst "
-        f"{s['worst_abs_memory_error']:.1%}",
+        f"{s['worst_abs_memory_error']:.1%}"
+        if s["memory_configurations"]
+        else "- memory: no row measured its peak memory",
         f"- picks: {s['right']} of {s['decisions']} the measured fastest",
     ]
 
@@ -346,7 +352,9 @@ def render(
 
 def _widest(rows: Sequence[Measured]) -> int:
     widths = [int(m[1]) for r in rows if (m := re.search(r"(\d+)st M=", r.label))]
-    widths += [int(m[1]) for r in rows if (m := re.search(r"DDP x(\d+)", r.label))]
+    widths += [
+        int(m[1]) for r in rows if (m := re.search(r"(?:DDP|data parallel) x(\d+)", r.label))
+    ]
     return max(widths, default=1)
 
 

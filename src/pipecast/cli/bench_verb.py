@@ -8,13 +8,12 @@ from rich.table import Table
 
 from pipecast.cli.common import count_arg, output_file
 from pipecast.cli.console import console, human_seconds, progress
-from pipecast.measuring.profiler.profiler import ProfileOptions, profile_model
 from pipecast.orchestration.bench.config import BenchConfig
+from pipecast.orchestration.bench.inputs import basis_for
 from pipecast.orchestration.bench.predictions import predictions
 from pipecast.orchestration.bench.runner import run_suite
+from pipecast.orchestration.bench.store import check_writable_store
 from pipecast.orchestration.bench.suites import SUITES, suite
-from pipecast.values.hardware.load import default_cluster, load_cluster
-from pipecast.values.profile.types import Profile
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -40,35 +39,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=run)
 
 
-def profiles_for(configs: list[BenchConfig]) -> dict[str, Profile]:
-    """A quick profile of each workload at the micro-batch sizes its configurations use."""
-    out: dict[str, Profile] = {}
-    by_key: dict[str, tuple[BenchConfig, set[int]]] = {}
-    for c in configs:
-        size = max(c.batch // (c.replicas * c.microbatches), 1)
-        cfg, sizes = by_key.setdefault(c.workload.key, (c, set()))
-        sizes.add(size)
-    for key, (cfg, sizes) in by_key.items():
-        options = ProfileOptions(
-            micro_batch_sizes=tuple(sorted(sizes)),
-            device=cfg.device if cfg.device == "cpu" else "cuda",
-            dtype=cfg.dtype,
-            warmup=1,
-            repeats=3,
-        )
-        out[key] = profile_model(
-            cfg.workload.build(), cfg.workload.spec, options, model_name=cfg.workload.model
-        )
-    return out
-
-
 def run(args: argparse.Namespace) -> int:
+    check_writable_store(args.store)  # before minutes of profiling, not after
     configs = suite(args.suite)
-    with console.status("profiling the suite's workloads for the predicted columns"):
-        profiles = profiles_for(configs)
-    first = next(iter(profiles.values()))
-    cluster = load_cluster(args.cluster) if args.cluster else default_cluster(first.device, 8)
-    predicted = predictions(configs, profiles, cluster)
+    with console.status("profiling the suite's workloads for the predicted columns") as status:
+        basis = basis_for(configs, args.cluster, progress=status.update)
+    predicted = predictions(configs, basis.profiles, basis.cluster, basis.describe) if basis else {}
     with progress() as bar:
         task = bar.add_task(f"suite {args.suite}", total=len(configs))
         store = run_suite(

@@ -3,10 +3,36 @@
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 
-from pipecast.cli.common import output_dir
+from pipecast.cli.common import output_file
 from pipecast.cli.console import console
 from pipecast.values.hardware.load import load_cluster
+
+
+def page_file(text: str) -> str:
+    """An argparse type for the report's page: a file to write (the Markdown and the
+    images go beside it), in a folder that exists or can be made and is writable, checked
+    before anything is read or drawn."""
+    path = Path(output_file(text))
+    if path.suffix.lower() == ".md":
+        raise argparse.ArgumentTypeError(
+            f"{text} names the Markdown: name the HTML page (e.g. report.html); report.md "
+            "is written beside it"
+        )
+    folder = path.absolute().parent
+    existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
+    if existing is None or not existing.is_dir():
+        raise argparse.ArgumentTypeError(
+            f"cannot write {text}: {existing} is not a folder; name a page in a folder"
+        )
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(
+            f"cannot write {text}: {existing} is not writable; name a page in a folder you "
+            "can write"
+        )
+    return text
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -23,23 +49,27 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--probe", help="raw probe samples (pipecast probe --raw)")
     p.add_argument("--cluster", help="cluster for partition efficiency tables")
     p.add_argument("--trace", action="append", default=[], help="trace JSON to link")
-    p.add_argument("-o", "--out-dir", type=output_dir, default="pipecast-out/report")
+    p.add_argument(
+        "-o",
+        "--output",
+        type=page_file,
+        default="pipecast-out/report.html",
+        help="the HTML page to write; the Markdown goes beside it (report.md for "
+        "report.html) and the images into a folder beside them (report_files/)",
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
+    from pipecast.orchestration.bench.store import Store
 
-    from pipecast.errors import DataError
-
-    if not Path(args.store).exists():
-        raise DataError(f"no results store at {args.store}: run `pipecast bench` first")
+    store = Store(args.store, read_only=True)  # a missing or foreign store: one line, here
     cluster = load_cluster(args.cluster) if args.cluster else None
     from pipecast.report.html import build
 
     page, md = build(
-        args.store,
-        args.out_dir,
+        store,
+        args.output,
         profiles=args.profile,
         probe=args.probe,
         cluster=cluster,

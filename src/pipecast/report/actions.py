@@ -29,8 +29,9 @@ class ActionGap:
     """Measured host seconds per action of this kind (None: not recorded)."""
 
     @property
-    def ratio(self) -> float:
-        return self.measured / self.predicted if self.predicted > 0 else float("nan")
+    def ratio(self) -> float | None:
+        """measured / predicted (None: nothing was predicted for these actions)."""
+        return self.measured / self.predicted if self.predicted > 0 else None
 
 
 def action_gaps(
@@ -79,7 +80,7 @@ def gap_rows(label: str, gaps: Sequence[ActionGap]) -> list[list[str]]:
             str(g.count),
             f"{g.predicted * 1e3:.3f}",
             f"{g.measured * 1e3:.3f}",
-            f"{g.ratio:.2f}x",
+            "no time predicted" if g.ratio is None else f"{g.ratio:.2f}x",
             "" if g.host is None else f"{g.host * 1e3:.3f}",
         ]
         for g in gaps

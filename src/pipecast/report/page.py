@@ -4,8 +4,10 @@ Markdown from the same sections."""
 from __future__ import annotations
 
 import html
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import quote
 
 
 @dataclass
@@ -16,8 +18,16 @@ class Section:
     images: list[str] = field(default_factory=list)
 
 
+def slug(title: str) -> str:
+    """A section's id in the HTML page: its title in lower case, words joined by '-'
+    ('Prediction accuracy' -> 'prediction-accuracy')."""
+    return "-".join(re.findall(r"[a-z0-9]+", title.lower()))
+
+
 def _rel(path: str, out: Path) -> str:
-    return str(Path(path).resolve().relative_to(out.resolve()))
+    """`path` as a link from a page in `out` (relative, URL-quoted: a space or '#' in a
+    page's name would otherwise break the link)."""
+    return quote(Path(path).resolve().relative_to(out.resolve()).as_posix())
 
 
 def render_html(title: str, sections: list[Section], out: Path) -> str:
@@ -29,7 +39,7 @@ def render_html(title: str, sections: list[Section], out: Path) -> str:
         f"<h1>{html.escape(title)}</h1>",
     ]
     for s in sections:
-        parts.append(f"<h2>{html.escape(s.title)}</h2>")
+        parts.append(f"<section id='{slug(s.title)}'><h2>{html.escape(s.title)}</h2>")
         parts += [f"<p>{p if p.startswith('<a ') else html.escape(p)}</p>" for p in s.paragraphs]
         if s.table:
             head, *body = s.table
@@ -45,6 +55,7 @@ def render_html(title: str, sections: list[Section], out: Path) -> str:
             f"<img src='{html.escape(_rel(i, out))}' alt='{html.escape(s.title)}'>"
             for i in s.images
         ]
+        parts.append("</section>")
     parts.append("</body></html>")
     return "\n".join(parts)
 
@@ -53,7 +64,7 @@ def render_markdown(title: str, sections: list[Section], out: Path) -> str:
     lines = [f"# {title}", ""]
     for s in sections:
         lines += [f"## {s.title}", ""]
-        lines += [p for p in s.paragraphs] + [""] if s.paragraphs else []
+        lines += [line for p in s.paragraphs for line in (p, "")]  # a paragraph each
         if s.table:
             head, *body = s.table
             lines.append("| " + " | ".join(head) + " |")
@@ -65,8 +76,10 @@ def render_markdown(title: str, sections: list[Section], out: Path) -> str:
     return "\n".join(lines)
 
 
-def write_pages(title: str, sections: list[Section], out: Path) -> tuple[str, str]:
-    """report.html and report.md in `out`; their paths."""
-    (out / "report.html").write_text(render_html(title, sections, out))
-    (out / "report.md").write_text(render_markdown(title, sections, out))
-    return str(out / "report.html"), str(out / "report.md")
+def write_pages(title: str, sections: list[Section], html: Path, md: Path) -> tuple[str, str]:
+    """The HTML page at `html` and the Markdown at `md` (both in one folder, which their
+    images' links are relative to); their paths."""
+    html.parent.mkdir(parents=True, exist_ok=True)
+    html.write_text(render_html(title, sections, html.parent))
+    md.write_text(render_markdown(title, sections, md.parent))
+    return str(html), str(md)

@@ -5,13 +5,16 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from tests.report.browser import chromium, load
+from tests.report.test_report_in_browser import PAGE_SCRIPT
 
 from pipecast.cli.main import main
 from pipecast.orchestration.bench.accuracy import Comparison, decisions, summary
 from pipecast.orchestration.bench.config import BenchConfig
 from pipecast.orchestration.bench.runner import run_suite
 from pipecast.orchestration.bench.store import Store
-from pipecast.orchestration.bench.suites import LENET, quick
+from pipecast.orchestration.bench.suites import LENET, QUICK_STEPS, quick
+from pipecast.orchestration.bench.threads import rank_threads
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +44,15 @@ def test_quick_suite_writes_every_configuration(quick_store: Path) -> None:
     )
     predicted = [r for r in rows if r.predicted]
     assert len(predicted) >= 8  # every pipecast, DDP and single-device row has a prediction
+    # one device is the same share of the cores in every row, and the profile's
+    threads = {t for r in rows for t in r.measured["threads"]}
+    assert threads == {rank_threads(quick())}
+    assert all(str(r.environment["card"]).startswith("CPU ") for r in rows)
+    timed = [r for r in rows if not r.config["accuracy_steps"]]
+    assert all(len(r.measured["step_times"]) == QUICK_STEPS for r in timed)
+    assert {p.predicted["basis"]["cluster"] for p in predicted} == {
+        f"probed in this launch: 2 CPU ranks, {rank_threads(quick())} thread(s) each"
+    }
     errors = {
         r.config["tags"]["accuracy"]: r.measured["top1_error"]
         for r in rows
@@ -53,20 +65,26 @@ def test_quick_suite_writes_every_configuration(quick_store: Path) -> None:
 
 @pytest.mark.slow
 def test_report_renders_with_every_image(quick_store: Path, tmp_path: Path) -> None:
-    out = tmp_path / "report"
-    assert main(["report", "--store", str(quick_store), "-o", str(out)]) == 0
-    page = (out / "report.html").read_text()
+    page_path = tmp_path / "report.html"
+    assert main(["report", "--store", str(quick_store), "-o", str(page_path)]) == 0
+    page = page_path.read_text()
     images = re.findall(r"<img src='([^']+)'", page)
-    assert len(images) >= 3  # speed-ups, micro-batch study, accuracy
+    assert len(images) >= 2  # speed-ups, micro-batch study (accuracy: where rows compare)
     for image in images:
-        assert (out / image).read_bytes()[:4] == b"\x89PNG"
-    md = (out / "report.md").read_text()
+        assert (tmp_path / image).read_bytes()[:4] == b"\x89PNG"
+    md = (tmp_path / "report.md").read_text()
     assert "| suite | configuration |" in md and "Prediction accuracy" in md
+    for text in (page, md):  # CPU ranks: no GPU named, no number missing
+        assert "GPU" not in text and not re.search(r"\bnan\b", text, re.IGNORECASE)
+    if chromium() is not None:  # as a browser shows it
+        loaded = load(page_path, PAGE_SCRIPT)
+        assert loaded.errors == []
+        assert all(i["width"] > 0 for i in loaded.value["images"]), loaded.value["images"]
 
 
 def _good_and_bad(suite: str) -> tuple[BenchConfig, BenchConfig]:
     """A configuration that runs and one that fails (its split overruns the model)."""
-    good = replace(quick()[0], suite=suite)
+    good = replace(quick()[0], suite=suite, steps=3, warmup=1)  # resuming is the point here
     return good, replace(good, system="pipecast", gpus=2, boundaries=(0, 6, 99))
 
 
@@ -194,7 +212,7 @@ def test_report_tells_a_slow_host_from_a_miss(tmp_path: Path) -> None:
             {"step_time": 1.3 * m, "peak_allocated": [1], "host_reference": [0.013]},
             {"step_time": 1.0 * m, "peak_memory": [1], "host_share": 0.95, "host_reference": 0.01},
         )
-    _, md = build(str(tmp_path / "s.sqlite"), str(tmp_path / "r"))
+    _, md = build(str(tmp_path / "s.sqlite"), tmp_path / "r" / "report.html")
     text = Path(md).read_text()
     assert "a median 1.30x as slow as when profiled" in text
     assert "their median |error| would be 0.0%" in text
@@ -285,10 +303,10 @@ def test_the_report_sets_the_worst_miss_beside_its_prediction(tmp_path: Path) ->
     )
     other = replace(cfg, microbatches=1)
     store.put(other.key, "t", "ok", other.to_dict(), {}, {"step_time": 3e-4}, {"step_time": 1e-4})
-    build(str(tmp_path / "s.sqlite"), str(tmp_path / "report"))
-    assert (tmp_path / "report" / "miss_0.png").exists()
-    assert not (tmp_path / "report" / "miss_1.png").exists()
-    page = (tmp_path / "report" / "report.md").read_text()
+    build(str(tmp_path / "s.sqlite"), tmp_path / "report.html")
+    assert (tmp_path / "report_files" / "miss_0.png").exists()
+    assert not (tmp_path / "report_files" / "miss_1.png").exists()
+    page = (tmp_path / "report.md").read_text()
     assert "worst-predicted configurations that recorded their actions" in page
     # action by action: F on each rank, simulated 0.090 ms, measured 0.140 ms
     assert "action by action" in page

@@ -22,7 +22,7 @@ moved by up to 55%: no prediction can be nearer than the measurement's own sprea
 class Comparison:
     label: str
     group: str
-    """Configurations in one group compete: same workload, batch and GPU budget."""
+    """Configurations in one group compete: same workload, batch and device budget."""
     predicted: float
     measured: float
     predicted_memory: float | None
@@ -38,7 +38,7 @@ class Comparison:
     graphed: bool = False
     """A CUDA-graphed run (BenchConfig.cuda_graphs), summarised apart."""
     gpus: int = 1
-    """GPUs the configuration ran on."""
+    """Devices (GPUs, or CPU ranks) the configuration ran on."""
     rounds: tuple[float, ...] = ()
     """The step time each round measured (empty: measured once)."""
 
@@ -71,15 +71,32 @@ class Decision:
     """Measured step time of the pick over the measured fastest, minus one (0: right)."""
 
 
+def unlike(row: Row) -> str | None:
+    """Why a CPU row's measurement is not like its prediction's inputs: its ranks, or its
+    profile, waited for a core (bench.sharing; None: like for like, or not read)."""
+    from pipecast.orchestration.bench.sharing import shared_reason
+
+    if row.config.get("device") != "cpu" or not row.measured:
+        return None
+    basis = (row.predicted or {}).get("basis") or {}
+    ranks = row.measured.get("waited")
+    return shared_reason(max(ranks) if ranks else None, "its slowest rank") or shared_reason(
+        basis.get("waited"), "its profile"
+    )
+
+
 def comparisons(rows: Iterable[Row]) -> list[Comparison]:
+    """Every measured row with a prediction made like for like (see `unlike`)."""
     from pipecast.orchestration.bench.config import BenchConfig
 
     out = []
     for r in rows:
         if r.status != "ok" or not r.predicted or not r.measured:
             continue
+        if "step_time" not in r.predicted or unlike(r) is not None:
+            continue
         cfg = BenchConfig.from_dict(r.config)
-        group = f"{cfg.workload.key} b{cfg.batch} on {cfg.gpus} GPU(s)"
+        group = f"{cfg.workload.key} b{cfg.batch} on {cfg.gpus} device{'s' * (cfg.gpus > 1)}"
         mem = r.measured.get("peak_allocated")
         out.append(
             Comparison(
@@ -170,14 +187,21 @@ def summary(comps: list[Comparison]) -> dict[str, float | int]:
 
 
 def _errors(comps: list[Comparison]) -> dict[str, float | int]:
+    """Counts always; a median or worst only where there is something to take it of
+    (never a NaN): memory errors where some row measured its peak memory, with how many
+    ('memory_configurations'; torch does not count what CPU ranks allocate)."""
     errors = [abs(c.error) for c in comps]
     mems = [abs(e) for c in comps if (e := c.memory_error) is not None]
-    return {
+    out: dict[str, float | int] = {
         "configurations": len(comps),
-        "median_abs_error": statistics.median(errors) if errors else float("nan"),
-        "worst_abs_error": max(errors) if errors else float("nan"),
-        "median_abs_memory_error": statistics.median(mems) if mems else float("nan"),
-        "worst_abs_memory_error": max(mems) if mems else float("nan"),
         "within_7_percent": sum(e <= 0.07 for e in errors),
         "within_20_percent": sum(e <= 0.2 for e in errors),
+        "memory_configurations": len(mems),
     }
+    if errors:
+        out["median_abs_error"] = statistics.median(errors)
+        out["worst_abs_error"] = max(errors)
+    if mems:
+        out["median_abs_memory_error"] = statistics.median(mems)
+        out["worst_abs_memory_error"] = max(mems)
+    return out

@@ -77,14 +77,16 @@ class BenchConfig:
         return self.gpus // self.replicas
 
     def label(self) -> str:
+        """What the row runs, in words true on any device: "one device", "data parallel
+        x2" (the card, a GPU's or the CPU's name, is the row's environment's)."""
         w = self.workload
         head = f"{w.model}/{w.dataset} b{self.batch}"
         if self.system == "single":
-            return f"{head} single GPU" + (
+            return f"{head} one device" + (
                 f" acc{self.microbatches}" if self.microbatches > 1 else ""
             )
         if self.system == "ddp":
-            return f"{head} DDP x{self.gpus}"
+            return f"{head} data parallel x{self.gpus}"
         who = "pipecast" if self.system == "pipecast" else self.system
         notes_head = f"balance-by-{self.balance}" if self.balance else ""
         rep = f"{self.replicas}x" if self.replicas > 1 else ""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from pipecast.errors import PipecastError
@@ -42,17 +43,32 @@ def strategy_of(cfg: BenchConfig) -> Strategy | None:
     return None
 
 
+def unpredicted(cfg: BenchConfig) -> str | None:
+    """Why pipecast does not predict `cfg`, in a few words (None: it does)."""
+    if cfg.accuracy_steps:
+        return "a training run for accuracy (Adam, every step timed from the first)"
+    if not cfg.cut_backward:  # a comparison run: the profile prices cut stages only
+        return "an uncut split backward, which the profile does not price"
+    if strategy_of(cfg) is None:
+        return f"{cfg.system}'s own schedules, which pipecast does not simulate"
+    return None
+
+
 def predictions(
-    configs: list[BenchConfig], profiles: dict[str, Profile], cluster: Cluster
+    configs: list[BenchConfig],
+    profiles: dict[str, Profile],
+    cluster: Cluster,
+    basis: Callable[[str], dict[str, Any]] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """config key -> predicted step time, samples/s, peak memory per GPU, bubble, and the
-    simulated events (Event.to_row), to set beside the measured ones."""
-    out = {}
+    simulated events (Event.to_row), to set beside the measured ones, with what the
+    prediction came from (`basis` of the workload's key, under 'basis'), for every
+    configuration pipecast predicts (see `unpredicted`) and has a profile for."""
+    out: dict[str, dict[str, Any]] = {}
     for cfg in configs:
         strategy = strategy_of(cfg)
         profile = profiles.get(cfg.workload.key)
-        # an uncut split backward is a comparison run: the profile prices cut stages only
-        if strategy is None or profile is None or cfg.accuracy_steps or not cfg.cut_backward:
+        if unpredicted(cfg) is not None or strategy is None or profile is None:
             continue
         try:
             pred = predict(
@@ -81,4 +97,6 @@ def predictions(
             ),
             "timeline": [e.to_row() for e in pred.timeline.events],
         }
+        if basis is not None:
+            out[cfg.key]["basis"] = basis(cfg.workload.key)
     return out

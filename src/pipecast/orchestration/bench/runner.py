@@ -17,6 +17,7 @@ import statistics
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -24,141 +25,14 @@ import torch.distributed as dist
 
 from pipecast.errors import PipecastError
 from pipecast.measuring import hostspeed
-from pipecast.orchestration.bench import baselines
+from pipecast.orchestration.bench import sharing
 from pipecast.orchestration.bench.config import BenchConfig
 from pipecast.orchestration.bench.store import Store, environment
-from pipecast.orchestration.bench.timing import (
-    action_stats,
-    gather_events,
-    gather_floats,
-    gather_peaks,
-)
-from pipecast.planning.partition.boundaries import placement_of
-from pipecast.planning.schedules.generators import make_plan
-from pipecast.runtime.config import RunConfig
-from pipecast.runtime.job import TrainJob
+from pipecast.orchestration.bench.systems import SystemRun, run_config
+from pipecast.orchestration.bench.threads import rank_threads
 from pipecast.runtime.launch import Backend, Context, RankFailed, all_gather_floats, spawn
 from pipecast.runtime.watchdog import Watchdog
-from pipecast.runtime.worker import release_earlier_jobs, run_rank
-from pipecast.values.partition import from_boundaries
-
-
-def pipecast_job(cfg: BenchConfig, *, capture: bool = False) -> TrainJob:
-    stages = cfg.stages
-    plan = make_plan(cfg.schedule if cfg.stages > 1 else "1f1b", stages, cfg.microbatches)
-    bounds = list(cfg.boundaries) or None
-    if bounds is None:
-        raise PipecastError(f"{cfg.label()}: pipecast configurations need boundaries")
-    part = from_boundaries(
-        bounds,
-        placement=placement_of(cfg.schedule),
-        ranks=stages,
-        replicas=cfg.replicas,
-    )
-    return TrainJob(
-        plan=plan,
-        partition=part,
-        batch=cfg.batch,
-        workload=cfg.workload,
-        replicas=cfg.replicas,
-        config=RunConfig(
-            dtype=cfg.dtype,
-            recompute=cfg.recompute,
-            offload=cfg.offload,
-            optimizer="adam" if cfg.accuracy_steps else cfg.optimizer,
-            lr=3e-3 if cfg.accuracy_steps else 1e-4,
-            record_events=cfg.device == "cuda",
-            send_timing=cfg.send_timing,
-            cut_backward=cfg.cut_backward,
-            cuda_graphs=cfg.cuda_graphs,
-            timeout_s=120,
-        ),
-        device="cuda" if cfg.device == "cuda" else "cpu",
-        steps=cfg.accuracy_steps or cfg.steps,
-        warmup_steps=0 if cfg.accuracy_steps else cfg.warmup,
-        exact_init=cfg.device != "cuda" or bool(cfg.accuracy_steps),
-        capture=capture,
-    )
-
-
-def _run_pipecast(ctx: Context, cfg: BenchConfig) -> dict[str, Any]:
-    job = pipecast_job(cfg, capture=bool(cfg.accuracy_steps))
-    report = run_rank(ctx, job)
-    times = sorted(s.seconds for s in report.steps)
-    result: dict[str, Any] = {
-        "step_time": times[len(times) // 2],
-        "peak_allocated": max((s.peak_allocated for s in report.steps), default=0),
-        "peak_reserved": max((s.peak_reserved for s in report.steps), default=0),
-    }
-    result = gather_peaks(result, ctx.device)
-    result["actions"] = gather_floats(action_stats(report.steps, report.events), ctx.device)
-    if job.config.record_events:  # the last step's actions, to set beside the prediction's
-        result["timeline"] = gather_events(report.events)
-    if cfg.accuracy_steps:
-        result["top1_error"] = _top1_error(ctx, cfg, report.params if report.replica == 0 else {})
-    return result
-
-
-def _top1_error(ctx: Context, cfg: BenchConfig, params: dict[str, torch.Tensor]) -> float | None:
-    from pipecast.values.data.digits import load_digits_as_mnist
-
-    gathered: list[Any] = [None] * ctx.world
-    dist.gather_object(
-        params, gathered if ctx.rank == 0 else None, dst=0
-    ) if ctx.world > 1 else None
-    if ctx.rank != 0:
-        return None
-    merged: dict[str, torch.Tensor] = {}
-    for part in gathered if ctx.world > 1 else [params]:
-        merged.update(part or {})
-    model = cfg.workload.build()
-    model.load_state_dict(merged)
-    _, test = load_digits_as_mnist().split(0.8, seed=0)
-    with torch.no_grad():
-        correct = float((model(test.inputs).argmax(1) == test.targets).float().mean().item())
-    return 1.0 - correct
-
-
-SystemRun = Callable[[Context, BenchConfig], dict[str, Any]]
-"""A system's measurement of one configuration on one rank (every rank calls it)."""
-
-
-def run_config(
-    ctx: Context, cfg: BenchConfig, systems: Mapping[str, SystemRun] | None = None
-) -> dict[str, Any]:
-    """Measure one configuration on this rank (every rank of the world calls this)."""
-    systems = systems or {}
-    if cfg.system == "pipecast":
-        return _run_pipecast(ctx, cfg)
-    if cfg.system == "single":
-        return baselines.single_device(
-            ctx,
-            cfg.workload,
-            cfg.batch,
-            microbatches=cfg.microbatches,
-            dtype=cfg.dtype,
-            steps=cfg.steps,
-            warmup=cfg.warmup,
-        )
-    if cfg.system == "ddp":
-        return baselines.ddp(
-            ctx, cfg.workload, cfg.batch, dtype=cfg.dtype, steps=cfg.steps, warmup=cfg.warmup
-        )
-    if cfg.system in systems:
-        return systems[cfg.system](ctx, cfg)
-    if cfg.system != "torch":
-        raise PipecastError(f"{cfg.label()}: no system named {cfg.system!r} in this run")
-    return baselines.torch_pipelining(
-        ctx,
-        cfg.workload,
-        cfg.batch,
-        list(cfg.boundaries),
-        schedule=cfg.schedule,
-        microbatches=cfg.microbatches,
-        dtype=cfg.dtype,
-        steps=cfg.steps,
-        warmup=cfg.warmup,
-    )
+from pipecast.runtime.worker import release_earlier_jobs
 
 
 def _bench_rank(
@@ -171,10 +45,17 @@ def _bench_rank(
     deadline: float | None,
     again: bool = False,
     systems: Mapping[str, SystemRun] | None = None,
+    threads: int | None = None,
 ) -> None:
     """Measure each configuration once and record it. `again`: each has a record already;
-    measure it once more and fold the measurement into that record (one more round)."""
+    measure it once more and fold the measurement into that record (one more round).
+    `threads`: intra-op threads this rank computes with (None: the launcher's). The
+    world first runs its first configuration briefly, unrecorded (`warm_up`)."""
+    if threads:
+        torch.set_num_threads(threads)
     store = Store(store_path) if ctx.rank == 0 else None
+    if configs:
+        _measure(ctx, warm_up(configs[0]), timeout_s, systems)
     for cfg in configs:
         go = torch.tensor(
             [1 if deadline is None or time.time() < deadline else 0], device=ctx.device
@@ -210,6 +91,14 @@ def _bench_rank(
             print(f"[round failed] {cfg.label()}: {error}", flush=True)
 
 
+def warm_up(cfg: BenchConfig) -> BenchConfig:
+    """The run a fresh world makes before its first measured configuration, so that the
+    first pays no start-up cost the others do not (the first convolutions, transfers and
+    allocations a process makes, and the host's caches): `cfg` for one warm-up and one
+    timed step, not trained for accuracy."""
+    return replace(cfg, steps=1, warmup=1, accuracy_steps=0)
+
+
 def _measure(
     ctx: Context, cfg: BenchConfig, timeout_s: float, systems: Mapping[str, SystemRun] | None
 ) -> tuple[dict[str, Any] | None, str | None]:
@@ -221,6 +110,7 @@ def _measure(
         error = None
         measured: dict[str, Any] = {}
         speed = issued = ahead = 0.0
+        start = sharing.Mark.now()
         try:
             before = hostspeed.reference(repeats=3), hostspeed.issue(ctx.device)
             measured = run_config(ctx, cfg, systems)
@@ -235,12 +125,24 @@ def _measure(
         ok = torch.tensor([0 if error else 1], device=ctx.device)
         if ctx.world > 1:
             dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+        end = sharing.Mark.now()
         if ok.item():  # how fast each rank's host ran around its measurement
-            speeds = all_gather_floats([speed, issued, ahead], ctx.device)
+            wait = sharing.waited_share(start, end)
+            readings = [
+                speed,
+                issued,
+                ahead,
+                torch.get_num_threads(),
+                -1.0 if wait is None else wait,
+            ]
+            speeds = all_gather_floats(readings, ctx.device)
+            measured["threads"] = [int(r[3]) for r in speeds]  # each rank's intra-op threads
             measured["host_reference"] = [r[0] for r in speeds]
             measured["host_issue"] = [r[1] for r in speeds]
             # read before the run started: what a prediction made just then could know
             measured["host_issue_before"] = [r[2] for r in speeds]
+            if all(r[4] >= 0 for r in speeds):  # how long each rank waited for a core
+                measured["waited"] = [r[4] for r in speeds]  # (bench.sharing)
         watchdog.idle()
     if not ok.item() or error:
         return None, error or "failed on another rank"
@@ -257,6 +159,8 @@ def _merged(so_far: dict[str, Any], again: dict[str, Any]) -> dict[str, Any]:
     out = dict(so_far)
     out["rounds"] = rounds
     out["step_time"] = statistics.median(rounds)
+    if "waited" in so_far and "waited" in again:  # each rank's longest wait of the rounds
+        out["waited"] = [max(a, b) for a, b in zip(so_far["waited"], again["waited"], strict=True)]
     for key in ("peak_allocated", "peak_reserved"):
         if key in so_far and key in again:
             out[key] = [max(a, b) for a, b in zip(so_far[key], again[key], strict=True)]
@@ -307,11 +211,13 @@ def _groups(configs: list[BenchConfig]) -> dict[tuple[int, str], list[BenchConfi
     return groups
 
 
-def _world_of(device: str) -> tuple[Backend, dict[str, Any]]:
-    """The process-group backend and the environment record for a group on `device`."""
+def _world_of(device: str, threads: int | None) -> tuple[Backend, dict[str, Any], int | None]:
+    """The process-group backend, the environment record and the threads per rank
+    (None: the launcher's) for a group on `device`; `threads` is the CPU suite's
+    (bench.threads)."""
     if device == "cuda":
-        return "nccl", environment("cuda")
-    return "gloo", environment(device)
+        return "nccl", environment("cuda"), None
+    return "gloo", environment(device, threads=threads), threads
 
 
 def _rounds_done(store: Store, key: str) -> int:
@@ -340,6 +246,7 @@ def run_suite(
     of seconds to minutes, so one measurement reads one spell. `systems`: measurements of
     systems the runner does not ship, by name (module docstring)."""
     extra = dict(systems or {})
+    cpu_threads = rank_threads(configs)  # the whole suite's, resumed or not
     store = Store(store_path)
     predicted = predicted or {}
     pending = [c for c in configs if not store.done(c.key)]
@@ -355,7 +262,7 @@ def run_suite(
     watcher.start()
     try:
         for (gpus, device), remaining in _groups(pending).items():
-            backend, env = _world_of(device)
+            backend, env, threads = _world_of(device, cpu_threads)
             while remaining and (deadline is None or time.time() < deadline):
                 try:
                     spawn(
@@ -370,6 +277,7 @@ def run_suite(
                             deadline,
                             False,
                             extra,
+                            threads,
                         ),
                         backend=backend,
                         timeout_s=timeout_s + 60,
@@ -395,12 +303,22 @@ def run_suite(
                 due = [c for c in group if _rounds_done(store, c.key) == r - 1]
                 if not due or (deadline is not None and time.time() >= deadline):
                     continue
-                backend, env = _world_of(device)
+                backend, env, threads = _world_of(device, cpu_threads)
                 try:
                     spawn(
                         _bench_rank,
                         gpus,
-                        (due, str(store.path), predicted, env, timeout_s, deadline, True, extra),
+                        (
+                            due,
+                            str(store.path),
+                            predicted,
+                            env,
+                            timeout_s,
+                            deadline,
+                            True,
+                            extra,
+                            threads,
+                        ),
                         backend=backend,
                         timeout_s=timeout_s + 60,
                         grace_s=30,

@@ -46,16 +46,66 @@ class Row:
     error: str | None
 
 
+SQLITE_HEADER = b"SQLite format 3\x00"
+"""The first 16 bytes of every SQLite database file."""
+
+
+def check_writable_store(path: str | Path) -> None:
+    """A store `pipecast bench` may write: absent, empty (SQLite starts it), or an SQLite
+    file; anything else would be overwritten or fail after the suite ran."""
+    p = Path(path)
+    if p.is_dir():
+        raise DataError(f"{p} is a directory, expected a results store (a .sqlite file)")
+    if p.is_file() and p.stat().st_size and not _is_sqlite(p):
+        raise DataError(
+            f"{p} is not an SQLite file, so not a results store: name a new file or the "
+            "store an earlier `pipecast bench --store` wrote"
+        )
+
+
+def _is_sqlite(path: Path) -> bool:
+    with open(path, "rb") as fh:
+        return fh.read(len(SQLITE_HEADER)) == SQLITE_HEADER
+
+
 class Store:
-    def __init__(self, path: str | Path) -> None:
-        if Path(path).is_dir():
-            raise DataError(f"{path} is a directory, expected a results store (a .sqlite file)")
+    def __init__(self, path: str | Path, *, read_only: bool = False) -> None:
+        """The store at `path`, created if missing; `read_only`: one that exists and holds
+        results, opened without writing to it (DataError otherwise)."""
         self.path = Path(path)
+        self.read_only = read_only
+        if read_only:
+            self._check_readable()
+            return
+        check_writable_store(self.path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with closing(self._connect()) as db, db:
             db.executescript(SCHEMA)
 
+    def _check_readable(self) -> None:
+        p = self.path
+        fix = "run `pipecast bench` first, or name the store it wrote with --store"
+        if not p.exists():
+            raise DataError(f"no results store at {p}: {fix}")
+        if p.is_dir():
+            raise DataError(f"{p} is a directory, expected a results store (a .sqlite file)")
+        if not p.stat().st_size:
+            raise DataError(f"{p} is empty, not a results store: {fix}")
+        if not _is_sqlite(p):
+            raise DataError(f"{p} is not an SQLite file, so not a results store: {fix}")
+        try:
+            with closing(self._connect()) as db:
+                found = db.execute(
+                    "select name from sqlite_master where type = 'table' and name = 'results'"
+                ).fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise DataError(f"{p} is not a readable results store ({exc}): {fix}") from None
+        if found is None:
+            raise DataError(f"{p} is an SQLite file without a results table: {fix}")
+
     def _connect(self) -> sqlite3.Connection:
+        if self.read_only:
+            return sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
         return sqlite3.connect(self.path, timeout=30)
 
     def done(self, key: str) -> bool:
@@ -128,11 +178,15 @@ class Store:
                 )
 
 
-def environment(device: str = "cpu") -> dict[str, Any]:
+def environment(device: str = "cpu", *, threads: int | None = None) -> dict[str, Any]:
+    """Where a group of rows ran: the card (a GPU's name; on CPU ranks "CPU", the CPU's
+    model and the threads each rank computed with), the devices, torch, the commit, the
+    host."""
     import platform
 
     import torch
 
+    from pipecast.measuring.hostspeed import cpu_model
     from pipecast.runtime import devices
 
     try:
@@ -142,10 +196,15 @@ def environment(device: str = "cpu") -> dict[str, Any]:
     except (OSError, subprocess.SubprocessError):
         commit = ""
     dev = devices.resolve(device)
-    return {
+    out: dict[str, Any] = {
         "card": devices.name(dev),
         "devices": torch.cuda.device_count() if dev.type == "cuda" else 1,
         "torch": torch.__version__,
         "commit": commit,
         "host": platform.node(),
     }
+    if dev.type == "cpu":
+        threads = threads or torch.get_num_threads()
+        out["threads"] = threads
+        out["card"] = f"CPU {cpu_model() or 'unknown'}, {threads} thread(s) a rank"
+    return out
