@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pipecast.values.training import Offload, Recompute
 
 Kind = Literal["single", "data", "pipeline", "hybrid"]
+Shard = Literal["none", "full", "grad"]
 HOSTED = {
     "activations": "activations",
     "optimizer": "optimizer state",
@@ -37,15 +38,49 @@ class Strategy:
     activations or weights runs eagerly."""
     cuda_graphs: bool = False
     """Stages replayed as CUDA graphs after the first step (pipecast's runtime on GPUs)."""
+    shard: Shard = "none"
+    """How the data-parallel replicas hold the weights: 'none', a whole copy each; 'full',
+    sharded by torch's FSDP (fully_shard), each unit of blocks gathered for its forward and
+    again for its backward (ZeRO-3); 'grad', sharded, each unit kept gathered from its
+    forward to its backward (reshard_after_forward=False: less traffic, more memory)."""
+    tp: int = 1
+    """Tensor-parallel degree: the GPUs each stage's transformer blocks are split over
+    (Megatron's column/row plan, through torch's parallelize_module)."""
 
     @property
     def gpus(self) -> int:
-        return self.stages * self.replicas
+        return self.stages * self.replicas * self.tp
+
+    @property
+    def sharded(self) -> bool:
+        """The replicas shard the weights (FSDP), rather than each holding a copy."""
+        return self.shard != "none" and self.replicas > 1
+
+    def mesh(self) -> str:
+        """The device mesh in words, outermost first: 'FSDP x2 x TP x2', 'data parallel x4'."""
+        dims = []
+        if self.replicas > 1 or self.kind == "data":
+            if self.shard == "none":
+                dims.append(f"data parallel x{self.replicas}")
+            else:
+                kept = " (no reshard)" if self.shard == "grad" else ""
+                dims.append(f"FSDP x{self.replicas}{kept}")
+        if self.stages > 1:
+            dims.append(f"{self.schedule} {self.stages} stages")
+        if self.tp > 1:
+            dims.append(f"TP x{self.tp}")
+        return " x ".join(dims) or "one device"
 
     def label(self) -> str:
         # serving runs a replica's share in micro-batches; training accumulates them
         chunks = "micro-batches" if self.schedule == "forward-only" else "accumulate"
-        if self.kind == "single":
+        if self.shard != "none" or self.tp > 1:
+            text = self.mesh()
+            if self.stages > 1:
+                text += f", M={self.microbatches}, {self.partition}"
+            elif self.microbatches > 1:
+                text += f", {chunks} {self.microbatches}"
+        elif self.kind == "single":
             text = "one device" + (
                 f", {chunks} {self.microbatches}" if self.microbatches > 1 else ""
             )

@@ -49,10 +49,20 @@ class ProbeResult:
     """'src-dst' -> [[bytes, seconds], ...] one-way times."""
     allreduce: dict[str, list[list[float]]] = field(default_factory=dict)
     """group size -> [[bytes, seconds], ...]."""
+    allgather: dict[str, list[list[float]]] = field(default_factory=dict)
+    """group size -> [[bytes gathered, seconds], ...]."""
+    reduce_scatter: dict[str, list[list[float]]] = field(default_factory=dict)
+    """group size -> [[bytes reduced, seconds], ...]."""
     matmul_flops: list[float] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"p2p": self.p2p, "allreduce": self.allreduce, "matmul_flops": self.matmul_flops}
+        return {
+            "p2p": self.p2p,
+            "allreduce": self.allreduce,
+            "allgather": self.allgather,
+            "reduce_scatter": self.reduce_scatter,
+            "matmul_flops": self.matmul_flops,
+        }
 
 
 def _sizes(options: ProbeOptions) -> list[int]:
@@ -85,6 +95,37 @@ def _pingpong(ctx: Context, a: int, b: int, nbytes: int, repeats: int) -> float:
     return statistics.median(times)
 
 
+COLLECTIVES = ("allreduce", "allgather", "reduce_scatter")
+"""The collectives the probe times by group size: DDP's all-reduce, and the all-gather and
+reduce-scatter FSDP runs per unit (each measured, not assumed from the all-reduce)."""
+
+
+def _collective(ctx: Context, kind: str, nbytes: int, n: int, group: Any, repeats: int) -> float:
+    """Median seconds of one `kind` over the first `n` ranks, of `nbytes` in all (the
+    all-gather's output, the reduce-scatter's input)."""
+    whole = torch.ones(nbytes // 4, dtype=torch.float32, device=ctx.device)
+    share = torch.ones(max(nbytes // 4 // n, 1), dtype=torch.float32, device=ctx.device)
+    whole = whole[: share.numel() * n] if kind != "allreduce" else whole
+
+    def once() -> None:
+        if kind == "allreduce":
+            dist.all_reduce(whole, group=group)
+        elif kind == "allgather":
+            dist.all_gather_into_tensor(whole, share, group=group)
+        else:
+            dist.reduce_scatter_tensor(share, whole, group=group)
+
+    once()  # warm-up
+    times = []
+    for _ in range(repeats):
+        _sync(ctx)
+        began = time.perf_counter()
+        once()
+        _sync(ctx)
+        times.append(time.perf_counter() - began)
+    return statistics.median(times)
+
+
 def _probe_rank(ctx: Context, options: ProbeOptions) -> dict[str, Any]:
     sizes = _sizes(options)
     p2p: dict[str, list[list[float]]] = {}
@@ -97,25 +138,15 @@ def _probe_rank(ctx: Context, options: ProbeOptions) -> dict[str, Any]:
                 samples = [[s, _pingpong(ctx, a, b, s, options.repeats)] for s in sizes]
                 if ctx.rank == a:
                     p2p[f"{a}-{b}"] = samples
-    allreduce: dict[str, list[list[float]]] = {}
+    collectives: dict[str, dict[str, list[list[float]]]] = {k: {} for k in COLLECTIVES}
     for n in range(2, ctx.world + 1):
         group = dist.new_group(list(range(n)))
         dist.barrier()
         if ctx.rank < n:
-            samples = []
-            for s in sizes:
-                buf = torch.ones(s // 4, dtype=torch.float32, device=ctx.device)
-                dist.all_reduce(buf, group=group)  # warm-up
-                times = []
-                for _ in range(options.repeats):
-                    _sync(ctx)
-                    began = time.perf_counter()
-                    dist.all_reduce(buf, group=group)
-                    _sync(ctx)
-                    times.append(time.perf_counter() - began)
-                samples.append([s, statistics.median(times)])
-            if ctx.rank == 0:
-                allreduce[str(n)] = samples
+            for kind in COLLECTIVES:
+                samples = [[s, _collective(ctx, kind, s, n, group, options.repeats)] for s in sizes]
+                if ctx.rank == 0:
+                    collectives[kind][str(n)] = samples
     gpu = ctx.device.type == "cuda"
     side = options.matmul_size or (8192 if gpu else 1024)
     dtype = torch.bfloat16 if gpu else torch.float32
@@ -127,7 +158,7 @@ def _probe_rank(ctx: Context, options: ProbeOptions) -> dict[str, Any]:
     per_action, per_step = host_probe.runtime_overhead(ctx) if options.runtime else (0.0, 0.0)
     return {
         "p2p": p2p,
-        "allreduce": allreduce,
+        **collectives,
         "matmul_flops": flops,
         "host_overhead": per_action,
         "step_overhead": per_step,
@@ -148,21 +179,20 @@ def summarize_probe(per_rank: list[dict[str, Any]], name: str = "probed") -> Pro
     """Fit the raw samples of every rank into a Cluster (pure: tests feed it synthetic data)."""
     p2p: dict[str, list[list[float]]] = {}
     allreduce: dict[str, list[list[float]]] = {}
+    gathers: dict[str, list[list[float]]] = {}
+    scatters: dict[str, list[list[float]]] = {}
     for r in per_rank:
         p2p.update(r["p2p"])
         allreduce.update(r["allreduce"])
+        gathers.update(r.get("allgather", {}))
+        scatters.update(r.get("reduce_scatter", {}))
     pairs = {
         (int(k.split("-")[0]), int(k.split("-")[1])): fit_link([s for s, _ in v], [t for _, t in v])
         for k, v in p2p.items()
     }
-    busbw: dict[int, float] = {}
-    latency = 0.0
-    for n_text, samples in allreduce.items():
-        n = int(n_text)
-        factor = 2 * (n - 1) / n
-        link = fit_link([s * factor for s, _ in samples], [t for _, t in samples])
-        busbw[n] = link.bandwidth
-        latency = max(latency, link.latency)
+    busbw, latency = _bus_bandwidths(allreduce, 2.0)
+    gather_busbw, gather_latency = _bus_bandwidths(gathers, 1.0)
+    scatter_busbw, scatter_latency = _bus_bandwidths(scatters, 1.0)
     if pairs:
         intra = Link(
             latency=statistics.median(link.latency for link in pairs.values()),
@@ -186,6 +216,9 @@ def summarize_probe(per_rank: list[dict[str, Any]], name: str = "probed") -> Pro
             inter=intra,
             allreduce_busbw=busbw,
             allreduce_latency=latency,
+            allgather_busbw=gather_busbw,
+            reduce_scatter_busbw=scatter_busbw,
+            shard_latency=max(gather_latency, scatter_latency),
             pairs=pairs,
             host_overhead=statistics.median(r.get("host_overhead", 0.0) for r in per_rank),
             # a rank whose loop ends early waits for the others inside its step: the
@@ -205,8 +238,26 @@ def summarize_probe(per_rank: list[dict[str, Any]], name: str = "probed") -> Pro
         ),
         p2p=p2p,
         allreduce=allreduce,
+        allgather=gathers,
+        reduce_scatter=scatters,
         matmul_flops=[r["matmul_flops"] for r in per_rank],
     )
+
+
+def _bus_bandwidths(
+    samples_by_size: dict[str, list[list[float]]], ring: float
+) -> tuple[dict[int, float], float]:
+    """Bus bandwidth by group size and the largest latency, fitted to `latency + ring (n-1)/n
+    bytes / busbw` (ring 2 for an all-reduce, 1 for an all-gather or a reduce-scatter)."""
+    busbw: dict[int, float] = {}
+    latency = 0.0
+    for n_text, samples in samples_by_size.items():
+        n = int(n_text)
+        factor = ring * (n - 1) / n
+        link = fit_link([s * factor for s, _ in samples], [t for _, t in samples])
+        busbw[n] = link.bandwidth
+        latency = max(latency, link.latency)
+    return busbw, latency
 
 
 def probe(options: ProbeOptions) -> ProbeResult:

@@ -66,6 +66,14 @@ class Cluster:
     """All-reduce bus bandwidth for groups spanning nodes (0: derived from the inter link)."""
     allreduce_latency: float = 0.0
     """Fixed cost of one all-reduce in seconds."""
+    allgather_busbw: dict[int, float] = field(default_factory=dict)
+    """Group size -> all-gather bus bandwidth within a node (bytes/s, nccl-tests convention:
+    (n-1)/n x the gathered bytes over the seconds); empty: the all-reduce's, assumed."""
+    reduce_scatter_busbw: dict[int, float] = field(default_factory=dict)
+    """Group size -> reduce-scatter bus bandwidth within a node; empty: the all-reduce's,
+    assumed."""
+    shard_latency: float = 0.0
+    """Fixed cost of one all-gather or reduce-scatter in seconds (0: the all-reduce's)."""
     pairs: dict[tuple[int, int], Link] = field(default_factory=dict)
     """Measured links for particular (src, dst) pairs; override intra/inter."""
     host_overhead: float = 0.0
@@ -187,6 +195,35 @@ class Cluster:
         latency = self.allreduce_latency or 2 * (n - 1) * self.link(ranks[0], ranks[-1]).latency
         return latency + 2 * (n - 1) / n * nbytes / busbw
 
+    def _busbw(self, table: dict[int, float], n: int) -> float:
+        """Bus bandwidth for a group of `n` within a node from `table` (the nearest size at or
+        above `n` measured), else the all-reduce's."""
+        if not table:
+            return 0.0
+        sizes = sorted(table)
+        return table[sizes[min(bisect.bisect_left(sizes, n), len(sizes) - 1)]]
+
+    def _sharded_time(self, table: dict[int, float], nbytes: float, ranks: Sequence[int]) -> float:
+        n = len(ranks)
+        if n <= 1 or nbytes <= 0:
+            return 0.0
+        spans = len({self.node_of(r) for r in ranks}) > 1
+        busbw = 0.0 if spans else self._busbw(table, n)
+        if not busbw:  # half an all-reduce: a ring moves (n-1)/n of the bytes once
+            return self.allreduce_time(nbytes, ranks) / 2
+        latency = self.shard_latency or self.allreduce_latency / 2
+        latency = latency or (n - 1) * self.link(ranks[0], ranks[-1]).latency
+        return latency + (n - 1) / n * nbytes / busbw
+
+    def allgather_time(self, nbytes: float, ranks: Sequence[int]) -> float:
+        """All-gather over `ranks` of a tensor `nbytes` in all (each rank holds 1/n):
+        latency + (n-1)/n x bytes / bus bandwidth."""
+        return self._sharded_time(self.allgather_busbw, nbytes, ranks)
+
+    def reduce_scatter_time(self, nbytes: float, ranks: Sequence[int]) -> float:
+        """Reduce-scatter over `ranks` of `nbytes` on every rank into a 1/n share each."""
+        return self._sharded_time(self.reduce_scatter_busbw, nbytes, ranks)
+
     def subset(self, gpus: int) -> Cluster:
         """The same machine type with `gpus` GPUs (whole nodes first)."""
         if gpus <= self.gpus_per_node:
@@ -215,6 +252,9 @@ class Cluster:
                 "allreduce_busbw": {str(k): v for k, v in self.allreduce_busbw.items()},
                 "allreduce_inter_busbw": self.allreduce_inter_busbw,
                 "allreduce_latency": self.allreduce_latency,
+                "allgather_busbw": {str(k): v for k, v in self.allgather_busbw.items()},
+                "reduce_scatter_busbw": {str(k): v for k, v in self.reduce_scatter_busbw.items()},
+                "shard_latency": self.shard_latency,
                 "host_overhead": self.host_overhead,
                 "step_overhead": self.step_overhead,
                 "host_contention": {str(n): f for n, f in self.host_contention.items()},
@@ -278,6 +318,13 @@ def cluster_from_dict(doc: dict[str, Any], source: str = "<dict>") -> Cluster:
             },
             allreduce_inter_busbw=parse_rate(doc.get("allreduce_inter_busbw", 0.0)),
             allreduce_latency=parse_seconds(doc.get("allreduce_latency", 0.0)),
+            allgather_busbw={
+                int(k): parse_rate(v) for k, v in doc.get("allgather_busbw", {}).items()
+            },
+            reduce_scatter_busbw={
+                int(k): parse_rate(v) for k, v in doc.get("reduce_scatter_busbw", {}).items()
+            },
+            shard_latency=parse_seconds(doc.get("shard_latency", 0.0)),
             host_overhead=parse_seconds(doc.get("host_overhead", 0.0)),
             step_overhead=parse_seconds(doc.get("step_overhead", 0.0)),
             host_contention={int(n): float(f) for n, f in doc.get("host_contention", {}).items()},
