@@ -28,9 +28,12 @@ def test_with_memory_to_spare_the_fastest_keeps_its_activations() -> None:
 
 def test_when_nothing_fits_as_it_is_activations_go_to_the_host() -> None:
     """ResNet-18 at batch 256 over 2 GPUs of 0.2 GiB (0.18 usable): every plain strategy
-    needs more; with its activations on the host, data parallelism accumulating 64 fits."""
+    with whole copies of the weights needs more; with its activations on the host, data
+    parallelism accumulating 64 fits (sharding the weights, which are small beside
+    ResNet-18's activations, fits only at 128 micro-batches, four times slower)."""
     ranked = _ranked(0.2)
-    assert ranked and all(p.strategy.offload in ("activations", "all") for p in ranked)
+    whole = [p for p in ranked if p.strategy.shard == "none"]
+    assert whole and all(p.strategy.offload in ("activations", "all") for p in whole)
     best = ranked[0]
     assert best.strategy.offload == "activations"
     # streaming the weights too is offered only where moving the activations is not enough

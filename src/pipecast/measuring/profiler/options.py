@@ -42,3 +42,7 @@ class ProfileOptions:
     only, without autocast), for predictions of graphed runs (RunConfig.cuda_graphs):
     each block captured alone, then the whole model as one graph to share out."""
     seed: int = 0
+    tensor_parallel: tuple[int, ...] = ()
+    """Tensor-parallel degrees to also profile the model at: each block with a plan
+    (values/models/tensor_plans.py) timed at the shapes one rank of that many computes
+    (Profile.tensor_parallel)."""

@@ -14,6 +14,7 @@ import gc
 import math
 import statistics
 from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 from torch import nn
@@ -44,6 +45,7 @@ from pipecast.measuring.profiler.measure import (
     workspace_floor,
 )
 from pipecast.measuring.profiler.options import ProfileOptions
+from pipecast.measuring.profiler.tensor_parallel import sharded_model, with_tensor_parallel
 from pipecast.runtime import devices
 from pipecast.runtime.backward import backward_full
 from pipecast.values.data.loss import loss_for
@@ -89,9 +91,21 @@ def profile_model(
     """Measure `model` block by block; `progress` is called once per (size, block). On a GPU
     the host stays on the GPU's NUMA node meanwhile, as the runtime's ranks do."""
     with devices.pinned(devices.resolve(options.device)):
-        return _profile_model(
+        profile = _profile_model(
             model, spec, options, model_name=model_name, workload=workload, progress=progress
         )
+        for degree in options.tensor_parallel:
+            sharded = sharded_model(model, degree)
+            ranks = _profile_model(
+                sharded,
+                spec,
+                replace(options, graph_times=False, tensor_parallel=()),
+                model_name=model_name,
+                workload=workload,
+                progress=progress,
+            )
+            profile = with_tensor_parallel(profile, ranks, model, degree)
+        return profile
 
 
 def quick_profile(

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Sequence
 
-from pipecast.values.strategy import Kind, Strategy
+from pipecast.values.strategy import Kind, Shard, Strategy
 from pipecast.values.training import Recompute
 
 PIPELINE_SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "zb-auto")
 ACCUMULATION = 8
 """Gradient accumulation counts up to this are always considered for one GPU and for data
 parallelism."""
+SHARDS: tuple[Shard, ...] = ("none", "full", "grad")
+"""How data-parallel replicas may hold the weights: whole copies, or sharded by FSDP."""
+HYBRID_SHARDS: dict[bool, tuple[Shard, ...]] = {False: ("none",), True: ("none", "grad")}
+"""The same for a pipeline's replicas (none without replicas)."""
 MORE_ACCUMULATION = 1024
 """Beyond ACCUMULATION, doubling counts up to this are offered for a batch whose share of a
 GPU fits in no smaller count: recommend() tries one only where every smaller count of the
@@ -19,9 +24,11 @@ same strategy ran out of memory."""
 
 def graphed(strategies: Iterator[Strategy]) -> Iterator[Strategy]:
     """Each strategy as the runtime runs it on GPUs: every action replayed as a CUDA graph
-    (all but PipeDream's, which this enumeration does not offer)."""
+    (all but PipeDream's, which this enumeration does not offer), except where torch's FSDP
+    or tensor parallelism runs the blocks: those run eagerly."""
     for s in strategies:
-        yield Strategy(**{**s.to_dict(), "cuda_graphs": True})
+        eager = s.shard != "none" or s.tp > 1
+        yield s if eager else Strategy(**{**s.to_dict(), "cuda_graphs": True})
 
 
 def gpu_counts(gpus: int) -> list[int]:
@@ -51,48 +58,70 @@ def strategies(
     methods: Sequence[str] = ("balanced",),
     recompute: bool = True,
     serving: bool = False,
+    tensor_parallel: Sequence[int] = (),
 ) -> Iterator[Strategy]:
-    """Every single-GPU, data-parallel, pipeline and hybrid strategy on up to `gpus` GPUs.
+    """Every single-GPU, data-parallel (whole copies, or sharded by FSDP), pipeline and hybrid
+    strategy on up to `gpus` GPUs, each also with its blocks split over each degree in
+    `tensor_parallel` (those the profile has costs for) that divides the GPUs.
 
     Micro-batch counts are powers of two that divide the batch: up to MORE_ACCUMULATION,
     in rising order, for accumulation (see ACCUMULATION), and S, 2S, 4S, 8S for pipelines
-    of S stages. `serving`: inference, every strategy running forward only (replicas each
-    serve their share of the batch; no recomputation, nothing to update)."""
+    of S stages. A pipeline's replicas shard its stages kept gathered through the step
+    ('grad', as torchtitan runs them). `serving`: inference, every strategy running forward
+    only (replicas each serve their share of the batch; no recomputation, nothing to
+    update)."""
     if serving:
         yield from _serving(gpus, batch, blocks, methods)
         return
     for g in gpu_counts(gpus):
-        share = batch // g if batch % g == 0 else 0
-        for m in _divisors_pow2(share, MORE_ACCUMULATION) if share else []:
-            if g == 1:
-                yield Strategy(kind="single", replicas=1, microbatches=m)
-            else:
-                yield Strategy(kind="data", replicas=g, microbatches=m)
-        for stages in (s for s in gpu_counts(g) if s >= 2 and g % s == 0):
-            replicas = g // stages
-            if batch % replicas:
+        for tp in (1, *(t for t in tensor_parallel if t > 1 and g % t == 0)):
+            yield from _on(g // tp, batch, blocks, schedules, methods, recompute, tp)
+
+
+def _on(
+    g: int,
+    batch: int,
+    blocks: int,
+    schedules: Sequence[str],
+    methods: Sequence[str],
+    recompute: bool,
+    tp: int,
+) -> Iterator[Strategy]:
+    """The strategies of `g` data and pipeline ranks, each rank `tp` GPUs."""
+    share = batch // g if batch % g == 0 else 0
+    for m in _divisors_pow2(share, MORE_ACCUMULATION) if share else []:
+        if g == 1:
+            yield Strategy(kind="single", replicas=1, microbatches=m, tp=tp)
+            continue
+        for shard in SHARDS:
+            yield Strategy(kind="data", replicas=g, microbatches=m, shard=shard, tp=tp)
+    for stages in (s for s in gpu_counts(g) if s >= 2 and g % s == 0):
+        replicas = g // stages
+        if batch % replicas:
+            continue
+        per_replica = batch // replicas
+        for schedule in schedules:
+            virtual = 2 if schedule in ("interleaved", "zb-v") else 1
+            if stages * virtual > blocks:
                 continue
-            per_replica = batch // replicas
-            for schedule in schedules:
-                virtual = 2 if schedule in ("interleaved", "zb-v") else 1
-                if stages * virtual > blocks:
+            for factor in (1, 2, 4, 8):
+                m = stages * factor
+                if per_replica % m:
                     continue
-                for factor in (1, 2, 4, 8):
-                    m = stages * factor
-                    if per_replica % m:
-                        continue
-                    for method in methods:
-                        options: tuple[Recompute, ...] = ("none", "all") if recompute else ("none",)
-                        for rc in options:
-                            yield Strategy(
-                                kind="pipeline" if replicas == 1 else "hybrid",
-                                stages=stages,
-                                replicas=replicas,
-                                schedule=schedule,
-                                microbatches=m,
-                                partition=method,
-                                recompute=rc,
-                            )
+                for method in methods:
+                    options: tuple[Recompute, ...] = ("none", "all") if recompute else ("none",)
+                    for rc, shard in itertools.product(options, HYBRID_SHARDS[replicas > 1]):
+                        yield Strategy(
+                            kind="pipeline" if replicas == 1 else "hybrid",
+                            stages=stages,
+                            replicas=replicas,
+                            schedule=schedule,
+                            microbatches=m,
+                            partition=method,
+                            recompute=rc,
+                            shard=shard,
+                            tp=tp,
+                        )
 
 
 def _serving(gpus: int, batch: int, blocks: int, methods: Sequence[str]) -> Iterator[Strategy]:

@@ -8,6 +8,11 @@ from pipecast.errors import ConfigError
 from pipecast.planning.partition.boundaries import split
 from pipecast.planning.recommend import error_ranges
 from pipecast.planning.recommend.auto_schedule import auto_plan
+from pipecast.planning.recommend.mesh import (
+    sharded_stages,
+    sharded_timeline,
+    with_tensor_parallel,
+)
 from pipecast.planning.schedules.generators import make_plan
 from pipecast.planning.simulation.costs import Costs, costs_from_profile, cpu_turns
 from pipecast.planning.simulation.simulator import simulate
@@ -181,10 +186,11 @@ def predict(
             f"{strategy.label()} needs {strategy.gpus} GPUs, the cluster has {cluster.world}"
         )
     size = micro_batch_of(batch, strategy, uneven=uneven)
-    part = partition_for(profile, cluster, strategy, size, optimizer, memory_margin)
+    rank = profile.at_tensor_parallel(strategy.tp)  # what one tensor-parallel rank computes
+    part = partition_for(rank, cluster, strategy, size, optimizer, memory_margin)
     ddp = ddp_buckets and strategy.kind == "data" and strategy.replicas > 1
     costs = costs_from_profile(
-        profile,
+        rank,
         part,
         size,
         cluster,
@@ -196,9 +202,15 @@ def predict(
         clip=clip,
         offload=strategy.offload,
     )
+    costs = with_tensor_parallel(costs, profile, part, size, cluster, strategy.tp)
+    if strategy.sharded and strategy.stages > 1:
+        costs = sharded_stages(costs, rank, part, cluster)
     memory_limit = int(cluster.memory_bytes * (1 - memory_margin))
     plan = plan_for(strategy, costs, memory_limit)
-    timeline = simulate(plan, costs)
+    if strategy.sharded and strategy.stages == 1:
+        timeline = sharded_timeline(profile, cluster, strategy, size, optimizer)
+    else:
+        timeline = simulate(plan, costs)
     if runtime and not ddp and strategy.gpus > 1 and cluster.step_overhead:
         per_step = cluster.step_overhead
         if profile.device == "cpu":  # CPU ranks beyond the cores take turns on them

@@ -89,17 +89,25 @@ def recommend(
         kwargs = {"serving": True}
     fits, rejected = [], []
     without_recompute: set[Strategy] = set()
-    accumulated: set[tuple[str, int, bool]] = set()  # one GPU or data parallel, fitted
+    accumulated: set[tuple[str, int, bool, str, int]] = set()  # one GPU or data parallel
 
     def predicted(s: Strategy) -> Prediction:
         return predict(profile, cluster, s, batch, optimizer=optimizer, memory_margin=memory_margin)
 
+    if not serving:
+        kwargs["tensor_parallel"] = tuple(profile.tensor_parallel)
     todo = strategies(gpus, batch, blocks=profile.num_blocks, methods=methods, **kwargs)  # type: ignore[arg-type]
     for strategy in graphed(todo) if cuda_graphs else todo:
         base = Strategy(**{**strategy.to_dict(), "recompute": "none"})
         if strategy.recompute != "none" and base in without_recompute:
             continue  # recomputation only where it is needed to fit
-        whole = (strategy.kind, strategy.replicas, strategy.cuda_graphs)
+        whole = (
+            strategy.kind,
+            strategy.replicas,
+            strategy.cuda_graphs,
+            strategy.shard,
+            strategy.tp,
+        )
         if strategy.microbatches > ACCUMULATION and whole in accumulated:
             continue  # more accumulation only where fewer micro-batches did not fit
 
@@ -108,7 +116,8 @@ def recommend(
         except PipecastError as exc:
             rejected.append(Rejected(strategy=strategy, reason=str(exc).splitlines()[0]))
             pred = None
-        if (pred is None or not pred.fits) and not serving:
+        plain = strategy.shard == "none" and strategy.tp == 1
+        if (pred is None or not pred.fits) and not serving and plain:
             # what does not fit (or finds no split that fits) may, with its saved
             # activations on the host, eagerly; streaming the weights only adds copies,
             # so only where nothing lighter fits
@@ -195,12 +204,22 @@ def quoted(labels: list[str]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
+def family(strategy: Strategy) -> str:
+    """The kind of strategy a reader compares: one device, data parallel (whole copies),
+    sharded (FSDP), tensor parallel, or pipeline (with replicas or not)."""
+    if strategy.tp > 1:
+        return "tensor parallel"
+    if strategy.sharded and strategy.stages == 1:
+        return "sharded"
+    return "pipeline" if strategy.kind == "hybrid" else strategy.kind
+
+
 def explain(best: Prediction, ranked: tuple[Prediction, ...]) -> str:
     """One line: why the winner wins, against the best of each other kind."""
     others = {}
+    own = family(best.strategy)
     for pred in ranked[1:]:
-        kind = "pipeline" if pred.strategy.kind == "hybrid" else pred.strategy.kind
-        own = "pipeline" if best.strategy.kind == "hybrid" else best.strategy.kind
+        kind = family(pred.strategy)
         if kind != own and kind not in others:
             others[kind] = pred
     fastest, slowest = best.measured_range

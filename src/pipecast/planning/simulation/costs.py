@@ -126,6 +126,14 @@ class Costs:
     """Actions replayed as CUDA graphs (pipecast.runtime.graphs): an action costs its host
     only the runtime's overhead, and each rank holds static buffers for the values that
     cross its graphs (memory.graph_buffers)."""
+    shards: tuple[int, ...] = ()
+    """Per stage: the replicas sharding its weights, gradients and optimizer state (torch's
+    FSDP, gathered from the first forward to the last backward of a step, the gradients
+    reduce-scattered after it: `allreduce` then holds the reduce-scatter's seconds); 1 or
+    missing: each replica holds a whole copy."""
+    lead: tuple[float, ...] = ()
+    """Per stage: seconds before its first action can start (a sharded stage gathering its
+    first block's weights); missing: none."""
     extra: dict[str, float] = field(default_factory=dict)
 
     @classmethod

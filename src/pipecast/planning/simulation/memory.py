@@ -99,6 +99,12 @@ def fixed_memory(plan: Plan, costs: Costs) -> FixedMemory:
     temporary = 0.0 if on_host or plan.forward_only else OPTIMIZER_TEMPORARY[costs.optimizer]
     for s, r in enumerate(plan.stage_to_rank):
         st = costs.stages[s]
+        shards = costs.shards[s] if s < len(costs.shards) else 1
+        if shards > 1:  # the whole weights and gradients gathered, beside the shards
+            static[r] += int(st.param_bytes * (2.0 + (2.0 + per_param) / shards))
+            static[r] += st.batch_bytes * plan.num_microbatches
+            stepping[r] += int(st.param_bytes * temporary / shards)
+            continue
         if st.window_bytes:  # streamed: the gradients and a window of the weights
             static[r] += int(st.param_bytes * (factor - 1.0)) + st.window_bytes
         else:

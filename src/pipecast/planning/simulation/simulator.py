@@ -147,6 +147,9 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
             f"costs describe {len(costs.stages)} stages, plan {plan.name} has {plan.num_stages}"
         )
     ranks = [_Rank() for _ in range(plan.num_ranks)]
+    for s, lead in enumerate(costs.lead):  # a rank starts once its stages' weights are in
+        state = ranks[plan.stage_to_rank[s]]
+        state.free = state.host = max(state.free, lead)
     available: dict[Action, float] = {}  # when an action's output is usable by its consumer
     link_free: dict[tuple[int, int], float] = {}
     events: list[Event] = []

@@ -9,7 +9,7 @@ the first.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Literal
 
@@ -224,6 +224,22 @@ class Profile:
     profiler's one process (hardware.host_probe.shared_compute; empty: not measured)."""
     host: HostReadings = field(default_factory=HostReadings)
     """How fast the host ran while these costs were read."""
+    tensor_parallel: dict[int, tuple[BlockProfile, ...]] = field(default_factory=dict)
+    """Degree t -> every block as one of t tensor-parallel ranks runs it: a block with a
+    TP plan profiled at its sharded shapes (its collectives priced apart), the others as
+    they are (empty: not profiled)."""
+
+    def at_tensor_parallel(self, degree: int) -> Profile:
+        """The profile of one of `degree` tensor-parallel ranks (degree 1: this one)."""
+        if degree == 1:
+            return self
+        if degree not in self.tensor_parallel:
+            profiled = sorted(self.tensor_parallel) or "none"
+            raise ConfigError(
+                f"the profile of {self.model} has no tensor-parallel costs for degree "
+                f"{degree} (profiled: {profiled}): profile it with --tensor-parallel {degree}"
+            )
+        return replace(self, blocks=self.tensor_parallel[degree], tensor_parallel={})
 
     def compute_factor(self, busy: int) -> float | None:
         """shared_compute at the nearest count measured at or below `busy` (1 for one

@@ -1,0 +1,138 @@
+"""Costs of the mesh strategies: tensor parallelism's collectives, and a sharded (FSDP) step
+built unit by unit from the profile.
+
+Tensor parallelism: each of t ranks computes its share of a planned block (the profile's
+costs at the sharded shapes, Profile.tensor_parallel) and the ranks all-reduce the block's
+output twice per forward and twice per backward, on the critical path
+(values/models/tensor_plans.py). Unplanned blocks run whole on every rank.
+
+FSDP: every block is a unit of its own (fully_shard per block, as torchtitan wraps each
+transformer block); planning/simulation/sharded.py steps through its gathers, computes and
+reduce-scatters. Both run eagerly: the runtime replays neither as CUDA graphs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from pipecast.planning.simulation.costs import Costs, costs_from_profile
+from pipecast.planning.simulation.sharded import ShardedStep, Unit, sharded_step
+from pipecast.values.hardware.cluster import Cluster
+from pipecast.values.models.tensor_plans import ALL_REDUCES_PER_PASS
+from pipecast.values.partition import Partition, Stage
+from pipecast.values.profile.types import Profile
+from pipecast.values.strategy import Strategy
+from pipecast.values.timeline import Timeline
+from pipecast.values.training import OPTIMIZER_STATE, OPTIMIZER_TEMPORARY, Optimizer
+
+
+def planned(profile: Profile, degree: int, block: int) -> bool:
+    """Whether `block` is split at `degree` (its sharded weights are smaller)."""
+    sharded = profile.at_tensor_parallel(degree).blocks[block]
+    return degree > 1 and sharded.param_bytes < profile.blocks[block].param_bytes
+
+
+def tp_collectives(
+    profile: Profile, start: int, stop: int, size: int, cluster: Cluster, degree: int
+) -> float:
+    """Seconds of the all-reduces tensor parallelism adds to one pass (forward, or
+    backward) of blocks [start, stop) at micro-batch `size`."""
+    if degree <= 1:
+        return 0.0
+    ranks = range(degree)
+    return sum(
+        ALL_REDUCES_PER_PASS * cluster.allreduce_time(profile.cost(i, size).output_bytes, ranks)
+        for i in range(start, stop)
+        if planned(profile, degree, i)
+    )
+
+
+def with_tensor_parallel(
+    costs: Costs,
+    profile: Profile,
+    partition: Partition,
+    size: int,
+    cluster: Cluster,
+    degree: int,
+) -> Costs:
+    """`costs` (from the profile of one rank, Profile.at_tensor_parallel) with each stage's
+    all-reduces on its forward and on the backward that passes the input gradient on."""
+    if degree <= 1:
+        return costs
+    stages = []
+    for times, st in zip(costs.stages, partition.stages, strict=True):
+        extra = tp_collectives(profile, st.start, st.stop, size, cluster, degree)
+        stages.append(
+            replace(
+                times,
+                forward=times.forward + extra,
+                backward_input=times.backward_input + extra,
+                backward=times.backward + extra,
+            )
+        )
+    return replace(costs, stages=tuple(stages))
+
+
+def sharded_timeline(
+    profile: Profile,
+    cluster: Cluster,
+    strategy: Strategy,
+    size: int,
+    optimizer: Optimizer,
+) -> Timeline:
+    """A sharded data-parallel step of `strategy` (its replicas sharding every block, each
+    block split over its tensor-parallel ranks) at micro-batch `size`."""
+    rank = profile.at_tensor_parallel(strategy.tp)
+    replicas = tuple(range(strategy.replicas))
+    blocks = profile.num_blocks
+    units = Partition(
+        stages=tuple(Stage(i, i + 1, replicas) for i in range(blocks)),
+        num_blocks=blocks,
+        method="units",
+    )
+    costs = costs_from_profile(rank, units, size, cluster, optimizer=optimizer)
+    steps = []
+    for i, times in enumerate(costs.stages):
+        extra = tp_collectives(profile, i, i + 1, size, cluster, strategy.tp)
+        steps.append(
+            Unit(
+                forward=max(times.forward, times.host_forward) + extra,
+                backward=max(times.backward, times.host_backward) + extra,
+                gather=cluster.allgather_time(times.param_bytes, replicas),
+                scatter=cluster.reduce_scatter_time(times.param_bytes, replicas),
+                optimizer=times.optimizer / strategy.replicas,
+                param_bytes=times.param_bytes,
+                activation_bytes=times.activation_bytes,
+            )
+        )
+    kept = max((times.kept_workspace for times in costs.stages), default=0)
+    batch = sum(times.batch_bytes for times in costs.stages) * strategy.microbatches
+    step = ShardedStep(
+        replicas=strategy.replicas,
+        microbatches=strategy.microbatches,
+        reshard="grad" if strategy.shard == "grad" else "full",
+        state_bytes=OPTIMIZER_STATE[optimizer],
+        temporary_bytes=OPTIMIZER_TEMPORARY[optimizer],
+        fixed_bytes=kept + batch,
+        workspace_bytes=max((times.workspace_bytes for times in costs.stages), default=0),
+    )
+    return sharded_step(steps, step, name=strategy.label())
+
+
+def sharded_stages(costs: Costs, rank: Profile, partition: Partition, cluster: Cluster) -> Costs:
+    """A pipeline's `costs` with each stage sharded over its replicas (FSDP kept gathered
+    through the step, as torchtitan runs pipelines): the weights' all-gather before the
+    stage's first forward (its first block's; the rest come while it computes), and a
+    reduce-scatter instead of the all-reduce after its last backward."""
+    return replace(
+        costs,
+        allreduce=tuple(
+            cluster.reduce_scatter_time(times.param_bytes, st.devices)
+            for times, st in zip(costs.stages, partition.stages, strict=True)
+        ),
+        shards=tuple(st.replicas for st in partition.stages),
+        lead=tuple(
+            cluster.allgather_time(rank.blocks[st.start].param_bytes, st.devices)
+            for st in partition.stages
+        ),
+    )
