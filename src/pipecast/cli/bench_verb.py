@@ -6,8 +6,9 @@ import argparse
 
 from rich.table import Table
 
-from pipecast.cli.common import count_arg, output_file
+from pipecast.cli.common import count_arg, number_arg
 from pipecast.cli.console import console, human_seconds, progress
+from pipecast.cli.paths import store_file
 from pipecast.measuring.profiler.profiler import ProfileOptions, profile_model
 from pipecast.orchestration.bench.config import BenchConfig
 from pipecast.orchestration.bench.predictions import predictions
@@ -27,9 +28,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "rerunning resumes where it stopped.",
     )
     p.add_argument("--suite", default="quick", help=", ".join(SUITES))
-    p.add_argument("--store", type=output_file, default="pipecast-out/bench.sqlite")
+    p.add_argument("--store", type=store_file, default="pipecast-out/bench.sqlite")
     p.add_argument("--cluster", help="cluster for the predicted columns (default: a preset)")
-    p.add_argument("--timeout", type=float, default=300.0, help="per configuration")
+    p.add_argument(
+        "--timeout",
+        type=number_arg("--timeout", above=True),
+        default=300.0,
+        help="seconds per configuration",
+    )
     p.add_argument(
         "--rounds",
         type=count_arg("--rounds", 1),
@@ -64,10 +70,11 @@ def profiles_for(configs: list[BenchConfig]) -> dict[str, Profile]:
 
 def run(args: argparse.Namespace) -> int:
     configs = suite(args.suite)
+    given = load_cluster(args.cluster) if args.cluster else None  # a bad file before profiling
     with console.status("profiling the suite's workloads for the predicted columns"):
         profiles = profiles_for(configs)
     first = next(iter(profiles.values()))
-    cluster = load_cluster(args.cluster) if args.cluster else default_cluster(first.device, 8)
+    cluster = given or default_cluster(first.device, 8)
     predicted = predictions(configs, profiles, cluster)
     with progress() as bar:
         task = bar.add_task(f"suite {args.suite}", total=len(configs))

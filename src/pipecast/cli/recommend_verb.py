@@ -267,7 +267,7 @@ class _Shown:
         else:
             console.print(
                 f"cluster: {csource} {cluster.world} x {cluster.device}, "
-                f"{cluster.memory_bytes / 2**30:.1f} GiB each"
+                f"{human_bytes(cluster.memory_bytes)} each"
             )
 
 
