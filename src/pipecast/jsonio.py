@@ -21,21 +21,38 @@ def dump(kind: str, version: int, body: JsonDict) -> str:
     return json.dumps({"kind": kind, "version": version, **body}, indent=1, sort_keys=False)
 
 
+def parse(text: str, source: str = "<string>") -> Any:
+    """The value `text` holds, or a one-line DataError naming `source` and where the JSON
+    breaks (json's own messages end in 'at', so the position follows without a second one)."""
+    if not text.strip():
+        raise DataError(f"{source} is empty: expected a JSON document")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        what = exc.msg.removesuffix(" at")
+        raise DataError(
+            f"{source} is not valid JSON: {what} at line {exc.lineno}, column {exc.colno} "
+            "(a truncated or hand-edited file?)"
+        ) from None
+
+
+def describe(doc: object) -> str:
+    """What a parsed JSON document is, for messages: "a 'profile' document", "a JSON list"."""
+    if isinstance(doc, dict):
+        kind = doc.get("kind")
+        return f"a '{kind}' document" if isinstance(kind, str) else "JSON without a 'kind'"
+    names = {list: "list", str: "string", bool: "boolean", int: "number", float: "number"}
+    return f"a JSON {names.get(type(doc), 'null')}"
+
+
 def load(
     kind: str, version: int, text: str, source: str = "<string>", *, oldest: int | None = None
 ) -> JsonDict:
     """Parse `text` and check it is a `kind` document of format `version` (or of any version
     from `oldest` up, which the caller upgrades)."""
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{source} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+    doc = parse(text, source)
     if not isinstance(doc, dict) or doc.get("kind") != kind:
-        if isinstance(doc, dict):
-            found = f"a '{doc['kind']}'" if "kind" in doc else "JSON without a 'kind'"
-        else:
-            found = f"a JSON {type(doc).__name__}"
-        raise DataError(f"{source} holds {found}, not a '{kind}': pass a {kind} file")
+        raise DataError(f"{source} holds {describe(doc)}, not a '{kind}': pass a {kind} file")
     if doc.get("version") not in range(oldest or version, version + 1):
         raise DataError(
             f"{source} is {kind} format version {doc.get('version')}, this pipecast reads "
@@ -56,10 +73,18 @@ def write_atomic(path: str | os.PathLike[str], text: str) -> None:
 
 
 def read_text(path: str | os.PathLike[str]) -> str:
-    """Read a file, turning a missing file into a one-line user error."""
+    """Read a file of JSON text, turning a missing, unreadable or binary file into a one-line
+    user error that names it."""
     try:
-        return Path(path).read_text()
+        return Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise DataError(f"file not found: {path}") from None
     except IsADirectoryError:
         raise DataError(f"{path} is a directory, expected a file") from None
+    except UnicodeDecodeError as exc:
+        raise DataError(
+            f"{path} holds binary data (byte {exc.object[exc.start]:#04x} at offset "
+            f"{exc.start} is not UTF-8 text), not JSON"
+        ) from None
+    except OSError as exc:
+        raise DataError(f"cannot read {path}: {exc.strerror}") from None

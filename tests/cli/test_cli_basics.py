@@ -99,7 +99,10 @@ SHIPPED = (
         (["report", "--store", "{tmp}"], "is a directory, expected a results store"),
         (["partition", "--profile", "{tmp}/none.json", "--stages", "2"], "file not found"),
         (["partition", "--profile", "{tmp}", "--stages", "2"], "is a directory, expected a file"),
-        (["train", "--recommendation", str(SHIPPED)], "'profile' file, not a recommendation"),
+        (
+            ["train", "--recommendation", str(SHIPPED)],
+            "holds a 'profile' document, not a recommendation",
+        ),
         (["simulate", "--profile", "{tmp}/rec.json", "--stages", "2"], "not a 'profile'"),
         (
             ["recommend", "--model", "resnet18", "--dataset", "cifar10", "--profile", str(SHIPPED)],

@@ -61,7 +61,7 @@ def test_a_page_that_cannot_be_written_is_one_line_before_any_work(
         _exit_code(["report", "--store", missing_store, "-o", str(tmp_path / "a_file" / "r.html")])
         == 2
     )
-    assert "is not a folder" in _one_line_error(capsys)
+    assert "is a file, not a directory" in _one_line_error(capsys)
     assert _exit_code(["report", "--store", missing_store, "-o", str(tmp_path)]) == 2
     assert "is a directory" in _one_line_error(capsys)
     assert _exit_code(["report", "--store", missing_store, "-o", str(tmp_path / "r.md")]) == 2
@@ -76,7 +76,7 @@ def test_a_page_that_cannot_be_written_is_one_line_before_any_work(
         assert (
             _exit_code(["report", "--store", missing_store, "-o", str(unwritable / "r.html")]) == 2
         )
-        assert "is not writable" in _one_line_error(capsys)
+        assert "cannot write" in _one_line_error(capsys)
     finally:
         locked.chmod(0o700)
 
@@ -124,6 +124,6 @@ def test_bench_refuses_a_store_that_is_not_sqlite_before_profiling(
 ) -> None:
     store = tmp_path / "notes.txt"
     store.write_text("my notes\n")
-    assert main(["bench", "--store", str(store)]) == 2
-    assert "is not an SQLite file" in _one_line_error(capsys)
+    assert _exit_code(["bench", "--store", str(store)]) == 2
+    assert "not a SQLite database" in _one_line_error(capsys)
     assert store.read_text() == "my notes\n"

@@ -6,14 +6,15 @@ import argparse
 
 from rich.table import Table
 
-from pipecast.cli.common import count_arg, output_file
+from pipecast.cli.common import count_arg, number_arg
 from pipecast.cli.console import console, human_seconds, progress
+from pipecast.cli.paths import store_file
 from pipecast.orchestration.bench.config import BenchConfig
 from pipecast.orchestration.bench.inputs import basis_for
 from pipecast.orchestration.bench.predictions import predictions
 from pipecast.orchestration.bench.runner import run_suite
-from pipecast.orchestration.bench.store import check_writable_store
 from pipecast.orchestration.bench.suites import SUITES, suite
+from pipecast.values.hardware.load import load_cluster
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -26,9 +27,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "rerunning resumes where it stopped.",
     )
     p.add_argument("--suite", default="quick", help=", ".join(SUITES))
-    p.add_argument("--store", type=output_file, default="pipecast-out/bench.sqlite")
+    p.add_argument("--store", type=store_file, default="pipecast-out/bench.sqlite")
     p.add_argument("--cluster", help="cluster for the predicted columns (default: a preset)")
-    p.add_argument("--timeout", type=float, default=300.0, help="per configuration")
+    p.add_argument(
+        "--timeout",
+        type=number_arg("--timeout", above=True),
+        default=300.0,
+        help="seconds per configuration",
+    )
     p.add_argument(
         "--rounds",
         type=count_arg("--rounds", 1),
@@ -40,8 +46,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    check_writable_store(args.store)  # before minutes of profiling, not after
     configs = suite(args.suite)
+    if args.cluster:
+        load_cluster(args.cluster)  # a bad file before profiling, not after
     with console.status("profiling the suite's workloads for the predicted columns") as status:
         basis = basis_for(configs, args.cluster, progress=status.update)
     predicted = predictions(configs, basis.profiles, basis.cluster, basis.describe) if basis else {}

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable
-from pathlib import Path
 
+# re-exported: verbs (report among them) take their output types from here
+from pipecast.cli.paths import output_dir as output_dir
+from pipecast.cli.paths import output_file as output_file
 from pipecast.values.data.registry import (
     DEFAULT_SEQ_LEN,
     DEFAULT_VOCAB,
@@ -28,12 +31,15 @@ def add_workload_args(parser: argparse.ArgumentParser, *, required: bool = True)
     group.add_argument(
         "--dataset", help=f"data set ({', '.join(dataset_names())}); default: the model's own"
     )
-    group.add_argument("--seq-len", type=int, default=DEFAULT_SEQ_LEN, help="sequence length")
-    group.add_argument("--vocab", type=int, default=DEFAULT_VOCAB, help="vocabulary (tokens)")
-    group.add_argument("--width", type=int, default=DEFAULT_WIDTH, help="embedding width")
-    group.add_argument("--layers", type=int, default=0, help="transformer layers (0: default)")
-    group.add_argument("--heads", type=int, default=0, help="attention heads (0: default)")
-    group.add_argument("--ffn", type=int, default=0, help="feed-forward width (0: 4 x width)")
+    for flag, minimum, default, about in (
+        ("--seq-len", 1, DEFAULT_SEQ_LEN, "sequence length"),
+        ("--vocab", 1, DEFAULT_VOCAB, "vocabulary (tokens)"),
+        ("--width", 1, DEFAULT_WIDTH, "embedding width"),
+        ("--layers", 0, 0, "transformer layers (0: default)"),
+        ("--heads", 0, 0, "attention heads (0: default)"),
+        ("--ffn", 0, 0, "feed-forward width (0: 4 x width)"),
+    ):
+        group.add_argument(flag, type=count_arg(flag, minimum), default=default, help=about)
 
 
 def workload_from_args(args: argparse.Namespace) -> Workload:
@@ -68,21 +74,6 @@ def parse_int_list(text: str, what: str) -> list[int]:
     return values
 
 
-def output_file(text: str) -> str:
-    """An argparse type for a file to write: not a directory (checked before anything
-    runs, so no measurement is lost to a bad path)."""
-    if Path(text).is_dir():
-        raise argparse.ArgumentTypeError(f"{text} is a directory: name a file to write")
-    return text
-
-
-def output_dir(text: str) -> str:
-    """An argparse type for a directory to write into: not an existing file."""
-    if Path(text).exists() and not Path(text).is_dir():
-        raise argparse.ArgumentTypeError(f"{text} is a file: name a directory to write into")
-    return text
-
-
 def count_arg(flag: str, minimum: int, *, also: str = "") -> Callable[[str], int | str]:
     """An argparse type for `flag`: a whole number of at least `minimum`, or the word
     `also` where one is given."""
@@ -106,13 +97,30 @@ def count_arg(flag: str, minimum: int, *, also: str = "") -> Callable[[str], int
     return parse
 
 
+def number_arg(flag: str, *, minimum: float = 0.0, above: bool = False) -> Callable[[str], float]:
+    """An argparse type for `flag`: a finite number of at least `minimum` (above it, where
+    `above`); NaN and infinity are refused, since no rate, scale or duration is either."""
+    bound = f"above {minimum:g}" if above else f"of at least {minimum:g}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value < minimum or (above and value == minimum):
+            raise argparse.ArgumentTypeError(f"{flag} takes a number {bound}, got {text!r}")
+        return value
+
+    return parse
+
+
 def gib_arg(text: str) -> float:
     """An argparse type for --memory-limit: GiB of memory per GPU, above 0."""
     try:
         value = float(text)
     except ValueError:
         value = -1.0
-    if not value > 0:
+    if not (value > 0 and math.isfinite(value)):
         raise argparse.ArgumentTypeError(f"--memory-limit takes GiB above 0, got {text!r}")
     return value
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from pipecast.cli.train_verb import add_run_args, run
+from pipecast.cli.run_args import add_run_args
+from pipecast.cli.train_verb import run
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

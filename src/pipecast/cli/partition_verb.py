@@ -9,12 +9,19 @@ from rich.table import Table
 
 from pipecast.cli.common import count_arg, output_file
 from pipecast.cli.console import console, human_bytes, human_seconds
+from pipecast.cli.paths import check_output_dir
 from pipecast.cli.planning import add_profile_args, load_inputs
 from pipecast.errors import ConfigError
 from pipecast.planning.partition import METHODS, PartitionReport, Setting, analyze, partition
 from pipecast.planning.partition.pipedream import pipedream_partition
 from pipecast.values.models.sources import file_stem, library_of
-from pipecast.values.plan.torch_pipelining import schedule_csv, split_points, split_script
+from pipecast.values.plan.action import Plan
+from pipecast.values.plan.torch_pipelining import (
+    check_exported,
+    schedule_csv,
+    split_points,
+    split_script,
+)
 from pipecast.values.profile.types import Profile
 
 
@@ -30,7 +37,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--stages", type=count_arg("--stages", 1), required=True)
     p.add_argument("--method", default="balanced", help=f"{', '.join(METHODS)} or pipedream")
     p.add_argument(
-        "--micro-batch", type=int, help="samples per micro-batch (default: largest profiled)"
+        "--micro-batch",
+        type=count_arg("--micro-batch", 1),
+        help="samples per micro-batch (default: largest profiled)",
     )
     p.add_argument(
         "--micro-batches",
@@ -47,7 +56,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="also write the split as torch.distributed.pipelining SplitPoints and the "
         "schedule as its CSV (into --out-dir)",
     )
-    p.add_argument("--out-dir", default="pipecast-out", help="where --export writes")
+    p.add_argument(
+        "--out-dir", default="pipecast-out", help="where --export writes (checked with --export)"
+    )
     p.set_defaults(func=run)
 
 
@@ -72,6 +83,9 @@ def print_report(report: PartitionReport) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.export == "torch":  # refused before anything is computed or written
+        check_output_dir(args.out_dir, "--out-dir")
+        check_exported(_export_plan(args))
     profile, cluster = load_inputs(args, args.stages)
     size = args.micro_batch or max(profile.micro_batch_sizes)
     setting = Setting(
@@ -131,9 +145,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _export_torch(args: argparse.Namespace, profile: Profile, boundaries: list[int]) -> None:
+def _export_plan(args: argparse.Namespace) -> Plan:
     from pipecast.planning.schedules import make_plan
     from pipecast.planning.schedules.generators import stages_per_rank
+
+    ranks = max(args.stages // stages_per_rank(args.schedule), 1)
+    return make_plan(args.schedule, ranks, args.micro_batches)
+
+
+def _export_torch(args: argparse.Namespace, profile: Profile, boundaries: list[int]) -> None:
     from pipecast.values.models import Workload
 
     if not profile.workload:
@@ -143,9 +163,7 @@ def _export_torch(args: argparse.Namespace, profile: Profile, boundaries: list[i
     if library_of(workload.model) == "hf":  # the user holds the LM, not pipecast's wrapper
         begins = [b.removeprefix("model.") for b in begins]
     points = split_points(begins, boundaries)
-    plan = make_plan(
-        args.schedule, args.stages // stages_per_rank(args.schedule), args.micro_batches
-    )
+    plan = _export_plan(args)
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     stem = f"{file_stem(workload.model)}-{args.schedule}-{args.stages}"

@@ -8,7 +8,7 @@ import json
 from rich.table import Table
 
 from pipecast.cli.common import count_arg, output_file
-from pipecast.cli.console import console, human_seconds
+from pipecast.cli.console import console, human_bytes, human_seconds
 from pipecast.measuring.probe.probe import ProbeOptions, probe
 from pipecast.values.hardware.cluster import Cluster
 from pipecast.values.hardware.presets import describe
@@ -26,13 +26,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--devices", type=count_arg("--devices", 1), default=2, help="how many devices to probe"
     )
     p.add_argument("--device", default="cpu", help="cuda (NCCL, one process per GPU) or cpu")
-    p.add_argument("--max-bytes", type=int, default=256 * 2**20, help="largest message")
+    p.add_argument(
+        "--max-bytes",
+        type=count_arg("--max-bytes", ProbeOptions.min_bytes),
+        default=256 * 2**20,
+        help="largest message (bytes)",
+    )
     p.add_argument("--repeats", type=count_arg("--repeats", 1), default=5)
     p.add_argument("--raw", type=output_file, help="also write the raw samples to this JSON file")
     d = p.add_argument_group("describe a machine instead of measuring")
     d.add_argument("--describe", action="store_true")
-    d.add_argument("--nodes", type=int, default=1)
-    d.add_argument("--gpus-per-node", type=int, default=4)
+    d.add_argument("--nodes", type=count_arg("--nodes", 1), default=1)
+    d.add_argument("--gpus-per-node", type=count_arg("--gpus-per-node", 1), default=4)
     d.add_argument("--memory", default="80GiB", help="memory per GPU")
     d.add_argument("--intra-bw", default="150GB/s", help="GPU-to-GPU bandwidth in a node")
     d.add_argument("--intra-latency", default="10us")
@@ -45,7 +50,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def print_cluster(cluster: Cluster) -> None:
     table = Table(
         title=f"{cluster.name}: {cluster.world} x {cluster.device}, "
-        f"{cluster.memory_bytes / 2**30:.1f} GiB each"
+        f"{human_bytes(cluster.memory_bytes)} each"
     )
     for col in ("link", "latency", "bandwidth"):
         table.add_column(col, justify="left" if col == "link" else "right")

@@ -41,11 +41,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--repeats", type=count_arg("--repeats", 1), default=7, help="timed repeats per measurement"
     )
-    p.add_argument("--warmup", type=int, default=2, help="untimed warm-up runs")
+    p.add_argument(
+        "--warmup", type=count_arg("--warmup", 0), default=2, help="untimed warm-up runs"
+    )
     p.add_argument("--offload", action="store_true", help="hold one block on the device at a time")
     p.add_argument(
         "--host-windows",
-        type=int,
+        type=count_arg("--host-windows", 1),
         default=3,
         help="windows of whole-model passes spread over the profile; each size's host costs "
         "are their median (the host's speed moves in spells of seconds)",

@@ -36,6 +36,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "this machine lacks from pipecast's own profiles of them), drop what does not fit, rank "
         "the rest and explain the winner. --validate K runs the top K.",
     )
+    _add_target_args(p)
+    _add_calibration_args(p)
+    _add_planning_args(p)
+    _add_validation_args(p)
+    p.set_defaults(func=run)
+
+
+def _add_target_args(p: argparse.ArgumentParser) -> None:
+    """What is to be trained, and on what: the workload, the batch, the GPUs, precision."""
     add_workload_args(p, required=False)
     p.add_argument(
         "--batch",
@@ -60,6 +69,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="default: bf16 where the strategies run on GPUs, fp32 on CPU ranks",
     )
     p.add_argument("--autocast", action="store_true")
+
+
+def _add_calibration_args(p: argparse.ArgumentParser) -> None:
+    """Where the profile and the cluster come from."""
     p.add_argument(
         "--cluster",
         help="cluster JSON or preset (h100-nvlink, h200-nvlink, cpu) instead of probing this "
@@ -74,6 +87,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "since); on GPUs the new profile's host costs are pooled with the earlier ones of this "
         "model here (the newest 8), since one reading catches the host in one spell",
     )
+
+
+def _add_planning_args(p: argparse.ArgumentParser) -> None:
+    """What the strategies are predicted for: optimizer, memory, serving, methods, graphs."""
     p.add_argument("--optimizer", choices=("sgd", "momentum", "adam"), default="sgd")
     p.add_argument(
         "--memory-margin",
@@ -116,6 +133,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="predict strategies as CUDA graphs, one launch per action (default: on GPUs, as "
         "the runtime runs them); --no-cuda-graphs: eager, as train --no-cuda-graphs runs",
     )
+
+
+def _add_validation_args(p: argparse.ArgumentParser) -> None:
+    """What is shown and measured, and where the recommendation is written."""
     p.add_argument("--top", type=count_arg("--top", 1), default=12, help="rows to show")
     p.add_argument(
         "--validate",
@@ -133,7 +154,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "keep each one's median (the host's speed moves between runs; default 2)",
     )
     p.add_argument("-o", "--output", type=output_file, default="pipecast-out/recommendation.json")
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -247,7 +267,7 @@ class _Shown:
         else:
             console.print(
                 f"cluster: {csource} {cluster.world} x {cluster.device}, "
-                f"{cluster.memory_bytes / 2**30:.1f} GiB each"
+                f"{human_bytes(cluster.memory_bytes)} each"
             )
 
 

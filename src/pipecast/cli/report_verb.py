@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 from pipecast.cli.common import output_file
@@ -12,25 +11,12 @@ from pipecast.values.hardware.load import load_cluster
 
 
 def page_file(text: str) -> str:
-    """An argparse type for the report's page: a file to write (the Markdown and the
-    images go beside it), in a folder that exists or can be made and is writable, checked
-    before anything is read or drawn."""
-    path = Path(output_file(text))
-    if path.suffix.lower() == ".md":
+    """An argparse type for the report's page: a file to write (output_file: checked before
+    anything is read or drawn) that is the HTML page, the Markdown and images beside it."""
+    if Path(output_file(text)).suffix.lower() == ".md":
         raise argparse.ArgumentTypeError(
             f"{text} names the Markdown: name the HTML page (e.g. report.html); report.md "
             "is written beside it"
-        )
-    folder = path.absolute().parent
-    existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
-    if existing is None or not existing.is_dir():
-        raise argparse.ArgumentTypeError(
-            f"cannot write {text}: {existing} is not a folder; name a page in a folder"
-        )
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise argparse.ArgumentTypeError(
-            f"cannot write {text}: {existing} is not writable; name a page in a folder you "
-            "can write"
         )
     return text
 

@@ -3,22 +3,25 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
+import torch
 from rich.table import Table
 
+from pipecast import jsonio
 from pipecast.api import make_job
-from pipecast.cli.common import add_workload_args, count_arg, output_dir, workload_from_args
+from pipecast.cli.common import workload_from_args
 from pipecast.cli.console import console, human_bytes, human_seconds, progress
-from pipecast.errors import ConfigError
+from pipecast.cli.run_args import add_run_args
+from pipecast.errors import ConfigError, DataError, DeviceError
 from pipecast.extras import check_installed
+from pipecast.orchestration.recommend.session import MAX_CPU_RANKS
 from pipecast.planning.recommend.chosen import Chosen, chosen
 from pipecast.planning.recommend.predict import predict
-from pipecast.planning.schedules.generators import SCHEDULES
 from pipecast.report.trace import write_trace
 from pipecast.runtime import checkpoint, graphs
 from pipecast.runtime.checkpoint import Checkpointing
@@ -27,127 +30,11 @@ from pipecast.runtime.job import TrainJob
 from pipecast.runtime.launch import under_torchrun
 from pipecast.runtime.run import JobResult, run_job
 from pipecast.runtime.worker import StepProgress
+from pipecast.values.data.source import DataSource
 from pipecast.values.hardware.load import default_cluster
 from pipecast.values.models.sources import file_stem
 from pipecast.values.profile.types import Profile
 from pipecast.values.strategy import Strategy
-from pipecast.values.training import LR_SCHEDULES, OFFLOADS
-
-
-def add_run_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
-    add_workload_args(p, required=False)
-    p.add_argument(
-        "--recommendation",
-        metavar="FILE",
-        help="run what `pipecast recommend` wrote here: its workload, batch, precision, "
-        "optimizer, GPUs, schedule, micro-batches and partition (the measured fastest "
-        "where it validated, else the predicted fastest)",
-    )
-    p.add_argument(
-        "--pick", type=int, default=0, help="with --recommendation: the N-th of its ranking"
-    )
-    p.add_argument(
-        "--gpus", type=count_arg("--gpus", 1), default=2, help="processes (GPUs, or CPU ranks)"
-    )
-    p.add_argument("--replicas", type=int, default=1, help="data-parallel pipeline replicas")
-    if not inference:
-        p.add_argument("--schedule", default="1f1b", help=", ".join(SCHEDULES))
-    p.add_argument("--micro-batches", type=count_arg("--micro-batches", 1), default=8)
-    p.add_argument(
-        "--batch", type=count_arg("--batch", 1), default=64, help="global batch per step"
-    )
-    p.add_argument(
-        "--partition",
-        default="auto",
-        help="auto (quick profile + balanced), a method, or boundaries 0,4,10,40",
-    )
-    p.add_argument("--steps", type=count_arg("--steps", 1), default=10, help="timed steps")
-    p.add_argument("--warmup-steps", type=int, default=2)
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32")
-    p.add_argument("--autocast", action="store_true")
-    p.add_argument("--optimizer", choices=("sgd", "momentum", "adam"), default="sgd")
-    p.add_argument("--lr", type=float, default=0.01)
-    if not inference:
-        p.add_argument(
-            "--lr-schedule",
-            choices=LR_SCHEDULES,
-            default="constant",
-            help="after the warm-up, keep the rate or bring it to --lr-min at the last step",
-        )
-        p.add_argument(
-            "--lr-warmup", type=int, default=0, help="steps over which the rate rises to --lr"
-        )
-        p.add_argument("--lr-min", type=float, default=0.0)
-        p.add_argument(
-            "--loss-scale",
-            type=float,
-            default=None,
-            help="dynamic loss scaling from this scale (default: 65536 for fp16, off "
-            "otherwise; 0: off)",
-        )
-        p.add_argument(
-            "--clip-grad-norm",
-            type=float,
-            default=0.0,
-            help="scale the gradients to this global L2 norm over all stages when above it",
-        )
-    p.add_argument("--recompute", choices=("none", "all", "all-but-last"), default="none")
-    if not inference:
-        p.add_argument(
-            "--offload",
-            choices=OFFLOADS,
-            default="none",
-            help="activations: keep what the forward saves for the backward in pinned host "
-            "memory (eager: no CUDA graphs); optimizer: step the optimizer on the host, its "
-            "state there; both; weights: the optimizer and the weights on the host, streamed "
-            "in a block at a time (eager, no recomputation); all: weights and activations",
-        )
-    p.add_argument(
-        "--cuda-graphs",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="replay every action as a CUDA graph after the first step, which captures them "
-        "(default: on GPUs, for every schedule but pipedream; --no-cuda-graphs: eager)",
-    )
-    if inference:
-        p.add_argument(
-            "--mode",
-            choices=("throughput", "latency"),
-            default="throughput",
-            help="latency: one request (batch 1, one micro-batch) through the pipeline",
-        )
-        p.add_argument(
-            "--compare",
-            choices=("onnxruntime", "deepspeed"),
-            action="append",
-            default=[],
-            help="also run the model, with the pipeline's weights, in ONNX Runtime or "
-            "DeepSpeed's inference engine (repeatable) on the last step's inputs: speed and "
-            "the output difference",
-        )
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds any wait may take")
-    p.add_argument("--out-dir", type=output_dir, default="pipecast-out", help="where traces go")
-    if not inference:
-        p.add_argument(
-            "--data-dir",
-            help="train on real samples: MNIST IDX files or CIFAR-10 python batches here "
-            "(--dataset mnist or cifar10); default: synthetic batches (real for digits)",
-        )
-        c = p.add_argument_group("checkpoints")
-        c.add_argument(
-            "--checkpoint-dir",
-            help="write the model's and optimizer's state here after the last step (and "
-            "every --checkpoint-every steps); under torchrun, a file system every node shares",
-        )
-        c.add_argument("--checkpoint-every", type=int, default=0, help="steps between checkpoints")
-        c.add_argument("--keep", type=int, default=2, help="complete checkpoints kept")
-        c.add_argument(
-            "--resume",
-            action="store_true",
-            help="start from the newest complete checkpoint in --checkpoint-dir (on any "
-            "partition, schedule or GPU count); --steps counts from the start of training",
-        )
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -169,11 +56,18 @@ def run(args: argparse.Namespace) -> int:
         followed = _follow(args, args.recommendation, args.pick)
     elif args.model is None:
         raise ConfigError("--model is required (or --recommendation FILE)")
+    if args.device is None:
+        args.device = default_device()
     workload = workload_from_args(args)
     schedule = "forward-only" if args.inference else args.schedule
     if getattr(args, "mode", "") == "latency":
         args.batch, args.micro_batches = 1, 1
     _check_installed(getattr(args, "compare", []))
+    _check_batch(args.batch, args.replicas, args.micro_batches)
+    if not under_torchrun():  # under torchrun the launcher made the ranks
+        _check_ranks(args.gpus, args.device)
+    if getattr(args, "data_dir", None) is not None:  # before the quick profile
+        DataSource(workload.dataset, directory=args.data_dir).check(workload.spec, args.batch)
     cp = _checkpointing(args)
     with console.status(
         "planning (quick profile and partition)" if args.partition == "auto" else "planning"
@@ -227,6 +121,38 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"checkpoint: {last.path} ({last.step} steps{took})")
     _write_traces(args, result, profile)
     return 0
+
+
+def default_device() -> str:
+    """cuda where torch finds GPUs (as recommend plans for them), else cpu."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _check_batch(batch: int, replicas: int, microbatches: int) -> None:
+    """The job's own rule (every replica gets an equal share, at least a sample per
+    micro-batch), checked before the quick profile rather than after it."""
+    if batch % replicas or batch // replicas < microbatches:
+        raise ConfigError(
+            f"batch {batch} cannot feed {replicas} replica(s) x {microbatches} micro-batches "
+            f"(needs a multiple of {replicas} and at least {replicas * microbatches})"
+        )
+
+
+def _check_ranks(ranks: int, device: str) -> None:
+    """As many GPUs as asked for are here, or few enough CPU ranks to start (each a
+    process), checked before the quick profile rather than at the launch."""
+    if device == "cuda":
+        have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if ranks > have:
+            raise DeviceError(
+                f"{ranks} GPUs requested but this machine has {have}: use fewer --gpus or "
+                "--device cpu"
+            )
+    elif ranks > MAX_CPU_RANKS:
+        raise ConfigError(
+            f"{ranks} CPU ranks is more than pipecast starts on one machine ({MAX_CPU_RANKS}): "
+            "use fewer --gpus, or GPUs"
+        )
 
 
 def _check_installed(runtimes: list[str]) -> None:
@@ -296,11 +222,14 @@ def _write_traces(args: argparse.Namespace, result: JobResult, profile: Profile 
 
 def _follow(args: argparse.Namespace, path: str, pick: int) -> Chosen:
     """Set `args` to the strategy, workload and precision of the recommendation at `path`."""
+    doc = read_recommendation(path)
     try:
-        doc = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot read the recommendation {path}: {exc}") from None
-    c = chosen(doc, pick)
+        c = chosen(doc, pick)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise DataError(
+            f"{path} is a damaged recommendation ({type(exc).__name__}: {exc}): run "
+            "`pipecast recommend -o` again"
+        ) from None
     if c.workload is None and args.model is None:
         raise ConfigError(f"{path} does not name its model: give --model")
     if c.workload is not None:
@@ -317,6 +246,20 @@ def _follow(args: argparse.Namespace, path: str, pick: int) -> Chosen:
     args.device = "cuda" if c.device.startswith("cuda") else "cpu"
     console.print(f"running {c.label} (predicted {human_seconds(c.predicted)} a step) from {path}")
     return c
+
+
+def read_recommendation(path: str) -> dict[str, Any]:
+    """The document at `path` if it is a recommendation (a ranking and a batch), else a
+    one-line DataError naming the file, what it holds and what was expected."""
+    doc = jsonio.parse(jsonio.read_text(path), path)
+    if isinstance(doc, dict) and "ranked" in doc and "batch" in doc:
+        return doc
+    held = jsonio.describe(doc)
+    if isinstance(doc, dict) and "kind" not in doc:
+        held = "a JSON object with no ranking ('ranked') or batch"
+    raise DataError(
+        f"{path} holds {held}, not a recommendation: pass the file `pipecast recommend -o` wrote"
+    )
 
 
 def _run_with_bar(job: TrainJob, first: int, what: str) -> JobResult | None:

@@ -34,3 +34,16 @@ def test_as_sequential_rejects_non_modules() -> None:
     with pytest.raises(ConfigError):
         as_sequential([1, 2])
     assert isinstance(as_sequential([nn.ReLU()]), nn.Sequential)
+
+
+def test_a_factory_that_raises_is_one_line_naming_it_and_the_exception() -> None:
+    path = "tests.cli.broken_models:raises"
+    with pytest.raises(ConfigError) as caught:
+        Workload(model=path, dataset="mnist").build()
+    message = str(caught.value)
+    assert message == f"the model factory {path} raised RuntimeError: no weights for mnist"
+
+
+def test_a_module_that_fails_to_import_is_named_with_the_exception() -> None:
+    with pytest.raises(ConfigError, match="raised ValueError: this module cannot be imported"):
+        Workload(model="tests.cli.broken_import:model", dataset="mnist").build()

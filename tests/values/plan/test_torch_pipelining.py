@@ -10,7 +10,12 @@ from pipecast.errors import ConfigError
 from pipecast.planning.schedules import make_plan
 from pipecast.values.data.registry import get_spec
 from pipecast.values.models.capture import capture
-from pipecast.values.plan.torch_pipelining import schedule_csv, split_points, split_script
+from pipecast.values.plan.torch_pipelining import (
+    schedule_csv,
+    split_points,
+    split_script,
+    why_not_exported,
+)
 
 IMAGES = get_spec("mnist")
 
@@ -54,3 +59,39 @@ def test_split_points_cut_torch_pipe_where_pipecast_does() -> None:
 def test_a_block_inside_a_module_has_no_split_point() -> None:
     with pytest.raises(ConfigError, match="block 1"):
         split_points(["", "", "x"], [0, 1, 3])
+
+
+def _torch_validates(csv: str, plan_ranks: int, stages: int, microbatches: int) -> None:
+    """torch's own check of a loaded CSV (what PipelineScheduleMulti._load_csv runs)."""
+    schedules = pytest.importorskip("torch.distributed.pipelining.schedules")
+    actions = {
+        rank: [schedules._Action.from_str(t) for t in row.split(",")]
+        for rank, row in enumerate(csv.splitlines())
+    }
+    schedules._validate_schedule(actions, plan_ranks, stages, microbatches)
+
+
+@pytest.mark.parametrize("name", ["gpipe", "1f1b", "zb-h1", "interleaved", "zb-v"])
+def test_training_schedules_load_in_torch(name: str) -> None:
+    plan = make_plan(name, 2, 4)
+    _torch_validates(schedule_csv(plan), plan.num_ranks, plan.num_stages, 4)
+
+
+def test_a_forward_only_plan_is_refused_as_torch_would_refuse_it() -> None:
+    plan = make_plan("forward-only", 2, 4)
+    rows = "".join(",".join(f"{a.stage}F{a.mb}" for a in acts) + "\n" for acts in plan.actions)
+    with pytest.raises(AssertionError, match="backward"):  # torch's loader: no backwards
+        _torch_validates(rows, plan.num_ranks, plan.num_stages, 4)
+    assert why_not_exported(plan) is not None
+    with pytest.raises(ConfigError, match="--export torch: forward-only has no backward"):
+        schedule_csv(plan)
+
+
+def test_a_pipedream_plan_is_refused_since_torch_would_run_it_as_1f1b() -> None:
+    """PipeDream's actions are 1F1B's; only its updates after every micro-batch differ, and
+    a CSV has no place for them."""
+    pipedream, one_f_one_b = make_plan("pipedream", 2, 4), make_plan("1f1b", 2, 4)
+    assert pipedream.actions == one_f_one_b.actions and pipedream.async_updates
+    with pytest.raises(ConfigError, match="updates the weights after every micro-batch"):
+        schedule_csv(pipedream)
+    assert why_not_exported(one_f_one_b) is None

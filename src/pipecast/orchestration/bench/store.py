@@ -56,16 +56,29 @@ def check_writable_store(path: str | Path) -> None:
     p = Path(path)
     if p.is_dir():
         raise DataError(f"{p} is a directory, expected a results store (a .sqlite file)")
-    if p.is_file() and p.stat().st_size and not _is_sqlite(p):
+    if not p.is_file() or not p.stat().st_size:
+        return
+    with open(p, "rb") as fh:
+        head = fh.read(len(SQLITE_HEADER))
+    if head != SQLITE_HEADER:
         raise DataError(
-            f"{p} is not an SQLite file, so not a results store: name a new file or the "
-            "store an earlier `pipecast bench --store` wrote"
+            f"{p} is not a results store: it holds {_what_bytes(head)}, not a SQLite database "
+            "(name a new file, or the store an earlier `pipecast bench --store` wrote)"
         )
 
 
 def _is_sqlite(path: Path) -> bool:
     with open(path, "rb") as fh:
         return fh.read(len(SQLITE_HEADER)) == SQLITE_HEADER
+
+
+def _what_bytes(head: bytes) -> str:
+    """What a file's first bytes look like, for a message: JSON, text or binary data."""
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        return "binary data"
+    return "JSON" if text.lstrip()[:1] in ("{", "[") else "text"
 
 
 class Store:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from pipecast import jsonio
@@ -23,14 +22,14 @@ def load_cluster(arg: str) -> Cluster:
             "`pipecast probe -o cluster.json` or describe the machine in a JSON file"
         )
     text = jsonio.read_text(arg)
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{arg} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+    doc = jsonio.parse(text, arg)
     if isinstance(doc, dict) and doc.get("kind") == "cluster":
         return Cluster.from_json(text, source=arg)
-    if not isinstance(doc, dict):
-        raise DataError(f"{arg} must hold a JSON object describing a cluster")
+    if not isinstance(doc, dict) or "kind" in doc:  # a description has no kind
+        raise DataError(
+            f"{arg} holds {jsonio.describe(doc)}, not a cluster: pass a probe's output or a "
+            "JSON object describing the machine"
+        )
     return cluster_from_dict(doc, source=arg)
 
 

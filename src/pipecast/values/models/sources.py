@@ -17,7 +17,7 @@ from types import ModuleType
 import torch
 from torch import nn
 
-from pipecast.errors import ConfigError
+from pipecast.errors import ConfigError, PipecastError
 from pipecast.extras import require
 from pipecast.values.data.spec import DatasetSpec
 from pipecast.values.models.capture import capture
@@ -137,6 +137,11 @@ def call_factory(path: str, spec: DatasetSpec) -> object:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ConfigError(f"cannot import '{module_name}' for --model {path}: {exc}") from None
+    except Exception as exc:  # the user's module fails as it loads
+        raise ConfigError(
+            f"importing '{module_name}' for --model {path} raised {type(exc).__name__}: "
+            f"{first_line(exc)}"
+        ) from None
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise ConfigError(f"'{module_name}' has no callable '{attr}' (from --model {path})")
@@ -144,7 +149,22 @@ def call_factory(path: str, spec: DatasetSpec) -> object:
         takes_spec = len(inspect.signature(factory).parameters) > 0
     except (TypeError, ValueError):
         takes_spec = False
-    return factory(spec) if takes_spec else factory()
+    try:
+        return factory(spec) if takes_spec else factory()
+    except PipecastError:
+        raise  # already one line that names the rule
+    except Exception as exc:  # the user's code: whatever it raises is theirs to fix
+        raise ConfigError(
+            f"the model factory {path} raised {type(exc).__name__}: {first_line(exc)}"
+        ) from None
+
+
+def first_line(exc: BaseException) -> str:
+    """The first non-empty line of an exception's message (its type where it has none)."""
+    for line in str(exc).splitlines():
+        if line.strip():
+            return line.strip()[:240]
+    return "(no message)"
 
 
 def as_blocks(model: object, spec: DatasetSpec, name: str) -> nn.Sequential:

@@ -3,6 +3,14 @@
 Shapes and FLOPs come from running the model on the meta device under PyTorch's
 FlopCounterMode, so even ResNet-152 at 512x512 is summarised in about a second with no
 memory and no GPU.
+
+The blocks run a batch of two, not one, and the FLOPs are halved. The model is in training
+mode (as it will be profiled and trained), where batch norm takes its statistics over the
+batch and the spatial positions: after a network's last downsampling there may be one
+position (ResNet on 32x32 images ends at 1x1), and one sample then leaves one value per
+channel, whose unbiased variance divides by zero. Switching to eval mode would not help a
+captured model, whose exported graph has the training flag written into its batch-norm
+calls; two samples is what `capture` exports with, for the same reason.
 """
 
 from __future__ import annotations
@@ -15,6 +23,10 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from pipecast.errors import ShapeError
 from pipecast.values.data.spec import DatasetSpec
+
+SAMPLES = 2
+"""The batch the blocks run: two, so that batch norm has two values per channel even where
+one spatial position is left (see the module's docstring)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +54,7 @@ def block_name(block: nn.Module) -> str:
 def summarize(model: nn.Sequential, spec: DatasetSpec) -> list[BlockSummary]:
     """One row per block; raises ShapeError naming the block that rejects its input."""
     meta = _to_meta(model)
-    x = example_input(spec, 1, "meta")
+    x = example_input(spec, SAMPLES, "meta")
     rows = []
     for index, block in enumerate(meta):
         in_shape = tuple(x.shape)
@@ -62,7 +74,11 @@ def summarize(model: nn.Sequential, spec: DatasetSpec) -> list[BlockSummary]:
         params = sum(p.numel() for p in block.parameters())
         rows.append(
             BlockSummary(
-                index, block_name(block), tuple(y.shape[1:]), params, int(counter.get_total_flops())
+                index,
+                block_name(block),
+                tuple(y.shape[1:]),
+                params,
+                int(counter.get_total_flops()) // SAMPLES,  # every counted op scales with it
             )
         )
         x = y

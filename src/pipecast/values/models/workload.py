@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
+from pipecast.errors import ConfigError
 from pipecast.values.data.registry import DEFAULT_SEQ_LEN, DEFAULT_VOCAB, DEFAULT_WIDTH, get_spec
 from pipecast.values.data.spec import DatasetSpec
 from pipecast.values.models.registry import build_zoo_model, get_entry
@@ -38,6 +39,20 @@ class Workload:
     """Attention heads (0: the model's default)."""
     ffn: int = 0
     """Feed-forward width of 'transformer' (0: 4 x width)."""
+
+    def __post_init__(self) -> None:
+        """Sizes a model can have: lengths and widths of at least 1; layers, heads and the
+        feed-forward width 0 (the model's default) or more."""
+        sizes = {"seq_len": self.seq_len, "vocab": self.vocab, "width": self.width}
+        defaults = {"layers": self.layers, "heads": self.heads, "ffn": self.ffn}
+        for name, value in sizes.items():
+            if value < 1:
+                raise ConfigError(f"the workload's {name} must be at least 1, got {value}")
+        for name, value in defaults.items():
+            if value < 0:
+                raise ConfigError(
+                    f"the workload's {name} must be 0 (the model's default) or more, got {value}"
+                )
 
     @property
     def spec(self) -> DatasetSpec:

@@ -5,6 +5,11 @@
 * The schedule: one CSV row of actions per rank, in torch's text form, which
   `PipelineScheduleMulti._load_csv` reads. pipecast's kinds map to torch's: F -> F, B (the
   input gradient alone) -> I, W -> W, BW (both) -> B.
+
+Only a plan torch runs the same way is exported. Its loader wants a backward for every
+micro-batch's forward, so a forward-only plan is refused there; and its schedules step the
+optimizer once per batch, so a PipeDream plan's updates after every micro-batch (weight
+stashing) would load as plain 1F1B, the asynchrony silently gone. Both are refused here.
 """
 
 from __future__ import annotations
@@ -17,12 +22,36 @@ from pipecast.values.plan.action import Action, Plan
 TORCH_KIND = {"F": "F", "B": "I", "W": "W", "BW": "B"}
 
 
+def why_not_exported(plan: Plan) -> str | None:
+    """None if torch.distributed.pipelining runs `plan` as pipecast does, else why not."""
+    if plan.forward_only:
+        return (
+            f"{plan.name} has no backward, and torch's schedule loader wants one for every "
+            "micro-batch's forward: export a training schedule (e.g. 1f1b)"
+        )
+    if plan.async_updates:
+        return (
+            f"{plan.name} updates the weights after every micro-batch (weight stashing); "
+            "torch's schedules step once per batch, so the CSV would run as 1F1B: export "
+            "1f1b for that schedule"
+        )
+    return None
+
+
+def check_exported(plan: Plan) -> None:
+    why = why_not_exported(plan)
+    if why:
+        raise ConfigError(f"--export torch: {why}")
+
+
 def torch_action(action: Action) -> str:
     return f"{action.stage}{TORCH_KIND[action.kind]}{action.mb}"
 
 
 def schedule_csv(plan: Plan) -> str:
-    """One line per rank: its actions in torch's text form, comma-separated."""
+    """One line per rank: its actions in torch's text form, comma-separated (a ConfigError
+    for a plan torch would not run the same way)."""
+    check_exported(plan)
     return "".join(",".join(torch_action(a) for a in acts) + "\n" for acts in plan.actions)
 
 
