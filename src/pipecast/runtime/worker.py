@@ -14,11 +14,12 @@ import torch.distributed as dist
 from pipecast.errors import PipecastError
 from pipecast.runtime import checkpoint, devices
 from pipecast.runtime.devices import DTYPES
-from pipecast.runtime.engine import PipelineEngine, StepResult
+from pipecast.runtime.engine import PipelineEngine
 from pipecast.runtime.job import TrainJob
 from pipecast.runtime.launch import Context, write_progress
 from pipecast.runtime.rank_stages import build_stages
 from pipecast.runtime.stage import StageModule
+from pipecast.runtime.step_result import StepResult
 from pipecast.values.data.loss import loss_for
 from pipecast.values.data.source import fits
 from pipecast.values.data.spec import DatasetSpec
