@@ -1,7 +1,9 @@
 """CUDA-graphed steps: what can be graphed, and the engine's side of the graphs against a
 single process on CPU ranks, where each "graph" re-runs its body on the same static buffers
 (`PIPECAST_GRAPHS_STAND_IN`; the capture itself needs a GPU: tests/runtime/test_gpu.py checks it
-against eager runs there)."""
+against one process there). Every graphed step after the first must replay one graph per
+action that computes something: a run that never captured, and ran every step eagerly,
+would give the same numbers."""
 
 from __future__ import annotations
 
@@ -91,6 +93,25 @@ GRAPHED = [
 STEPS = 3  # the first step eager, the next two replayed between the static buffers
 
 
+def graphs_per_step(result: JobResult) -> dict[int, int]:
+    """Graphs each pipeline rank replays in a graphed step: one per action, but the first
+    stage's W (its B is its whole backward)."""
+    plan = result.job.plan
+    return {
+        rank: sum(1 for a in actions if not (a.stage == 0 and a.kind == "W"))
+        for rank, actions in enumerate(plan.actions)
+    }
+
+
+def assert_replayed(result: JobResult) -> None:
+    """The first step ran eagerly and captured; every later one replayed every graph."""
+    want = graphs_per_step(result)
+    for r in result.reports:
+        assert r.graphs_captured == want[r.pipeline_rank], r.global_rank
+        replayed = [s.graphs_replayed for s in r.steps]
+        assert replayed == [0] + [want[r.pipeline_rank]] * (len(replayed) - 1), r.global_rank
+
+
 @functools.cache
 def _results() -> list[JobResult]:
     """The graphed jobs (the last one forward-only) in one world per world size."""
@@ -125,6 +146,7 @@ def test_graphed_steps_match_single_process(case: int) -> None:
     assert_close(merged(result, "params"), want_params)
     losses = [s.loss for r in result.reports for s in r.steps if s.loss is not None]
     assert len(losses) == STEPS * replicas
+    assert_replayed(result)
 
 
 @pytest.mark.slow
@@ -132,6 +154,7 @@ def test_graphed_inference_gives_one_process_outputs() -> None:
     result = _results()[-1]
     got = [r.outputs for r in result.reports if r.outputs]
     assert len(got) == 1
+    assert_replayed(result)
     torch.manual_seed(0)
     x, _ = synthetic_batch(LENET.spec, 12, seed=1)  # the second (replayed) step's batch
     with torch.no_grad():

@@ -213,6 +213,7 @@ class PipelineEngine:
             grad_norm=float(norm) if norm is not None else None,
             skipped=skipped,
             loss_scale=scale,
+            graphs_replayed=run.graphs_replayed,
         )
 
     @contextlib.contextmanager

@@ -167,6 +167,9 @@ class StepGraphs:
         self.actions = plan.actions[rank]
         self.buffers: dict[Key, torch.Tensor] = {}
         self.programs: dict[Action, Program] = {}
+        """The captured actions."""
+        self.replayed = 0
+        """Programs replayed so far."""
         self.scale = torch.ones((), device=device)
         """The loss scale the graphs multiply by (set before each step; 1 without scaling)."""
         self.pool_bytes = 0
@@ -322,3 +325,4 @@ class StepGraphs:
         program = self.programs.get(a)
         if program is not None:
             program.replay()
+            self.replayed += 1

@@ -66,6 +66,11 @@ class Replay:
         """Whether a step of input shape `key` replays the graphs."""
         return self.graphs is not None and key == self.key
 
+    @property
+    def captured(self) -> int:
+        """How many of the rank's actions were captured as graphs (0: none yet)."""
+        return len(self.graphs.programs) if self.graphs is not None else 0
+
     def learning(self) -> bool:
         """Whether the graphs are still to be captured (after a step that saw the shapes)."""
         return self.shapes is not None and self.graphs is None
@@ -77,7 +82,7 @@ class Replay:
         assert g is not None
         plan, run = e.plan, StepRun()
         last = plan.num_stages - 1
-        since = tick()
+        since, replayed = tick(), g.replayed
         if os.environ.get(PREFETCH_ENV) == "1":
             e.channels.prefetch()
         if e.scaler.scale:
@@ -118,6 +123,7 @@ class Replay:
             else:
                 losses = [g.buffer(("loss", last, mb)) for mb in range(plan.num_microbatches)]
                 run.loss_sum = torch.stack(losses).sum()
+        run.graphs_replayed = g.replayed - replayed
         return run
 
     def _incoming(self, a: Action) -> tuple[int, MessageKey] | None:

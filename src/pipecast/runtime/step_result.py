@@ -49,6 +49,8 @@ class StepResult:
     """Dynamic loss scaling found an overflow: the optimizer did not step."""
     loss_scale: float = 0.0
     """The loss scale this step ran with (0: no scaling)."""
+    graphs_replayed: int = 0
+    """CUDA graphs (pipecast.runtime.graphs) the step replayed; 0: it ran eagerly."""
 
     @cached_property
     def events(self) -> list[Event]:
@@ -65,6 +67,7 @@ class StepRun:
     outputs: list[torch.Tensor] = field(default_factory=list)
     pending_reduce: list[allreduce.Bucket] = field(default_factory=list)
     host: dict[str, float] = field(default_factory=dict)
+    graphs_replayed: int = 0
 
 
 Tick = tuple[float, float]
