@@ -12,6 +12,7 @@ import functools
 import pytest
 import torch
 from tests.runtime.helpers import assert_close, merged, pipeline_job, reference_step, run_all
+from torch import nn
 
 from pipecast.errors import ConfigError
 from pipecast.orchestration.bench.config import BenchConfig
@@ -93,19 +94,26 @@ GRAPHED = [
 STEPS = 3  # the first step eager, the next two replayed between the static buffers
 
 
-def graphs_per_step(result: JobResult) -> dict[int, int]:
+def _weightless_first() -> nn.Sequential:
+    """Stage 0 (the flatten) has no weights: its backward computes nothing."""
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Flatten(), nn.Linear(28 * 28, 32), nn.Tanh(), nn.Linear(32, 10))
+
+
+def graphs_per_step(result: JobResult, weightless_first: bool = False) -> dict[int, int]:
     """Graphs each pipeline rank replays in a graphed step: one per action, but the first
-    stage's W (its B is its whole backward)."""
+    stage's W (its B is its whole backward) and, where it has no weights, its backward."""
     plan = result.job.plan
+    idle = ("W", "B", "BW") if weightless_first else ("W",)
     return {
-        rank: sum(1 for a in actions if not (a.stage == 0 and a.kind == "W"))
+        rank: sum(1 for a in actions if not (a.stage == 0 and a.kind in idle))
         for rank, actions in enumerate(plan.actions)
     }
 
 
-def assert_replayed(result: JobResult) -> None:
+def assert_replayed(result: JobResult, weightless_first: bool = False) -> None:
     """The first step ran eagerly and captured; every later one replayed every graph."""
-    want = graphs_per_step(result)
+    want = graphs_per_step(result, weightless_first)
     for r in result.reports:
         assert r.graphs_captured == want[r.pipeline_rank], r.global_rank
         replayed = [s.graphs_replayed for s in r.steps]
@@ -114,7 +122,8 @@ def assert_replayed(result: JobResult) -> None:
 
 @functools.cache
 def _results() -> list[JobResult]:
-    """The graphed jobs (the last one forward-only) in one world per world size."""
+    """The graphed jobs (then one whose first stage has no weights, and one forward-only)
+    in one world per world size."""
     jobs = []
     for schedule, ranks, m, bounds, replicas, batch, recompute in GRAPHED:
         config = RunConfig(lr=0.1, timeout_s=60, cuda_graphs=True, recompute=recompute)  # type: ignore[arg-type]
@@ -124,6 +133,13 @@ def _results() -> list[JobResult]:
                 config=config,
             )
         )  # fmt: skip
+    config = RunConfig(lr=0.1, timeout_s=60, cuda_graphs=True)
+    jobs.append(
+        pipeline_job(
+            LENET, "1f1b", 2, 4, [0, 1, 4], batch=8, steps=STEPS, config=config,
+            model=_weightless_first(),
+        )
+    )  # fmt: skip
     config = RunConfig(timeout_s=60, cuda_graphs=True)
     jobs.append(
         pipeline_job(LENET, "forward-only", 2, 3, [0, 6, 12], batch=12, steps=2, config=config)
@@ -147,6 +163,15 @@ def test_graphed_steps_match_single_process(case: int) -> None:
     losses = [s.loss for r in result.reports for s in r.steps if s.loss is not None]
     assert len(losses) == STEPS * replicas
     assert_replayed(result)
+
+
+@pytest.mark.slow
+def test_a_first_stage_without_weights_captures_no_backward() -> None:
+    result = _results()[-2]
+    want_params, want_grads = reference_step(_weightless_first(), LENET, 8, steps=STEPS)
+    assert_close(merged(result, "grads"), want_grads)
+    assert_close(merged(result, "params"), want_params)
+    assert_replayed(result, weightless_first=True)
 
 
 @pytest.mark.slow
