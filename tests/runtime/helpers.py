@@ -141,6 +141,26 @@ def run_all(jobs: list[TrainJob], env: dict[str, str] | None = None) -> list[Job
                 os.environ[k] = v
 
 
+def graphs_per_step(result: JobResult, weightless_first: bool = False) -> dict[int, int]:
+    """Graphs each pipeline rank replays in a graphed step: one per action, but the first
+    stage's W (its B is its whole backward) and, where it has no weights, its backward."""
+    plan = result.job.plan
+    idle = ("W", "B", "BW") if weightless_first else ("W",)
+    return {
+        rank: sum(1 for a in actions if not (a.stage == 0 and a.kind in idle))
+        for rank, actions in enumerate(plan.actions)
+    }
+
+
+def assert_replayed(result: JobResult, weightless_first: bool = False) -> None:
+    """The first step ran eagerly and captured; every later one replayed every graph."""
+    want = graphs_per_step(result, weightless_first)
+    for r in result.reports:
+        assert r.graphs_captured == want[r.pipeline_rank], r.global_rank
+        replayed = [s.graphs_replayed for s in r.steps]
+        assert replayed == [0] + [want[r.pipeline_rank]] * (len(replayed) - 1), r.global_rank
+
+
 def fault(rank: int, step: int, how: str, at_rank: int, at_step: int) -> None:
     """A TrainJob.before_step hook (bound with functools.partial): at `rank`'s `step`, end
     the process as a kill would (no report) or, with how="hang", block there."""

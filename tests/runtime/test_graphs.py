@@ -11,7 +11,14 @@ import functools
 
 import pytest
 import torch
-from tests.runtime.helpers import assert_close, merged, pipeline_job, reference_step, run_all
+from tests.runtime.helpers import (
+    assert_close,
+    assert_replayed,
+    merged,
+    pipeline_job,
+    reference_step,
+    run_all,
+)
 from torch import nn
 
 from pipecast.errors import ConfigError
@@ -98,26 +105,6 @@ def _weightless_first() -> nn.Sequential:
     """Stage 0 (the flatten) has no weights: its backward computes nothing."""
     torch.manual_seed(0)
     return nn.Sequential(nn.Flatten(), nn.Linear(28 * 28, 32), nn.Tanh(), nn.Linear(32, 10))
-
-
-def graphs_per_step(result: JobResult, weightless_first: bool = False) -> dict[int, int]:
-    """Graphs each pipeline rank replays in a graphed step: one per action, but the first
-    stage's W (its B is its whole backward) and, where it has no weights, its backward."""
-    plan = result.job.plan
-    idle = ("W", "B", "BW") if weightless_first else ("W",)
-    return {
-        rank: sum(1 for a in actions if not (a.stage == 0 and a.kind in idle))
-        for rank, actions in enumerate(plan.actions)
-    }
-
-
-def assert_replayed(result: JobResult, weightless_first: bool = False) -> None:
-    """The first step ran eagerly and captured; every later one replayed every graph."""
-    want = graphs_per_step(result, weightless_first)
-    for r in result.reports:
-        assert r.graphs_captured == want[r.pipeline_rank], r.global_rank
-        replayed = [s.graphs_replayed for s in r.steps]
-        assert replayed == [0] + [want[r.pipeline_rank]] * (len(replayed) - 1), r.global_rank
 
 
 @functools.cache
