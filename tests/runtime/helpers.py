@@ -142,6 +142,13 @@ def run_all(jobs: list[TrainJob], env: dict[str, str] | None = None) -> list[Job
                 os.environ[k] = v
 
 
+def weightless_first() -> nn.Sequential:
+    """A model for MNIST whose first block (a flatten) has no weights: a first stage of it
+    alone has no backward to compute."""
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Flatten(), nn.Linear(28 * 28, 32), nn.Tanh(), nn.Linear(32, 10))
+
+
 def graphs_per_step(result: JobResult, weightless_first: bool = False) -> dict[int, int]:
     """Graphs each pipeline rank replays in a graphed step: one per action, but the first
     stage's W (its B is its whole backward) and, where it has no weights, its backward."""

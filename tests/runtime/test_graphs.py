@@ -18,8 +18,8 @@ from tests.runtime.helpers import (
     pipeline_job,
     reference_step,
     run_all,
+    weightless_first,
 )
-from torch import nn
 
 from pipecast.errors import ConfigError
 from pipecast.orchestration.bench.config import BenchConfig
@@ -101,12 +101,6 @@ GRAPHED = [
 STEPS = 3  # the first step eager, the next two replayed between the static buffers
 
 
-def _weightless_first() -> nn.Sequential:
-    """Stage 0 (the flatten) has no weights: its backward computes nothing."""
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Flatten(), nn.Linear(28 * 28, 32), nn.Tanh(), nn.Linear(32, 10))
-
-
 @functools.cache
 def _results() -> list[JobResult]:
     """The graphed jobs (then one whose first stage has no weights, and one forward-only)
@@ -124,7 +118,7 @@ def _results() -> list[JobResult]:
     jobs.append(
         pipeline_job(
             LENET, "1f1b", 2, 4, [0, 1, 4], batch=8, steps=STEPS, config=config,
-            model=_weightless_first(),
+            model=weightless_first(),
         )
     )  # fmt: skip
     config = RunConfig(timeout_s=60, cuda_graphs=True)
@@ -155,7 +149,7 @@ def test_graphed_steps_match_single_process(case: int) -> None:
 @pytest.mark.slow
 def test_a_first_stage_without_weights_captures_no_backward() -> None:
     result = _results()[-2]
-    want_params, want_grads = reference_step(_weightless_first(), LENET, 8, steps=STEPS)
+    want_params, want_grads = reference_step(weightless_first(), LENET, 8, steps=STEPS)
     assert_close(merged(result, "grads"), want_grads)
     assert_close(merged(result, "params"), want_params)
     assert_replayed(result, weightless_first=True)
