@@ -116,8 +116,8 @@ class WeightStream:
                 self.moved_bytes += p.numel() * p.element_size()
 
     def release_all(self) -> None:
-        """Give back every block's storage (after an optimizer step: the host's weights are
-        the new ones)."""
+        """Give back every block's storage (at the start; after the weights were read or set
+        whole, StageModule.resident; after an optimizer step, host_stepped)."""
         for block in self.blocks:
             self._release(block)
 
