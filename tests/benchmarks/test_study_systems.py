@@ -53,6 +53,25 @@ def test_torchgpipe_step_equals_one_process(recompute: str, balance: str) -> Non
         torch.testing.assert_close(value, want[name], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.skipif(not has["torchgpipe"], reason="torchgpipe is not installed")
+@pytest.mark.parametrize(("recompute", "forwards"), [("none", 4), ("all-but-last", 7), ("all", 8)])
+def test_torchgpipe_recomputes_what_pipecast_would(recompute: str, forwards: int) -> None:
+    """Each block runs once per micro-batch (4) in the forward, and again in the backward
+    for each micro-batch it recomputes: none, all but the last, or all of them."""
+    torch.manual_seed(0)
+    model = build(LENET, torch.device("cpu"), "fp32", inplace=False)
+    x, y = synthetic_batch(LENET.spec, 16, seed=0, dtype=torch.float32)
+    calls = [0, 0]
+    for i, block in enumerate((model[0], model[len(model) - 1])):  # one in each partition
+        block.register_forward_hook(lambda *_, i=i: calls.__setitem__(i, calls[i] + 1))
+    wrapped, _ = torchgpipe_model(
+        model, x, [torch.device("cpu")] * 2, microbatches=4, boundaries=[0, 5, len(model)],
+        balance="", recompute=recompute,
+    )  # fmt: skip
+    torch.autograd.backward(loss_for(LENET.spec)(wrapped(x), y))
+    assert calls == [forwards, forwards]
+
+
 def _deepspeed_rank(ctx: Context) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """This rank's stage weights before and after one DeepSpeed step, by the whole model's
     parameter names."""

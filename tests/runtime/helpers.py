@@ -13,7 +13,7 @@ from pipecast.planning.schedules import make_plan
 from pipecast.planning.schedules.generators import stages_per_rank
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.job import TrainJob
-from pipecast.runtime.launch import Context, spawn
+from pipecast.runtime.launch import Backend, Context, spawn
 from pipecast.runtime.run import JobResult, run_job
 from pipecast.runtime.worker import RankReport, run_rank
 from pipecast.values.data.loss import loss_for
@@ -116,19 +116,20 @@ def _run_jobs(ctx: Context, jobs: list[TrainJob]) -> list[RankReport]:
 
 
 def run_all(jobs: list[TrainJob], env: dict[str, str] | None = None) -> list[JobResult]:
-    """Run `jobs` one after another in one spawned world per world size, sharing its start
-    (each job builds its own stages, seeds and batches, as in a world of its own); `env`
-    is set for the ranks."""
+    """Run `jobs` one after another in one spawned world per world size and device (gloo on
+    CPU ranks, NCCL on GPUs), sharing its start (each job builds its own stages, seeds and
+    batches, as in a world of its own); `env` is set for the ranks."""
     saved = {k: os.environ.get(k) for k in env or {}}
     os.environ.update(env or {})
     try:
         out: dict[int, JobResult] = {}
-        for world in sorted({j.world for j in jobs}):
-            mine = [(i, j) for i, j in enumerate(jobs) if j.world == world]
+        for world, device in sorted({(j.world, j.device) for j in jobs}):
+            mine = [(i, j) for i, j in enumerate(jobs) if (j.world, j.device) == (world, device)]
             for job in (j for _, j in mine):
                 job.check()
+            backend: Backend = "nccl" if device == "cuda" else "gloo"
             per_rank = spawn(
-                _run_jobs, world, ([j for _, j in mine],), backend="gloo", timeout_s=120
+                _run_jobs, world, ([j for _, j in mine],), backend=backend, timeout_s=120
             )
             for n, (i, job) in enumerate(mine):
                 out[i] = JobResult(job, [rank[n] for rank in per_rank])
@@ -139,6 +140,33 @@ def run_all(jobs: list[TrainJob], env: dict[str, str] | None = None) -> list[Job
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def weightless_first() -> nn.Sequential:
+    """A model for MNIST whose first block (a flatten) has no weights: a first stage of it
+    alone has no backward to compute."""
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Flatten(), nn.Linear(28 * 28, 32), nn.Tanh(), nn.Linear(32, 10))
+
+
+def graphs_per_step(result: JobResult, weightless_first: bool = False) -> dict[int, int]:
+    """Graphs each pipeline rank replays in a graphed step: one per action, but the first
+    stage's W (its B is its whole backward) and, where it has no weights, its backward."""
+    plan = result.job.plan
+    idle = ("W", "B", "BW") if weightless_first else ("W",)
+    return {
+        rank: sum(1 for a in actions if not (a.stage == 0 and a.kind in idle))
+        for rank, actions in enumerate(plan.actions)
+    }
+
+
+def assert_replayed(result: JobResult, weightless_first: bool = False) -> None:
+    """The first step ran eagerly and captured; every later one replayed every graph."""
+    want = graphs_per_step(result, weightless_first)
+    for r in result.reports:
+        assert r.graphs_captured == want[r.pipeline_rank], r.global_rank
+        replayed = [s.graphs_replayed for s in r.steps]
+        assert replayed == [0] + [want[r.pipeline_rank]] * (len(replayed) - 1), r.global_rank
 
 
 def fault(rank: int, step: int, how: str, at_rank: int, at_step: int) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from pipecast.runtime.engine import StepResult
 from pipecast.runtime.events import ActionClock
+from pipecast.runtime.step_result import StepResult
 
 
 def test_a_steps_marks_resolve_later_and_stay_its_own() -> None:

@@ -1,7 +1,9 @@
 """CUDA-graphed steps: what can be graphed, and the engine's side of the graphs against a
 single process on CPU ranks, where each "graph" re-runs its body on the same static buffers
 (`PIPECAST_GRAPHS_STAND_IN`; the capture itself needs a GPU: tests/runtime/test_gpu.py checks it
-against eager runs there)."""
+against one process there). Every graphed step after the first must replay one graph per
+action that computes something: a run that never captured, and ran every step eagerly,
+would give the same numbers."""
 
 from __future__ import annotations
 
@@ -9,7 +11,15 @@ import functools
 
 import pytest
 import torch
-from tests.runtime.helpers import assert_close, merged, pipeline_job, reference_step, run_all
+from tests.runtime.helpers import (
+    assert_close,
+    assert_replayed,
+    merged,
+    pipeline_job,
+    reference_step,
+    run_all,
+    weightless_first,
+)
 
 from pipecast.errors import ConfigError
 from pipecast.orchestration.bench.config import BenchConfig
@@ -93,7 +103,8 @@ STEPS = 3  # the first step eager, the next two replayed between the static buff
 
 @functools.cache
 def _results() -> list[JobResult]:
-    """The graphed jobs (the last one forward-only) in one world per world size."""
+    """The graphed jobs (then one whose first stage has no weights, and one forward-only)
+    in one world per world size."""
     jobs = []
     for schedule, ranks, m, bounds, replicas, batch, recompute in GRAPHED:
         config = RunConfig(lr=0.1, timeout_s=60, cuda_graphs=True, recompute=recompute)  # type: ignore[arg-type]
@@ -103,6 +114,13 @@ def _results() -> list[JobResult]:
                 config=config,
             )
         )  # fmt: skip
+    config = RunConfig(lr=0.1, timeout_s=60, cuda_graphs=True)
+    jobs.append(
+        pipeline_job(
+            LENET, "1f1b", 2, 4, [0, 1, 4], batch=8, steps=STEPS, config=config,
+            model=weightless_first(),
+        )
+    )  # fmt: skip
     config = RunConfig(timeout_s=60, cuda_graphs=True)
     jobs.append(
         pipeline_job(LENET, "forward-only", 2, 3, [0, 6, 12], batch=12, steps=2, config=config)
@@ -125,6 +143,16 @@ def test_graphed_steps_match_single_process(case: int) -> None:
     assert_close(merged(result, "params"), want_params)
     losses = [s.loss for r in result.reports for s in r.steps if s.loss is not None]
     assert len(losses) == STEPS * replicas
+    assert_replayed(result)
+
+
+@pytest.mark.slow
+def test_a_first_stage_without_weights_captures_no_backward() -> None:
+    result = _results()[-2]
+    want_params, want_grads = reference_step(weightless_first(), LENET, 8, steps=STEPS)
+    assert_close(merged(result, "grads"), want_grads)
+    assert_close(merged(result, "params"), want_params)
+    assert_replayed(result, weightless_first=True)
 
 
 @pytest.mark.slow
@@ -132,6 +160,7 @@ def test_graphed_inference_gives_one_process_outputs() -> None:
     result = _results()[-1]
     got = [r.outputs for r in result.reports if r.outputs]
     assert len(got) == 1
+    assert_replayed(result)
     torch.manual_seed(0)
     x, _ = synthetic_batch(LENET.spec, 12, seed=1)  # the second (replayed) step's batch
     with torch.no_grad():

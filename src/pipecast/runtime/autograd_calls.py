@@ -8,6 +8,17 @@ their arguments in Python; for a GPU tensor the engine then hands the graph's no
 worker thread for that device and the caller waits. `engine_call` skips the first (checked
 once, at import, against what the public functions give); `on_engine_thread` lets a batch of
 calls run on that thread, nested, without a hand-over each.
+
+[Note: the engine thread's CUDA context]
+autograd's worker thread for GPU 0 starts without a current CUDA context: torch sets the
+thread's device only where the runtime does not already name it, and a fresh thread's
+runtime names device 0, so nothing binds the device's primary context there. A runtime call
+that needs one (a kernel launch, a synchronize) binds it on the way; cuBLAS checks first,
+and where the thread's first work is a matrix product (a stage whose output is a Linear's,
+or a residual added to one: GPT-2's blocks; W's products) it warns "Attempting to run
+cuBLAS, but there was no current CUDA context!" and binds it itself. Before its first call
+on a GPU, pipecast has that thread synchronize the device (`ready_engine_thread`), which
+binds the context without a warning.
 """
 
 from __future__ import annotations
@@ -37,6 +48,8 @@ def engine_call(
     (docs/decisions.md, "W by the op"). Seeds must match their roots' shapes;
     nothing here checks them. Where this torch's engine takes no such call, the public
     functions make it."""
+    if seeds and seeds[0].is_cuda and seeds[0].get_device() not in _READY:
+        ready_engine_thread(seeds[0].get_device())
     if _DIRECT_ENGINE:
         grads: tuple[torch.Tensor, ...] = _ENGINE.run_backward(
             tuple(roots), tuple(seeds), keep, False, tuple(inputs), True, accumulate
@@ -55,6 +68,22 @@ def engine_call(
         accumulate_into(wanted, found)
         return ()
     return tuple(found)
+
+
+_READY: set[int] = set()
+"""GPUs whose autograd worker thread has the device's context current (or is binding it)."""
+
+
+def ready_engine_thread(index: int) -> None:
+    """Bind GPU `index`'s primary context on autograd's worker thread for it, once per
+    process (see the note above): the thread synchronizes the device, a runtime call that
+    binds the context. Not while a CUDA graph is being captured here (a synchronize would
+    break the capture): the next call outside one does it."""
+    if index in _READY or torch.cuda.is_current_stream_capturing():
+        return
+    _READY.add(index)  # before the call below, which comes back through engine_call
+    device = torch.device("cuda", index)
+    on_engine_thread(lambda: torch.cuda.synchronize(device), device)
 
 
 def accumulate_into(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor | None]) -> None:

@@ -8,24 +8,22 @@ one autograd graph per segment of its blocks (pipecast.values.profile.segments),
 walk only their own segment. After a stage's last backward its gradients are
 all-reduced across data-parallel replicas (bucketed, overlapping the rest of the step); then
 every stage steps its optimizer. PipeDream plans update after every micro-batch, each backward
-using the weights its forward used.
+using the weights its forward used. On GPUs the steps after the first replay CUDA graphs
+(pipecast.runtime.replay).
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from pipecast.errors import ConfigError, PipecastError
+from pipecast.errors import ConfigError
 from pipecast.runtime import allreduce, devices, graphs, microbatch, ties
 from pipecast.runtime.backward import (
     Cut,
@@ -35,26 +33,23 @@ from pipecast.runtime.backward import (
     backward_input_segments,
     backward_weights,
 )
-from pipecast.runtime.channels import Channels, MessageKey, cached_group
+from pipecast.runtime.channels import Channels, cached_group
 from pipecast.runtime.config import RunConfig
-from pipecast.runtime.events import ActionClock, StepMarks
+from pipecast.runtime.events import ActionClock
 from pipecast.runtime.gradients import LossScaler, clip_global_norm
-from pipecast.runtime.graphs import Shapes, StepGraphs
 from pipecast.runtime.offload import HostActivations
+from pipecast.runtime.replay import Replay
 from pipecast.runtime.send_plan import Posting
 from pipecast.runtime.shape_agreement import ShapeAgreement
 from pipecast.runtime.stage import StageModule
+from pipecast.runtime.step_result import StepResult, StepRun, charge, tick
 from pipecast.runtime.watchdog import Watchdog
 from pipecast.runtime.weight_stream import hooks_of
 from pipecast.values.plan.action import Action, Plan
 from pipecast.values.plan.validate import validate
-from pipecast.values.timeline import Event
 from pipecast.values.training import offloads_activations, why_not_streamed
 
 LossFn = Callable[[torch.Tensor, Any], torch.Tensor]
-
-PREFETCH_ENV = "PIPECAST_PREFETCH_RECEIVES"
-"""Experiment: 1 posts a graphed step's receives at its start (Channels.prefetch)."""
 
 
 @dataclass
@@ -64,59 +59,6 @@ class _Micro:
     weights: dict[str, torch.Tensor] | None = None
     cuts: list[Cut] = field(default_factory=list)
     works: list[WeightWork] = field(default_factory=list)
-
-
-@dataclass
-class StepResult:
-    loss: float | None
-    """Mean loss over this replica's batch (on the rank holding the last stage)."""
-    seconds: float
-    """Host seconds the step took to issue; on a GPU its device may still be running it
-    (the caller synchronises where it times steps)."""
-    marks: StepMarks | None = None
-    """The step's timed actions, resolved into `events` when first read."""
-    peak_allocated: int = 0
-    """Peak bytes allocated; with CUDA graphs replayed, their pool counted whole."""
-    peak_reserved: int = 0
-    outputs: list[torch.Tensor] = field(default_factory=list)
-    """Forward-only plans: the last stage's outputs, one per micro-batch."""
-    host: dict[str, float] = field(default_factory=dict)
-    """Host seconds spent issuing each kind of action (F, B, W, BW), transfers included,
-    summed over the step, and posting the transfers alone ('transfer'); with `host_loop`
-    (the whole action loop) it shows whether the rank was host-bound: on GPU the host only
-    issues work and never waits for the device. 'cpu_F', ...: of those seconds, the ones
-    this thread ran on a CPU (time.thread_time); the rest it waited (for a lock, the GIL,
-    the device or the scheduler)."""
-    host_loop: float = 0.0
-    host_before: float = 0.0
-    """Seconds of the step before its action loop (agreeing on the batch's shape with the
-    other ranks, splitting it into micro-batches)."""
-    host_after: float = 0.0
-    """Seconds of the step after its action loop (waiting for sends and all-reduces, the
-    optimizer step, the loss, waiting for the device)."""
-    grad_norm: float | None = None
-    """The gradients' global L2 norm before clipping (RunConfig.clip_grad_norm; None: not
-    clipped)."""
-    skipped: bool = False
-    """Dynamic loss scaling found an overflow: the optimizer did not step."""
-    loss_scale: float = 0.0
-    """The loss scale this step ran with (0: no scaling)."""
-
-    @cached_property
-    def events(self) -> list[Event]:
-        """The step's actions with their start and end (device times on GPU) from the
-        step's start; reading them the first time waits for the device."""
-        return self.marks.resolve() if self.marks is not None else []
-
-
-@dataclass
-class _Run:
-    """What a step's action loop leaves for the rest of the step."""
-
-    loss_sum: torch.Tensor | None = None
-    outputs: list[torch.Tensor] = field(default_factory=list)
-    pending_reduce: list[allreduce.Bucket] = field(default_factory=list)
-    host: dict[str, float] = field(default_factory=dict)
 
 
 class PipelineEngine:
@@ -192,12 +134,8 @@ class PipelineEngine:
         )
         """The stream every step runs on, eager and graphed (pipecast.runtime.graphs)."""
         self.agreement = ShapeAgreement(self.global_rank)
-        self._shapes: Shapes | None = (
-            Shapes() if graphs.enabled(plan, config, device.type) else None
-        )
-        """What the eager step saw, until the graphs are captured for it."""
-        self._graphs: StepGraphs | None = None
-        self._graph_key: tuple[Any, ...] | None = None
+        self.replay = Replay(self) if graphs.enabled(plan, config, device.type) else None
+        """The graphed path (pipecast.runtime.replay); None: every step runs eagerly."""
 
     def close(self) -> None:
         self.watchdog.__exit__()
@@ -226,8 +164,10 @@ class PipelineEngine:
         devices.reset_peak(self.device)
         self.watchdog.at(None, "agreeing on the step's input shape")
         local_batch = self.agreement.agree(inputs)
-        graphed = self._graphs is not None and self.agreement.key == self._graph_key
-        landing = self._graphs.receives() if graphed and self._graphs is not None else None
+        replay = self.replay
+        graphed = replay is not None and replay.ready(self.agreement.key)
+        captured = replay.graphs if replay is not None and graphed else None
+        landing = captured.receives() if captured is not None else None
         self.channels.begin_step(known_shapes=self.agreement.known, targets=landing)
         with self._on_stream(graphed):
             in_mbs = (
@@ -243,8 +183,8 @@ class PipelineEngine:
             self.posting.begin_step()
             loop_began = time.perf_counter()
             host_before = loop_began - began
-            if graphed:
-                run = self._replay_actions(in_mbs, tg_mbs)
+            if replay is not None and graphed:
+                run = replay.run(in_mbs, tg_mbs)
             else:
                 run = self._eager_actions(in_mbs, tg_mbs, total)
             self.posting.flush()
@@ -254,16 +194,16 @@ class PipelineEngine:
             marks = self.clock.take()
             loss_sum = run.loss_sum
             loss_value = float(loss_sum.item()) * self.replicas if loss_sum is not None else None
-        if self._shapes is not None and not graphed and self._graphs is None:
+        if replay is not None and not graphed and replay.learning():
             self.watchdog.at(None, "capturing CUDA graphs")
-            self._capture(total)
+            replay.capture(total)
         self.watchdog.idle()
         return StepResult(
             loss=loss_value,
             seconds=time.perf_counter() - began,
             marks=marks,
             peak_allocated=devices.peak_allocated(self.device)
-            + (self._graphs.pool_bytes if graphed and self._graphs is not None else 0),
+            + (captured.pool_bytes if captured is not None else 0),
             peak_reserved=devices.peak_reserved(self.device),
             outputs=run.outputs,
             host=run.host,
@@ -273,6 +213,7 @@ class PipelineEngine:
             grad_norm=float(norm) if norm is not None else None,
             skipped=skipped,
             loss_scale=scale,
+            graphs_replayed=run.graphs_replayed,
         )
 
     @contextlib.contextmanager
@@ -319,17 +260,7 @@ class PipelineEngine:
                     st.step()
         return norm, skipped, scale
 
-    def _tick(
-        self, host: dict[str, float], kind: str, tick: tuple[float, float]
-    ) -> tuple[float, float]:
-        """Charge the host seconds since `tick` (wall, this thread's CPU) to `kind`."""
-        now, cpu_now = time.perf_counter(), time.thread_time()
-        host[kind] = host.get(kind, 0.0) + now - tick[0]
-        cpu = "cpu_" + kind
-        host[cpu] = host.get(cpu, 0.0) + cpu_now - tick[1]
-        return now, cpu_now
-
-    def _reduce_if_done(self, position: int, a: Action, pending: list[allreduce.Bucket]) -> None:
+    def reduce_if_done(self, position: int, a: Action, pending: list[allreduce.Bucket]) -> None:
         """After a stage's last backward: start all-reducing its gradients over replicas."""
         if self._last_backward.get(a.stage) == position and self.dp_group is not None:
             grads = [p.grad for p in self.stages[a.stage].params if p.grad is not None]
@@ -337,13 +268,13 @@ class PipelineEngine:
 
     def _eager_actions(
         self, in_mbs: list[Any] | None, tg_mbs: list[Any] | None, total: int
-    ) -> _Run:
+    ) -> StepRun:
         """The step's actions, each run op by op as the plan orders them."""
         plan = self.plan
-        run = _Run()
+        run = StepRun()
         state: dict[tuple[int, int], _Micro] = {}
         local: dict[tuple[str, int, int], torch.Tensor] = {}
-        tick = (time.perf_counter(), time.thread_time())
+        since = tick()
         for position, a in enumerate(plan.actions[self.rank]):
             self.posting.at(position)
             st = self.stages[a.stage]
@@ -352,8 +283,8 @@ class PipelineEngine:
                 mark = self.clock.begin()
                 out, micro = self._forward(a, st, x)
                 target = tg_mbs[a.mb] if st.last and tg_mbs is not None else None
-                if self._shapes is not None:
-                    self._shapes.forward(a, x, out, target)
+                if self.replay is not None and self.replay.shapes is not None:
+                    self.replay.shapes.forward(a, x, out, target)
                 if st.last and not plan.forward_only:
                     assert target is not None and self.loss_fn is not None
                     scale = microbatch.size(target) / total
@@ -386,101 +317,14 @@ class PipelineEngine:
                     self.clock.end(mark, self.global_rank, str(a), a.kind, a.stage, a.mb)
                     if a.stage > 0 and grad_in is not None:
                         self._deliver(a, grad_in, local, "grad", a.stage - 1)
-            self._reduce_if_done(position, a, run.pending_reduce)
-            tick = self._tick(run.host, a.kind, tick)
+            self.reduce_if_done(position, a, run.pending_reduce)
+            since = charge(run.host, a.kind, since)
         return run
-
-    def _replay_actions(self, in_mbs: list[Any] | None, tg_mbs: list[Any] | None) -> _Run:
-        """The step's actions replayed as the captured graphs, between static buffers that
-        the transfers read and write (receives land in them)."""
-        g = self._graphs
-        assert g is not None
-        plan, run = self.plan, _Run()
-        last = plan.num_stages - 1
-        tick = (time.perf_counter(), time.thread_time())
-        if os.environ.get(PREFETCH_ENV) == "1":
-            self.channels.prefetch()
-        if self.scaler.scale:
-            g.scale.fill_(self.scaler.scale)
-        if in_mbs is not None:
-            for mb, x in enumerate(in_mbs):
-                g.buffer(("in", 0, mb)).copy_(x, non_blocking=True)
-        if tg_mbs is not None and not plan.forward_only:
-            for mb, y in enumerate(tg_mbs):
-                g.buffer(("target", last, mb)).copy_(y, non_blocking=True)
-        actions = plan.actions[self.rank]
-        for position, a in enumerate(actions):
-            self.posting.at(position)
-            s, mb = a.stage, a.mb
-            incoming = self._incoming(a)
-            if incoming is not None:
-                self.posting.flush()  # never wait while holding back what a peer needs
-                src, key = incoming
-                what = "activation" if key[1] == "act" else "gradient"
-                self.watchdog.at(a, f"waiting for the {what} of micro-batch {mb} from rank {src}")
-                self.channels.recv(src, key)
-            self.watchdog.at(a, "replaying its CUDA graph")
-            mark = self.clock.begin()
-            g.replay(a)
-            self.clock.end(mark, self.global_rank, str(a), a.kind, s, mb)
-            if a.kind == "F" and s < last and s + 1 not in self.stages:
-                dst = plan.stage_to_rank[s + 1]
-                self.posting.send(a, dst, (s, "act", mb), g.buffer(("out", s, mb)))
-            elif a.kind in ("B", "BW") and s > 0 and s - 1 not in self.stages:
-                dst = plan.stage_to_rank[s - 1]
-                self.posting.send(a, dst, (s, "grad", mb), g.buffer(("gin", s, mb)))
-            self._reduce_if_done(position, a, run.pending_reduce)
-            tick = self._tick(run.host, a.kind, tick)
-        if last in self.stages:
-            if plan.forward_only:
-                run.outputs = [
-                    g.buffer(("out", last, mb)).clone() for mb in range(plan.num_microbatches)
-                ]
-            else:
-                losses = [g.buffer(("loss", last, mb)) for mb in range(plan.num_microbatches)]
-                run.loss_sum = torch.stack(losses).sum()
-        return run
-
-    def _incoming(self, a: Action) -> tuple[int, MessageKey] | None:
-        """(source rank, message) that action `a` receives from another rank, if any."""
-        last = self.plan.num_stages - 1
-        if a.kind == "F" and a.stage > 0 and a.stage - 1 not in self.stages:
-            return self.plan.stage_to_rank[a.stage - 1], (a.stage - 1, "act", a.mb)
-        if a.kind in ("B", "BW") and a.stage < last and a.stage + 1 not in self.stages:
-            return self.plan.stage_to_rank[a.stage + 1], (a.stage + 1, "grad", a.mb)
-        return None
-
-    def _capture(self, total: int) -> None:
-        """Capture every action of this rank for the shapes the eager step just saw, or,
-        where a capture fails, stay eager and say why once."""
-        assert self._shapes is not None
-        if self._shapes.unsupported:
-            print(f"pipecast: runs eagerly: {self._shapes.unsupported}", file=sys.stderr)
-            self._shapes = None
-            return
-        g = StepGraphs(
-            self.plan,
-            self.rank,
-            self.stages,
-            self.device,
-            self.config,
-            self.loss_fn,
-            scaled=bool(self.scaler.scale),
-        )
-        try:
-            g.capture(self._shapes, total, self.stream)
-        except (RuntimeError, ConfigError) as exc:
-            first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
-            raise PipecastError(
-                f"capturing rank {self.global_rank}'s actions as CUDA graphs failed "
-                f"({type(exc).__name__}: {first}); run without CUDA graphs (--no-cuda-graphs)"
-            ) from exc
-        self._graphs, self._graph_key, self._shapes = g, self.agreement.key, None
 
     def zero_grad(self) -> None:
         for st in self.stages.values():
             # a graph accumulates into .grad's own memory
-            st.zero_grad(set_to_none=self._graphs is None)
+            st.zero_grad(set_to_none=self.replay is None or self.replay.graphs is None)
 
     # ---- pieces ------------------------------------------------------------------------
 

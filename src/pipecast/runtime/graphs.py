@@ -167,6 +167,9 @@ class StepGraphs:
         self.actions = plan.actions[rank]
         self.buffers: dict[Key, torch.Tensor] = {}
         self.programs: dict[Action, Program] = {}
+        """The captured actions (an action with nothing to compute has none)."""
+        self.replayed = 0
+        """Programs replayed so far."""
         self.scale = torch.ones((), device=device)
         """The loss scale the graphs multiply by (set before each step; 1 without scaling)."""
         self.pool_bytes = 0
@@ -234,6 +237,10 @@ class StepGraphs:
         st = self.stages[a.stage]
         s, mb, plan = a.stage, a.mb, self.plan
         last = s == plan.num_stages - 1
+        # a first stage without trainable weights has neither an input gradient to give nor
+        # weight gradients to take: its backward issues no kernel, and a graph of nothing
+        # is an error to CUDA ("The CUDA Graph is empty")
+        differentiated = s > 0 or bool(st.params)
         if a.kind == "F":
             recompute = self.config.recompute == "all" or (
                 self.config.recompute == "all-but-last" and mb < plan.num_microbatches - 1
@@ -256,7 +263,8 @@ class StepGraphs:
                 else:
                     self.buffers[("out", s, mb)].copy_(out.detach())
                     root = out
-                self._state[(s, mb)] = (leaf if leaf is not x else None, root)
+                if differentiated:
+                    self._state[(s, mb)] = (leaf if leaf is not x else None, root)
 
             return forward
         if a.kind == "W":
@@ -268,6 +276,8 @@ class StepGraphs:
                 backward_weights(works, self.device, nest=False)
 
             return weights
+        if not differentiated:
+            return None
 
         def backward() -> None:
             leaf, root = self._state.pop((s, mb))
@@ -322,3 +332,4 @@ class StepGraphs:
         program = self.programs.get(a)
         if program is not None:
             program.replay()
+            self.replayed += 1

@@ -116,7 +116,7 @@ class StageModule:
             torch.cuda.current_stream(self.device).synchronize()  # the copies have landed
         self.optimizer.step()
         if self.streamed is not None:  # the next blocks to run bring the new weights in
-            self.streamed.release_all()
+            self.streamed.host_stepped()
             return
         with torch.no_grad():
             for p, h in zip(self.params, self.host_params, strict=True):

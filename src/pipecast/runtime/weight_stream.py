@@ -16,7 +16,9 @@ reaches next) before autograd reads it. The tensor itself is kept, so the view s
 refilled storage. Refilling a weight does not count as modifying it: its version counter is
 preserved, or autograd would reject the saved weights.
 
-A parameter two blocks share (a tied embedding) stays resident: its block is not one.
+A parameter two blocks share (a tied embedding and head) stays resident: no block streams it,
+since releasing it with one block would leave the other without it. The host's optimizer
+steps it with the rest, so after each step it takes the new weights from the host at once.
 Recomputation is not supported: checkpoint's own hooks hide the recomputed weights' unpacks
 from these. On CPU ranks the host copy is a plain tensor, so the same path runs and is tested
 without a GPU.
@@ -75,6 +77,8 @@ class WeightStream:
         for b, block in enumerate(blocks):
             own = [p for p in block.parameters() if owners.get(id(p)) == b and id(p) in copy_of]
             self.blocks.append(_Block(b, own, [copy_of[id(p)] for p in own]))
+        self.kept = [(p, copy_of[id(p)]) for p in params if owners.get(id(p)) == -1]
+        """Weights several blocks share, resident throughout, with their host copies."""
         self._owner: dict[int, int] = {}
         """Storage address of each resident streamed weight -> its block."""
         self.moved_bytes = 0
@@ -101,9 +105,19 @@ class WeightStream:
         for block in self.blocks:
             self._wait(block)
 
+    def host_stepped(self) -> None:
+        """The host's weights are the new ones (after an optimizer step): every block gives
+        its storage back, to bring them in when it next runs, and the resident weights
+        several blocks share take theirs now."""
+        self.release_all()
+        with torch.no_grad():
+            for p, h in self.kept:
+                p.copy_(h, non_blocking=True)
+                self.moved_bytes += p.numel() * p.element_size()
+
     def release_all(self) -> None:
-        """Give back every block's storage (after an optimizer step: the host's weights are
-        the new ones)."""
+        """Give back every block's storage (at the start; after the weights were read or set
+        whole, StageModule.resident; after an optimizer step, host_stepped)."""
         for block in self.blocks:
             self._release(block)
 

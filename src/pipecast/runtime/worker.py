@@ -14,11 +14,12 @@ import torch.distributed as dist
 from pipecast.errors import PipecastError
 from pipecast.runtime import checkpoint, devices
 from pipecast.runtime.devices import DTYPES
-from pipecast.runtime.engine import PipelineEngine, StepResult
+from pipecast.runtime.engine import PipelineEngine
 from pipecast.runtime.job import TrainJob
 from pipecast.runtime.launch import Context, write_progress
 from pipecast.runtime.rank_stages import build_stages
 from pipecast.runtime.stage import StageModule
+from pipecast.runtime.step_result import StepResult
 from pipecast.values.data.loss import loss_for
 from pipecast.values.data.source import fits
 from pipecast.values.data.spec import DatasetSpec
@@ -47,6 +48,8 @@ class StepRecord:
     skipped: bool = False
     """The gradients overflowed under loss scaling: no update."""
     loss_scale: float = 0.0
+    graphs_replayed: int = 0
+    """CUDA graphs the step replayed (0: it ran eagerly)."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,8 @@ class RankReport:
     checkpoints: list[tuple[int, float]] = field(default_factory=list)
     """(steps done, seconds this rank took to write its part and meet the others) for each
     checkpoint it wrote."""
+    graphs_captured: int = 0
+    """This rank's actions captured as CUDA graphs (0: every step ran eagerly)."""
 
 
 class _Data:
@@ -191,6 +196,7 @@ def run_rank(ctx: Context, job: TrainJob) -> RankReport:
                         grad_norm=result.grad_norm,
                         skipped=result.skipped,
                         loss_scale=result.loss_scale,
+                        graphs_replayed=result.graphs_replayed,
                     )
                 )
                 final = result
@@ -216,6 +222,7 @@ def run_rank(ctx: Context, job: TrainJob) -> RankReport:
     finally:
         engine.close()
     report.versions = {s: st.version_log for s, st in stages.items()}
+    report.graphs_captured = engine.replay.captured if engine.replay is not None else 0
     return report
 
 
