@@ -14,6 +14,7 @@ steps with the same input shape send data only.
 from __future__ import annotations
 
 import datetime
+import itertools
 import os
 import time
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 from pipecast.errors import PipecastError, RuntimeTimeout
+from pipecast.runtime.layout import Layout
 from pipecast.values.plan.action import Action, Plan
 
 MessageKey = tuple[int, str, int]
@@ -86,20 +88,24 @@ class Channels:
         replicas: int,
         device: torch.device,
         timeout_s: float,
+        layout: Layout | None = None,
+        tensor: int = 0,
     ) -> None:
+        """`layout`: where the job's processes sit (runtime/layout.py); this rank is
+        tensor-parallel rank `tensor`, and talks to the same one of each neighbour."""
         self.device = device
         self.timeout = datetime.timedelta(seconds=timeout_s)
         self.rank = pipeline_rank
         orders = channel_orders(plan)
         self.outgoing: dict[int, _Channel] = {}
         self.incoming: dict[int, _Channel] = {}
-        width = plan.num_ranks
-        # every rank creates every replica's groups, in the same order (new_group is collective)
-        for k in range(replicas):
+        layout = layout or Layout(replicas, plan.num_ranks)
+        # every rank creates every group, in the same order (new_group is collective)
+        for t, k in itertools.product(range(layout.tp), range(replicas)):
             for src, dst in sorted(orders):
-                ranks = [k * width + src, k * width + dst]
+                ranks = [layout.rank(k, src, t), layout.rank(k, dst, t)]
                 group = cached_group(ranks, "p2p") if dist.is_initialized() else None
-                if k != replica:
+                if (k, t) != (replica, tensor):
                     continue
                 if src == pipeline_rank:
                     self.outgoing[dst] = _Channel(group, ranks[1], orders[(src, dst)])

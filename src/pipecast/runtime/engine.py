@@ -17,26 +17,23 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from pipecast.errors import ConfigError
-from pipecast.runtime import allreduce, devices, graphs, microbatch, ties
+from pipecast.runtime import allreduce, devices, graphs, microbatch, sharding, ties
 from pipecast.runtime.backward import (
     Cut,
-    WeightWork,
-    backward_full,
-    backward_input,
-    backward_input_segments,
     backward_weights,
 )
 from pipecast.runtime.channels import Channels, cached_group
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.events import ActionClock
 from pipecast.runtime.gradients import LossScaler, clip_global_norm
+from pipecast.runtime.layout import Layout
+from pipecast.runtime.micro_backward import Micro, run_backward
 from pipecast.runtime.offload import HostActivations
 from pipecast.runtime.replay import Replay
 from pipecast.runtime.send_plan import Posting
@@ -50,15 +47,6 @@ from pipecast.values.plan.validate import validate
 from pipecast.values.training import offloads_activations, why_not_streamed
 
 LossFn = Callable[[torch.Tensor, Any], torch.Tensor]
-
-
-@dataclass
-class _Micro:
-    leaf: torch.Tensor | None
-    out: torch.Tensor | None
-    weights: dict[str, torch.Tensor] | None = None
-    cuts: list[Cut] = field(default_factory=list)
-    works: list[WeightWork] = field(default_factory=list)
 
 
 class PipelineEngine:
@@ -76,6 +64,8 @@ class PipelineEngine:
         config: RunConfig,
         device: torch.device,
         tied: list[ties.Tie] | None = None,
+        layout: Layout | None = None,
+        tensor: int = 0,
     ) -> None:
         validate(plan)
         if plan.async_updates and replicas > 1:
@@ -110,15 +100,25 @@ class PipelineEngine:
         """Parameters shared with other stages (pipecast.runtime.ties)."""
         self._uncounted = ties.uncounted(self.ties)
         """Copies of tied parameters the global gradient norm leaves out."""
-        width = plan.num_ranks
-        self.global_rank = replica * width + pipeline_rank
-        self.channels = Channels(plan, pipeline_rank, replica, replicas, device, config.timeout_s)
+        layout = layout or Layout(replicas, plan.num_ranks)
+        self.global_rank = layout.rank(replica, pipeline_rank, tensor)
+        self.channels = Channels(
+            plan, pipeline_rank, replica, replicas, device, config.timeout_s, layout, tensor
+        )
         self.dp_group: dist.ProcessGroup | None = None
-        if replicas > 1:
-            for r in range(width):  # collective: every rank creates every group, in order
-                group = cached_group([k * width + r for k in range(replicas)], "dp")
-                if r == pipeline_rank:
-                    self.dp_group = group
+        """The replicas' group for pipecast's own all-reduce (None: one replica, or FSDP
+        reduce-scatters the gradients itself)."""
+        sharded = any(st.mesh.dp is not None for st in stages.values())
+        self.summed = 1 if sharded else replicas
+        """Replicas whose gradients are summed (pipecast's all-reduce); 1 where FSDP
+        averages them."""
+        if replicas > 1 and not sharded:
+            for t in range(layout.tp):  # collective: every rank creates every group, in order
+                for r in range(layout.width):
+                    ranks = [layout.rank(k, r, t) for k in range(replicas)]
+                    group = cached_group(ranks, "dp")
+                    if (r, t) == (pipeline_rank, tensor):
+                        self.dp_group = group
         self.clock = ActionClock(device, config.record_events)
         self.watchdog = Watchdog(plan, pipeline_rank, self.global_rank, config.timeout_s)
         self.watchdog.__enter__()
@@ -126,6 +126,12 @@ class PipelineEngine:
             plan, pipeline_rank, self.channels, planned=config.send_timing == "planned"
         )
         self._last_backward = {s: self._last_backward_index(s) for s in stages}
+        self._last_sync = {
+            s: self._last_backward_index(s, ("B", "BW") if st.first else None)
+            for s, st in stages.items()
+        }
+        """Where each FSDP stage reduce-scatters in a pipeline: its last backward action
+        with work in it (the first stage's B is its whole backward, its W empty)."""
         graphs.check(plan, config, device.type)
         self.stream = (
             torch.cuda.Stream(device)  # type: ignore[no-untyped-call]
@@ -140,8 +146,8 @@ class PipelineEngine:
     def close(self) -> None:
         self.watchdog.__exit__()
 
-    def _last_backward_index(self, stage: int) -> int:
-        kinds = ("W",) if self.plan.split_backward else ("BW",)
+    def _last_backward_index(self, stage: int, kinds: tuple[str, ...] | None = None) -> int:
+        kinds = kinds or (("W",) if self.plan.split_backward else ("BW",))
         positions = [
             i
             for i, a in enumerate(self.plan.actions[self.rank])
@@ -178,7 +184,10 @@ class PipelineEngine:
                 if last and targets is not None
                 else None
             )
-            total = local_batch * self.replicas
+            # a micro-batch's loss counts its share of the samples the gradients are summed
+            # over: every replica's under pipecast's all-reduce, this replica's alone where
+            # FSDP averages the replicas' gradients
+            total = local_batch * self.summed
             self.clock.start_step()
             self.posting.begin_step()
             loop_began = time.perf_counter()
@@ -193,7 +202,7 @@ class PipelineEngine:
             norm, skipped, scale = self._finish_step(run.pending_reduce)
             marks = self.clock.take()
             loss_sum = run.loss_sum
-            loss_value = float(loss_sum.item()) * self.replicas if loss_sum is not None else None
+            loss_value = float(loss_sum.item()) * self.summed if loss_sum is not None else None
         if replay is not None and not graphed and replay.learning():
             self.watchdog.at(None, "capturing CUDA graphs")
             replay.capture(total)
@@ -263,7 +272,9 @@ class PipelineEngine:
     def reduce_if_done(self, position: int, a: Action, pending: list[allreduce.Bucket]) -> None:
         """After a stage's last backward: start all-reducing its gradients over replicas."""
         if self._last_backward.get(a.stage) == position and self.dp_group is not None:
-            grads = [p.grad for p in self.stages[a.stage].params if p.grad is not None]
+            grads = [
+                sharding.local(p.grad) for p in self.stages[a.stage].params if p.grad is not None
+            ]
             pending += allreduce.launch(grads, self.dp_group, self.config.bucket_bytes)
 
     def _eager_actions(
@@ -272,7 +283,7 @@ class PipelineEngine:
         """The step's actions, each run op by op as the plan orders them."""
         plan = self.plan
         run = StepRun()
-        state: dict[tuple[int, int], _Micro] = {}
+        state: dict[tuple[int, int], Micro] = {}
         local: dict[tuple[str, int, int], torch.Tensor] = {}
         since = tick()
         for position, a in enumerate(plan.actions[self.rank]):
@@ -301,9 +312,13 @@ class PipelineEngine:
                     self._deliver(a, out.detach(), local, "act", a.stage + 1)
             else:
                 micro = state[(a.stage, a.mb)]
+                if st.mesh.within_pipeline and st.mesh.dp is not None:
+                    sharding.sync_at(st.module, self._last_sync[a.stage] == position)
                 if a.kind == "W":
                     mark = self.clock.begin()
                     self.watchdog.at(a, "computing weight gradients")
+                    if micro.mesh_weights is not None:
+                        micro.mesh_weights.run()
                     backward_weights(micro.works, self.device)
                     del state[(a.stage, a.mb)]
                     self.clock.end(mark, self.global_rank, str(a), "W", a.stage, a.mb)
@@ -311,7 +326,9 @@ class PipelineEngine:
                     grad = self._output_grad(a, st, local)
                     mark = self.clock.begin()
                     self.watchdog.at(a, "computing the backward")
-                    grad_in = self._backward(a, st, micro, grad)
+                    grad_in = run_backward(
+                        a, st, micro, grad, async_updates=self.plan.async_updates
+                    )
                     if a.kind == "BW":
                         del state[(a.stage, a.mb)]
                     self.clock.end(mark, self.global_rank, str(a), a.kind, a.stage, a.mb)
@@ -343,7 +360,7 @@ class PipelineEngine:
         self.watchdog.at(a, f"waiting for the activation of micro-batch {a.mb} from rank {src}")
         return self.channels.recv(src, (source, "act", a.mb))
 
-    def _forward(self, a: Action, st: StageModule, x: Any) -> tuple[torch.Tensor, _Micro]:
+    def _forward(self, a: Action, st: StageModule, x: Any) -> tuple[torch.Tensor, Micro]:
         self.watchdog.at(a, "computing the forward")
         plan = self.plan
         needs_grad = (
@@ -367,7 +384,13 @@ class PipelineEngine:
         if plan.forward_only:
             with torch.no_grad():
                 out = st.forward(x)
-        elif plan.split_backward and self.config.cut_backward and leaf is not None and not weights:
+        elif (
+            plan.split_backward
+            and self.config.cut_backward
+            and leaf is not None
+            and not weights
+            and not st.meshed
+        ):
             with saving:
                 out, cuts = st.forward_cut(leaf, recompute=recompute)
         else:
@@ -375,7 +398,7 @@ class PipelineEngine:
                 out = st.forward(
                     leaf if leaf is not None else x, recompute=recompute, weights=weights
                 )
-        return out, _Micro(leaf=leaf, out=out, weights=weights, cuts=cuts)
+        return out, Micro(leaf=leaf, out=out, weights=weights, cuts=cuts)
 
     def _deliver(
         self,
@@ -402,36 +425,3 @@ class PipelineEngine:
         self.posting.flush()
         self.watchdog.at(a, f"waiting for the gradient of micro-batch {a.mb} from rank {src}")
         return self.channels.recv(src, (source, "grad", a.mb))
-
-    def _backward(
-        self, a: Action, st: StageModule, micro: _Micro, grad: torch.Tensor | None
-    ) -> torch.Tensor | None:
-        assert micro.out is not None
-        params = list(micro.weights.values()) if micro.weights is not None else st.params
-        if a.kind == "BW":
-            grad_in = backward_full(micro.out, grad, micro.leaf, params)
-            if self.plan.async_updates:
-                self._async_update(st, micro)
-            micro.out = micro.leaf = None
-            return grad_in
-        if micro.cuts:
-            grad_in, micro.works = backward_input_segments(
-                micro.out, grad, micro.leaf, micro.cuts, st.part_params
-            )
-        else:
-            grad_in, work = backward_input(micro.out, grad, micro.leaf, params)
-            micro.works = [work]
-        micro.out = micro.leaf = None
-        micro.cuts = []
-        return grad_in
-
-    def _async_update(self, st: StageModule, micro: _Micro) -> None:
-        """PipeDream: apply this micro-batch's gradient (taken on its stashed weights)."""
-        assert micro.weights is not None
-        named = dict(st.module.named_parameters())
-        for name, stashed in micro.weights.items():
-            named[name].grad = stashed.grad
-        st.step()
-        st.zero_grad(set_to_none=True)
-        st.version += 1
-        micro.weights = None

@@ -12,12 +12,15 @@ from pipecast.errors import ConfigError
 from pipecast.runtime import graphs
 from pipecast.runtime.checkpoint import Checkpointing, Saved, check_resumable, latest, stage_blocks
 from pipecast.runtime.config import RunConfig
+from pipecast.runtime.layout import Layout
 from pipecast.values.data.registry import get_spec
 from pipecast.values.data.source import DataSource
 from pipecast.values.data.spec import DatasetSpec
+from pipecast.values.models.tensor_plans import check_split
 from pipecast.values.models.workload import Workload
 from pipecast.values.partition import Partition
 from pipecast.values.plan.action import Plan
+from pipecast.values.strategy import Shard
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,6 +39,11 @@ class TrainJob:
     """Real samples to train on (default: synthetic batches of the data set's shapes, or for
     'digits' the shipped digits)."""
     replicas: int = 1
+    shard: Shard = "none"
+    """How the replicas hold the weights: whole copies, or sharded by torch's FSDP
+    (pipecast.runtime.sharding; Strategy.shard)."""
+    tp: int = 1
+    """Tensor-parallel ranks each pipeline rank's blocks are split over."""
     config: RunConfig = field(default_factory=RunConfig)
     device: Literal["cpu", "cuda"] = "cpu"
     steps: int = 3
@@ -70,7 +78,17 @@ class TrainJob:
 
     @property
     def world(self) -> int:
-        return self.plan.num_ranks * self.replicas
+        return self.layout_of_ranks.world
+
+    @property
+    def layout_of_ranks(self) -> Layout:
+        """Where each process sits: replica, pipeline rank, tensor-parallel rank."""
+        return Layout(self.replicas, self.plan.num_ranks, self.tp)
+
+    @property
+    def meshed(self) -> bool:
+        """Torch's FSDP or tensor parallelism runs the blocks."""
+        return self.tp > 1 or (self.shard != "none" and self.replicas > 1)
 
     def check(self) -> None:
         """Everything that can be wrong before any process starts."""
@@ -110,8 +128,34 @@ class TrainJob:
                 "updates each stage on its own after every micro-batch"
             )
         graphs.check(self.plan, self.config, self.device)
+        if self.meshed:
+            self._check_mesh()
         self.source().check(self.spec, self.batch)
         self.resume_from()
+
+    def _check_mesh(self) -> None:
+        """What FSDP and tensor parallelism cannot run with, each a one-line error before
+        anything starts."""
+        name = "FSDP" if self.tp == 1 else "tensor parallelism"
+        cfg = self.config
+        refused = [
+            (self.tp < 1, f"tensor-parallel degree must be at least 1, got {self.tp}"),
+            (self.plan.async_updates, "PipeDream's per-micro-batch updates"),
+            (cfg.offload != "none", f"moving {cfg.offload} to the host"),
+            (cfg.clip_grad_norm > 0, "gradient clipping (its norm over sharded gradients)"),
+            ((cfg.loss_scale or 0.0) > 0, "fp16 loss scaling (use bf16)"),
+            (self.checkpoint is not None, "checkpoints (--checkpoint-dir)"),
+            (graphs.enabled(self.plan, cfg, self.device), "CUDA graphs (--no-cuda-graphs)"),
+        ]
+        for bad, what in refused:
+            if bad:
+                raise ConfigError(f"{name} does not run with {what}: leave it out")
+        if self.tp > 1:
+            model = self.model if self.model is not None else None
+            if model is None:
+                assert self.workload is not None
+                model = self.workload.build("meta")
+            check_split(list(model), self.tp)
 
     @property
     def total_steps(self) -> int:

@@ -12,6 +12,7 @@ from pipecast.errors import ConfigError
 from pipecast.runtime import ties
 from pipecast.runtime.job import TrainJob
 from pipecast.runtime.launch import Context
+from pipecast.runtime.sharding import StageMesh
 from pipecast.runtime.stage import StageModule, materialize
 from pipecast.values.models.graph_blocks import GraphBlock
 from pipecast.values.models.sources import library_of
@@ -57,12 +58,17 @@ def _slices(
 
 
 def build_stages(
-    job: TrainJob, ctx: Context, pipeline_rank: int, replica: int
+    job: TrainJob, ctx: Context, pipeline_rank: int, replica: int, mesh: StageMesh | None = None
 ) -> tuple[dict[int, StageModule], list[ties.Tie]]:
     """This rank's StageModules and the ties among their parameters. Collective: every rank
-    creates every tie's process groups."""
+    creates every tie's process groups; `mesh` splits and shards the blocks."""
     model = whole_model(job)
     tied = ties.holders(model)
+    if tied and mesh is not None and (mesh.tp is not None or mesh.dp is not None):
+        raise ConfigError(
+            f"FSDP and tensor parallelism cannot keep tied parameters ({', '.join(sorted(tied))})"
+            " equal across their shards: untie them or run without a mesh"
+        )
     if tied and job.plan.async_updates:
         raise ConfigError(
             f"PipeDream's per-micro-batch updates cannot keep tied parameters "
@@ -71,7 +77,9 @@ def build_stages(
     last = job.plan.num_stages - 1
     stages = {}
     for s, blocks in _slices(job, ctx, job.plan.stages_of(pipeline_rank), model).items():
-        stages[s] = StageModule(s, blocks, ctx.device, job.config, first=s == 0, last=s == last)
+        stages[s] = StageModule(
+            s, blocks, ctx.device, job.config, first=s == 0, last=s == last, mesh=mesh
+        )
         stages[s].start = job.partition.stages[s].start
         if job.plan.forward_only:  # inference: batch norm's running statistics, no dropout
             stages[s].module.eval()

@@ -19,9 +19,10 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from pipecast.runtime import devices
+from pipecast.runtime import devices, sharding
 from pipecast.runtime.backward import Cut
 from pipecast.runtime.config import RunConfig
+from pipecast.runtime.sharding import StageMesh
 from pipecast.runtime.weight_stream import WeightStream
 from pipecast.values.profile.segments import segments
 from pipecast.values.training import offloads_optimizer, offloads_weights
@@ -59,6 +60,7 @@ class StageModule:
         *,
         first: bool,
         last: bool,
+        mesh: StageMesh | None = None,
     ) -> None:
         self.index, self.first, self.last = index, first, last
         self.start = 0
@@ -67,6 +69,10 @@ class StageModule:
         if not config.autocast and config.dtype != "fp32":
             blocks = blocks.to(devices.DTYPES[config.dtype])
         self.module = blocks.to(device)
+        self.mesh = mesh or StageMesh()
+        """How torch's FSDP and tensor parallelism split and shard the blocks
+        (pipecast.runtime.sharding); empty: the blocks run whole."""
+        sharding.apply(self.module, self.mesh)
         self.params = [p for p in self.module.parameters() if p.requires_grad]
         self.host_params: list[nn.Parameter] | None = None
         """With the optimizer on the host (RunConfig.offload): its copy of the weights, in
@@ -85,7 +91,7 @@ class StageModule:
         if offloads_weights(config.offload) and self.host_params is not None:
             self.streamed = WeightStream(list(self.module), self.params, self.host_params, device)
         self.copy_input = bool(len(blocks)) and needs_input_copy(blocks[0])
-        self.parts = _parts(self.module)
+        self.parts = [self.module] if self.meshed else _parts(self.module)
         """The stage's segments (pipecast.values.profile.segments), each run as its own autograd
         graph when the backward is split; a single part when there is nothing to cut."""
         self.part_params = [
@@ -95,6 +101,13 @@ class StageModule:
         """Weight updates applied so far (PipeDream's weight version)."""
         self.version_log: list[tuple[int, int]] = []
         """(micro-batch, weight version its forward used), PipeDream only."""
+
+    @property
+    def meshed(self) -> bool:
+        """Torch's FSDP or tensor parallelism runs the blocks: their weights are DTensors, so
+        the split backward takes plain autograd calls (backward.py's split re-enters nodes
+        and writes .grad by hand, which FSDP's hooks would not see)."""
+        return self.mesh.tp is not None or self.mesh.dp is not None
 
     def step(self) -> None:
         """The optimizer's step. On the host: the gradients copied out, the host's copy of

@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 
 from pipecast.errors import PipecastError
-from pipecast.runtime import checkpoint, devices
+from pipecast.runtime import checkpoint, devices, sharding
 from pipecast.runtime.devices import DTYPES
 from pipecast.runtime.engine import PipelineEngine
 from pipecast.runtime.job import TrainJob
@@ -133,11 +133,12 @@ def run_rank(ctx: Context, job: TrainJob) -> RankReport:
     """The body of one rank (under spawn or torchrun)."""
     job.check()
     release_earlier_jobs(ctx.device)
-    width = job.plan.num_ranks
-    pipeline_rank, replica = ctx.rank % width, ctx.rank // width
+    layout = job.layout_of_ranks
+    replica, pipeline_rank, tensor = layout.place(ctx.rank)
     own = job.plan.stages_of(pipeline_rank)
     spec = job.spec
-    stages, tied = build_stages(job, ctx, pipeline_rank, replica)
+    mesh = sharding.build_mesh(ctx.device, layout, job.shard)
+    stages, tied = build_stages(job, ctx, pipeline_rank, replica, mesh)
     last = job.plan.num_stages - 1
     loss_fn = loss_for(spec)
     engine = PipelineEngine(
@@ -150,13 +151,15 @@ def run_rank(ctx: Context, job: TrainJob) -> RankReport:
         config=job.config,
         device=ctx.device,
         tied=tied,
+        layout=layout,
+        tensor=tensor,
     )
     data = _Data(job, spec, ctx.device)
     report = RankReport(ctx.rank, pipeline_rank, replica, own, device=str(ctx.device))
     final: StepResult | None = None
     total = job.total_steps
     start = _resume(ctx, job, stages, engine)
-    reporter = replica == 0 and last in stages  # the rank with the loss
+    reporter = replica == 0 and tensor == 0 and last in stages  # the rank with the loss
     data.seek(start)
     # the first step after a resume pays the cold start, as a warm-up step does
     timed_from = max(job.warmup_steps, start + 1 if 0 < start < total - 1 else start)
@@ -210,12 +213,7 @@ def run_rank(ctx: Context, job: TrainJob) -> RankReport:
                 engine.watchdog.idle()
             if job.capture and step == total - 1:
                 report.outputs = [o.detach().cpu().clone() for o in result.outputs]
-                for st in stages.values():  # slices of nn.Sequential keep global names
-                    with st.resident():
-                        for name, p in st.module.named_parameters():
-                            report.params[name] = p.detach().cpu().clone()
-                            if p.grad is not None:
-                                report.grads[name] = p.grad.detach().cpu().clone()
+                _capture(report, stages)
             engine.zero_grad()
         if final is not None:  # resolved once, outside every timed step
             report.events = final.events
@@ -224,6 +222,17 @@ def run_rank(ctx: Context, job: TrainJob) -> RankReport:
     report.versions = {s: st.version_log for s, st in stages.items()}
     report.graphs_captured = engine.replay.captured if engine.replay is not None else 0
     return report
+
+
+def _capture(report: RankReport, stages: dict[int, StageModule]) -> None:
+    """The stages' parameters and gradients, whole (a sharded or split one gathered from its
+    ranks: collective, every rank of its mesh takes part)."""
+    for st in stages.values():  # slices of nn.Sequential keep global names
+        with st.resident():
+            for name, p in st.module.named_parameters():
+                report.params[name] = sharding.full(p.detach()).cpu().clone()
+                if p.grad is not None:
+                    report.grads[name] = sharding.full(p.grad.detach()).cpu().clone()
 
 
 def _set_lr(stages: dict[int, StageModule], job: TrainJob, step: int) -> None:

@@ -1,0 +1,86 @@
+"""FSDP, tensor parallelism and their meshes, run by torch's own engines inside pipecast's
+runtime on CPU ranks (gloo): each trains to the weights one process reaches on the same
+batches. A small GPT (the zoo's: separate q, k and v projections), plain SGD."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+from tests.runtime.helpers import assert_close, merged, pipeline_job, reference_step, run_all
+
+from pipecast.errors import ConfigError
+from pipecast.runtime.config import RunConfig
+from pipecast.runtime.job import TrainJob
+from pipecast.values.models import Workload
+
+GPT = Workload(model="gpt", dataset="tokens", seq_len=8, vocab=64, width=32, layers=2, heads=4)
+BATCH, STEPS = 8, 2
+BLOCKS = 4  # embedding, two transformer blocks, head
+
+
+def _job(
+    schedule: str, stages: int, microbatches: int, *, replicas: int = 1, **mesh: object
+) -> TrainJob:
+    bounds = [0, BLOCKS] if stages == 1 else [0, 2, BLOCKS]
+    job = pipeline_job(
+        GPT,
+        schedule,
+        stages,
+        microbatches,
+        bounds,
+        batch=BATCH,
+        replicas=replicas,
+        steps=STEPS,
+        config=RunConfig(lr=0.1, timeout_s=60),
+    )
+    return replace(job, **mesh)  # type: ignore[arg-type]
+
+
+CASES = {
+    "FSDP x2": _job("1f1b", 1, 1, replicas=2, shard="full"),
+    "FSDP x2, no reshard, accumulate 2": _job("1f1b", 1, 2, replicas=2, shard="grad"),
+    "TP x2": _job("1f1b", 1, 1, tp=2),
+    "FSDP x2 x TP x2": _job("1f1b", 1, 1, replicas=2, shard="full", tp=2),
+    "data parallel x2 x TP x2": _job("1f1b", 1, 2, replicas=2, tp=2),
+    "FSDP x2 x 1f1b 2 stages": _job("1f1b", 2, 2, replicas=2, shard="grad"),
+    "FSDP x2 x zb-h1 2 stages": _job("zb-h1", 2, 4, replicas=2, shard="grad"),
+    "1f1b 2 stages x TP x2": _job("1f1b", 2, 2, tp=2),
+    "zb-h1 2 stages x TP x2": _job("zb-h1", 2, 2, tp=2),
+}
+
+
+@pytest.fixture(scope="module")
+def results() -> dict[str, object]:
+    names = list(CASES)
+    return dict(zip(names, run_all([CASES[n] for n in names]), strict=True))
+
+
+def _reference() -> dict[str, torch.Tensor]:
+    torch.manual_seed(0)
+    params, _ = reference_step(GPT.build(), GPT, BATCH, lr=0.1, steps=STEPS)
+    return params
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_mesh_trains_to_one_process_weights(case: str, results: dict[str, object]) -> None:
+    assert_close(merged(results[case], "params"), _reference())  # type: ignore[arg-type]
+
+
+def test_a_mesh_refuses_what_it_cannot_run() -> None:
+    """One line each, before anything starts: tensor parallelism on a model with no plan,
+    a degree the heads do not divide by, FSDP with PipeDream or clipping."""
+    stack = Workload(model="transformer", dataset="embeddings", seq_len=8, width=32, layers=2)
+    job = replace(pipeline_job(stack, "1f1b", 1, 1, [0, 2], batch=8), tp=2)
+    with pytest.raises(ConfigError, match="in_proj"):
+        job.check()
+    with pytest.raises(ConfigError, match="4 attention heads"):
+        replace(CASES["TP x2"], tp=3).check()
+    pipedream = replace(_job("pipedream", 2, 2, replicas=2), shard="grad")
+    with pytest.raises(ConfigError, match="PipeDream"):
+        pipedream.check()
+    clipped = replace(CASES["FSDP x2"], config=RunConfig(clip_grad_norm=1.0))
+    with pytest.raises(ConfigError, match="clipping"):
+        clipped.check()
