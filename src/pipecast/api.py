@@ -40,6 +40,7 @@ from pipecast.values.models.user import as_sequential
 from pipecast.values.models.workload import Workload
 from pipecast.values.partition import from_boundaries
 from pipecast.values.profile.types import Profile
+from pipecast.values.strategy import Shard
 
 
 def make_job(
@@ -60,6 +61,8 @@ def make_job(
     checkpoint: Checkpointing | None = None,
     data: object = None,
     data_dir: str | None = None,
+    shard: Shard = "none",
+    tensor_parallel: int = 1,
 ) -> tuple[TrainJob, Profile | None]:
     """The job `train`/`infer` run, built and checked without starting any process, and the
     quick profile the automatic partition came from (None for explicit boundaries).
@@ -67,19 +70,27 @@ def make_job(
     (pipecast.runtime.checkpoint; `model_state(dir)` gives the trained model's state dict).
     Real samples to train on: `data`, (inputs, targets) tensors, an ArrayData or a dataset of
     (input, target) pairs; or `data_dir`, MNIST or CIFAR-10 files for `dataset`. Without
-    either, batches are synthetic (real for 'digits')."""
+    either, batches are synthetic (real for 'digits'). `shard`: the replicas shard the
+    weights with torch's FSDP ('full' or 'grad', Strategy.shard); `tensor_parallel`: each
+    pipeline rank's blocks split over this many GPUs (the GPUs are replicas x stages x
+    tensor_parallel). Both run eagerly."""
     if device not in ("cpu", "cuda"):
         raise ConfigError(f"device must be 'cpu' or 'cuda', got {device!r}")
-    if replicas < 1 or gpus % replicas:
+    width = replicas * tensor_parallel
+    if replicas < 1 or tensor_parallel < 1 or gpus % width:
         raise ConfigError(
-            f"{gpus} GPU(s) do not split into {replicas} equal pipeline replica(s): give a "
-            "replica count of at least 1 that divides the GPUs"
+            f"{gpus} GPU(s) do not split into {replicas} replica(s) x {tensor_parallel} "
+            "tensor-parallel rank(s) of equal pipelines: give counts of at least 1 whose "
+            "product divides the GPUs"
         )
     config = config or RunConfig()
+    meshed = tensor_parallel > 1 or (shard != "none" and replicas > 1)
+    if meshed and config.cuda_graphs is None:  # torch's FSDP and TP run eagerly
+        config = replace(config, cuda_graphs=False)
     workload = model if isinstance(model, Workload) else None
     sequential = None if workload else as_sequential(model)
     spec = workload.spec if workload else get_spec(dataset or "mnist")
-    stages = gpus // replicas
+    stages = gpus // width
     plan = make_plan(schedule, stages, microbatches)
     micro_batch = max(batch // (replicas * microbatches), 1)
     if sequential is not None:
@@ -122,6 +133,8 @@ def make_job(
         model=sequential,
         dataset=dataset or spec.name,
         replicas=replicas,
+        shard=shard,
+        tp=tensor_parallel,
         config=config,
         device="cuda" if device == "cuda" else "cpu",  # checked above: one of the two
         steps=steps,

@@ -59,6 +59,20 @@ def _add_layout_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
         default=1,
         help="data-parallel pipeline replicas",
     )
+    p.add_argument(
+        "--shard",
+        choices=("none", "full", "grad"),
+        default="none",
+        help="the replicas shard the weights with torch's FSDP: full (gathered for the forward "
+        "and again for the backward) or grad (kept gathered in between); none: whole copies",
+    )
+    p.add_argument(
+        "--tensor-parallel",
+        type=count_arg("--tensor-parallel", 1),
+        default=1,
+        help="split each pipeline rank's transformer blocks over this many GPUs (Megatron's "
+        "column/row plan, torch's parallelize_module); GPUs = replicas x stages x this",
+    )
     if not inference:
         p.add_argument("--schedule", default="1f1b", help=", ".join(SCHEDULES))
     p.add_argument("--micro-batches", type=count_arg("--micro-batches", 1), default=8)

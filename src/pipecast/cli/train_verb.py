@@ -87,6 +87,8 @@ def run(args: argparse.Namespace) -> int:
             exact_init=args.device == "cpu",
             checkpoint=cp,
             data_dir=getattr(args, "data_dir", None),
+            shard=args.shard,
+            tensor_parallel=args.tensor_parallel,
         )
     console.print(
         f"{schedule} on {job.world} {args.device} rank(s), partition "
@@ -191,7 +193,9 @@ def _write_traces(args: argparse.Namespace, result: JobResult, profile: Profile 
     model = file_stem(job.workload.model) if job.workload is not None else "model"
     trace = out / f"{model}-{job.plan.name}-{job.world}.measured.trace.json"
     timelines = [("measured", result.timeline())]
-    if profile is not None:
+    if profile is not None and not job.meshed:
+        # the quick profile's few repeats at one size are enough to balance the stages, not
+        # to quote a step time: drawn beside the measurement in the trace, not printed
         strategy = Strategy(
             kind="pipeline" if args.replicas == 1 else "hybrid",
             stages=job.plan.num_ranks,
@@ -212,10 +216,7 @@ def _write_traces(args: argparse.Namespace, result: JobResult, profile: Profile 
             clip=job.config.clip_grad_norm > 0,
             uneven=True,
         )
-        timelines.insert(0, ("predicted", predicted.timeline))
-        console.print(
-            f"predicted step {human_seconds(predicted.step_time)} (from the quick profile)"
-        )
+        timelines.insert(0, ("predicted from the quick profile", predicted.timeline))
     write_trace(str(trace), *timelines)
     console.print(f"trace: {trace}")
 
@@ -239,6 +240,7 @@ def _follow(args: argparse.Namespace, path: str, pick: int) -> Chosen:
             setattr(args, key, value)
     s = c.strategy
     args.gpus, args.replicas = s.gpus, s.replicas
+    args.shard, args.tensor_parallel = s.shard, s.tp
     args.schedule, args.micro_batches = c.schedule, s.microbatches
     args.batch, args.partition = c.batch, c.partition
     args.recompute, args.cuda_graphs, args.offload = s.recompute, s.cuda_graphs, s.offload

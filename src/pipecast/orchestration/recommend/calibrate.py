@@ -23,6 +23,7 @@ from pipecast.measuring.profiler.profiler import ProfileOptions, profile_model
 from pipecast.runtime import devices
 from pipecast.values.hardware.cluster import CPU_PROBE_RANKS, Cluster
 from pipecast.values.models.sources import file_stem
+from pipecast.values.models.tensor_plans import why_not_split
 from pipecast.values.models.workload import Workload
 from pipecast.values.profile.pool import pool_host, poolable
 from pipecast.values.profile.types import Dtype, Profile
@@ -65,6 +66,18 @@ def sharing_counts(ranks: int) -> tuple[int, ...]:
     return tuple(sorted(counts))
 
 
+def tensor_parallel_degrees(workload: Workload, gpus: int) -> tuple[int, ...]:
+    """The tensor-parallel degrees worth profiling the model at for `gpus` GPUs: 2, 4, ...
+    up to them, those a plan can split its blocks by (none for a model without one)."""
+    blocks = list(workload.build("meta"))
+    degrees, t = [], 2
+    while t <= gpus:
+        if why_not_split(blocks, t) is None:
+            degrees.append(t)
+        t *= 2
+    return tuple(degrees)
+
+
 def _key(*parts: object) -> str:
     return hashlib.sha256("|".join(map(str, parts)).encode()).hexdigest()[:16]
 
@@ -90,8 +103,15 @@ def calibrated_profile(
     (n: sharing_counts), each at `batch` // n samples (Profile.shared_compute)."""
     dev = devices.resolve(device)
     name = devices.name(dev)
+    split = tensor_parallel_degrees(workload, ranks) if dev.type == "cuda" else ()
     options = ProfileOptions(
-        micro_batch_sizes=sizes, device=device, dtype=dtype, autocast=autocast, warmup=2, repeats=5
+        micro_batch_sizes=sizes,
+        device=device,
+        dtype=dtype,
+        autocast=autocast,
+        warmup=2,
+        repeats=5,
+        tensor_parallel=split,
     )
     # profiles cached before device times were taken with the issuing hidden are re-taken
     hidden = f"hide_issue={options.hide_issue}"
@@ -101,7 +121,16 @@ def calibrated_profile(
     shared = ranks > 1 and dev.type == "cpu"
     sharing = f"shared={ranks},{batch}" if shared else ""
     key = _key(
-        workload.key, name, dtype, autocast, torch.__version__, sizes, hidden, graphed, sharing
+        workload.key,
+        name,
+        dtype,
+        autocast,
+        torch.__version__,
+        sizes,
+        hidden,
+        graphed,
+        sharing,
+        split,
     )
     path = cache_dir() / f"profile-{file_stem(workload.model)}-{key}.json"
     if path.exists() and not refresh:

@@ -63,6 +63,8 @@ def job_for(
         batch=pred.batch,
         workload=workload,
         replicas=pred.strategy.replicas,
+        shard=pred.strategy.shard,
+        tp=pred.strategy.tp,
         config=RunConfig(
             **{
                 **config.__dict__,

@@ -1,0 +1,29 @@
+"""`pipecast train` with FSDP and tensor parallelism, as a user types it on CPU ranks."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipecast.cli.main import main
+
+GPT = ["--model", "gpt", "--dataset", "tokens", "--seq-len", "8", "--vocab", "64"]
+SMALL = ["--width", "32", "--layers", "2", "--heads", "4", "--batch", "8", "--steps", "1"]
+
+
+@pytest.mark.slow
+def test_train_runs_a_sharded_and_split_mesh(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["train", *GPT, *SMALL, "--gpus", "4", "--replicas", "2", "--shard", "full"]
+    argv += ["--tensor-parallel", "2", "--micro-batches", "1", "--device", "cpu"]
+    assert main(argv) == 0
+    assert "samples/s" in capsys.readouterr().out
+
+
+def test_a_model_without_a_plan_is_refused_before_anything_runs(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["train", "--model", "transformer", "--dataset", "embeddings", "--seq-len", "8"]
+    argv += ["--width", "32", "--layers", "2", "--heads", "4", "--batch", "8", "--steps", "1"]
+    argv += ["--gpus", "2", "--tensor-parallel", "2", "--partition", "0,2", "--device", "cpu"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "in_proj" in err
