@@ -34,7 +34,7 @@ WORKLOADS = {
         "width": 2048,
         "layers": 8,
         "heads": 16,
-    },  # fmt: skip
+    },
     "resnet50": {"model": "resnet50", "dataset": "imagenet"},
     "vgg16_cifar": {"model": "vgg16", "dataset": "cifar10"},
     "tv_resnet18": {"model": "torchvision:resnet18", "dataset": "cifar10"},
