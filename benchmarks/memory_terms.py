@@ -67,7 +67,11 @@ def record_hook(rank: int, step: int, *, path: str) -> None:
         torch.cuda.memory._record_memory_history(enabled=None)
 
 
-def run(out: Path, names: list[str], graphs: tuple[bool, ...]) -> list[dict[str, Any]]:
+VARIANTS = {"graphed": (True, 1), "eager": (False, 1), "graphed_m4": (True, 4)}
+"""Name -> (CUDA graphs, micro-batches accumulated)."""
+
+
+def run(out: Path, names: list[str], variants: list[str]) -> list[dict[str, Any]]:
     from pipecast.measuring.profiler.profiler import ProfileOptions, profile_model
     from pipecast.planning.recommend.predict import predict
     from pipecast.planning.schedules import make_plan
@@ -89,13 +93,15 @@ def run(out: Path, names: list[str], graphs: tuple[bool, ...]) -> list[dict[str,
             micro_batch_sizes=(batch,), device="cuda", dtype="bf16", warmup=1, repeats=3
         )
         profile = profile_model(w.build(), w.spec, options, model_name=w.model)
+        profile.save(str(out / f"profile_{name}.json"))
         took = time.time() - began
-        for graphed in graphs:
-            strategy = Strategy(kind="single", cuda_graphs=graphed)
-            pred = predict(profile, cluster, strategy, batch, optimizer="adam")
-            snap = out / f"{name}_{'graphed' if graphed else 'eager'}.pickle.gz"
+        for variant in variants:
+            graphed, m = VARIANTS[variant]
+            strategy = Strategy(kind="single", cuda_graphs=graphed, microbatches=m)
+            pred = predict(profile, cluster, strategy, batch, optimizer="adam", uneven=True)
+            snap = out / f"{name}_{variant}.pickle.gz"
             job = TrainJob(
-                plan=make_plan("1f1b", 1, 1),
+                plan=make_plan("1f1b", 1, m),
                 partition=from_boundaries([0, profile.num_blocks], ranks=1),
                 batch=batch,
                 workload=w,
@@ -111,7 +117,7 @@ def run(out: Path, names: list[str], graphs: tuple[bool, ...]) -> list[dict[str,
             summary = result.summary
             row = {
                 "workload": name,
-                "graphed": graphed,
+                "variant": variant,
                 "predicted": pred.peak_memory,
                 "allocated": max(summary["peak_allocated"]),
                 "reserved": max(summary["peak_reserved"]),
@@ -174,14 +180,13 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("run")
     r.add_argument("--out", type=Path, required=True)
     r.add_argument("--workloads", default=",".join(WORKLOADS))
-    r.add_argument("--eager", action="store_true", help="also run each eagerly")
+    r.add_argument("--variants", default="graphed", help=", ".join(VARIANTS))
     a = sub.add_parser("analyze")
     a.add_argument("snapshots", type=Path, nargs="+")
     args = parser.parse_args(argv)
     if args.what == "run":
         args.out.mkdir(parents=True, exist_ok=True)
-        graphs = (True, False) if args.eager else (True,)
-        rows = run(args.out, args.workloads.split(","), graphs)
+        rows = run(args.out, args.workloads.split(","), args.variants.split(","))
         (args.out / "memory_terms.json").write_text(json.dumps(rows, indent=1))
         return 0
     for path in args.snapshots:
