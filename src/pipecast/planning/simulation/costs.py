@@ -43,6 +43,8 @@ class StageTimes:
     param_bytes: int = 0
     workspace_bytes: int = 0
     """Transient memory while the stage computes."""
+    loss_bytes: int = 0
+    """The last stage: what the loss holds on top while it runs (LOSS_COPIES)."""
     held_bytes: int = 0
     """Split backward: output gradients kept from B until W."""
     batch_bytes: int = 0
@@ -126,6 +128,11 @@ class Costs:
     """Actions replayed as CUDA graphs (pipecast.runtime.graphs): an action costs its host
     only the runtime's overhead, and each rank holds static buffers for the values that
     cross its graphs (memory.graph_buffers)."""
+    graph_pool_ratio: float = 1.0
+    """With `cuda_graphs`: how much more memory a stage's graphs reserve in their private
+    pool for its blocks' activations and transients than those take eagerly, as the
+    profiler measured the whole model's blocks captured as one stage (Profile.graph_pool);
+    1 without a measurement. The loss comes on top, unscaled."""
     shards: tuple[int, ...] = ()
     """Per stage: the replicas sharding its weights, gradients and optimizer state (torch's
     FSDP, gathered from the first forward to the last backward of a step, the gradients
@@ -228,7 +235,39 @@ def costs_from_profile(
         optimizer=optimizer,
         host_overhead=0.0 if cpu else cluster.host_overhead,  # on CPU: in the stage times
         cuda_graphs=cuda_graphs,
+        graph_pool_ratio=graph_pool_ratio(profile) if cuda_graphs else 1.0,
     )
+
+
+LOSS_COPIES = 8
+"""Bytes the loss holds per element of the model's output: it computes in fp32 (values/data/
+loss.py upcasts the output), and a cross-entropy keeps its fp32 log-probabilities for the
+backward beside the fp32 copy it made them from, then their gradient: about two fp32 copies
+of the output at once, 8 bytes an element. GPT (vocabulary 8192, 8 x 1024 tokens, bf16)
+peaked 526 MiB over a prediction without it, 512 MiB by this rule."""
+
+
+def loss_bytes(profile: Profile, micro_batch: int) -> int:
+    """What the loss holds on top at `micro_batch` (LOSS_COPIES bytes an output element)."""
+    output = profile.cost(profile.num_blocks - 1, micro_batch).output_bytes
+    itemsize = 4 if profile.dtype == "fp32" or profile.autocast else 2
+    return output // itemsize * LOSS_COPIES
+
+
+def graph_pool_ratio(profile: Profile) -> float:
+    """What the whole model's graphs reserved when the profiler captured it as one stage
+    (Profile.graph_pool, at its largest size measured) over the activations and transients
+    the same stage takes eagerly: a private pool keeps every block it ever held, and a
+    capture frees nothing for another graph to reuse, so it holds more than an eager step's
+    peak (1.04 to 1.61 over the transformer, GPT, ResNet-50, VGG-16 and ResNet-18 on an
+    H200). 1 where the profile has no graph pool (CPU, or taken without graph times)."""
+    sizes = [s for s, pool in profile.graph_pool.items() if pool > 0]
+    if not sizes:
+        return 1.0
+    size = max(sizes)
+    whole = profile.stage(0, profile.num_blocks, size)
+    eager = whole.activation_bytes + whole.peak_bytes  # the blocks' own: no loss in it
+    return max(profile.graph_pool[size] / eager, 1.0) if eager > 0 else 1.0
 
 
 @dataclass(frozen=True)
@@ -294,6 +333,7 @@ def _stage_times(
         host_backward_weight=0.0 if index == 0 else c.host_backward_weight * slow,
         host_backward=c.host_backward * slow + hooks_total,
         kept_workspace=c.kept_workspace,
+        loss_bytes=loss_bytes(profile, micro_batch) if index == last else 0,
     )
     if cuda_graphs:  # a graphed action is one launch
         return times

@@ -84,6 +84,19 @@ class FixedMemory:
     """Pinned host bytes of an optimizer stepped on the host: weights, gradients, state."""
     stepping: list[int]
     """The optimizer step's own temporaries, after every activation is gone."""
+    reducing: list[int]
+    """A second copy of the gradients pipecast's all-reduce makes (its flat buckets, from a
+    replicated stage's last backward to the optimizer step)."""
+
+    def peak(self, rank: int, actions: int, graphed: bool) -> int:
+        """Rank `rank`'s peak over its `actions` peak (activations and transients, as an
+        eager step holds them). Eagerly the optimizer's temporaries and the all-reduce's
+        copies reuse what the activations freed; a graphed rank's activations sit in the
+        graphs' private pool, which they cannot reuse, so they come on top."""
+        after = max(self.stepping[rank], self.reducing[rank])
+        if graphed:
+            return self.device[rank] + actions + after
+        return self.device[rank] + max(actions, after)
 
 
 def fixed_memory(plan: Plan, costs: Costs) -> FixedMemory:
@@ -91,6 +104,7 @@ def fixed_memory(plan: Plan, costs: Costs) -> FixedMemory:
     static = [0] * plan.num_ranks
     host = [0] * plan.num_ranks  # the optimizer's copy of the weights and its state
     stepping = [0] * plan.num_ranks  # the optimizer step's temporaries
+    reducing = [0] * plan.num_ranks  # the all-reduce's flat copies of the gradients
     on_host = offloads_optimizer(costs.offload) and not plan.forward_only
     per_param = OPTIMIZER_STATE[costs.optimizer]
     factor = 1.0 + (
@@ -113,6 +127,9 @@ def fixed_memory(plan: Plan, costs: Costs) -> FixedMemory:
             host[r] += int(st.param_bytes * (2.0 + per_param))  # weights, gradients, state
         static[r] += st.batch_bytes * plan.num_microbatches  # the step's batch, held throughout
         stepping[r] += int(st.param_bytes * temporary)
+        replicated = s < len(costs.allreduce) and costs.allreduce[s] > 0
+        if replicated and costs.grad_bytes_factor == 1.0 and not plan.forward_only:
+            reducing[r] += st.param_bytes  # DDP's buckets are in grad_bytes_factor already
     for r in range(plan.num_ranks):  # the default stream's library workspaces
         static[r] += max((costs.stages[s].kept_workspace for s in plan.stages_of(r)), default=0)
     if costs.cuda_graphs:
@@ -120,7 +137,7 @@ def fixed_memory(plan: Plan, costs: Costs) -> FixedMemory:
             static[r] += graph_buffers(plan, costs, r)
             # the graphs' stream keeps library workspaces of its own
             static[r] += max((costs.stages[s].kept_workspace for s in plan.stages_of(r)), default=0)
-    return FixedMemory(static, host, stepping)
+    return FixedMemory(static, host, stepping, reducing)
 
 
 @dataclass
@@ -144,18 +161,23 @@ class RankMemory:
         except transfer buffers: NCCL keeps those until the transfer is done on the device, and
         a host that runs ahead of its device meanwhile allocates the next actions' tensors."""
         self.in_flight = [(b, t) for b, t in self.in_flight if t > issue]
-        held = held_bytes(a, st, costs, plan)
+        # a graphed rank's blocks keep their tensors in the graphs' pool, which holds more
+        # than an eager step would (Costs.graph_pool_ratio)
+        scale = costs.graph_pool_ratio if costs.cuda_graphs else 1.0
+        held = int(held_bytes(a, st, costs, plan) * scale)
         if a.kind == "F":
             self.memory += held
-        workspace = st.workspace_bytes
+        workspace = int(st.workspace_bytes * scale)
         transient = workspace + sum(b for b, _ in self.in_flight)
+        if a.kind != "W" and not plan.forward_only:
+            transient += st.loss_bytes  # the last stage's loss, forward and backward
         if a.kind in ("B", "BW"):
             # the gradient received for the stage's output and the one it computes
             # for its input, held until its send completes
             transient += st.output_bytes + st.input_bytes
         offloaded = offloads(a, costs, plan)
         if a.kind in ("B", "BW") and costs.recompute != "none":
-            transient += st.activation_bytes
+            transient += int(st.activation_bytes * scale)
         elif a.kind in ("B", "BW") and offloaded:
             transient += st.restored_bytes or st.offloaded_bytes  # brought back
         self.peak = max(self.peak, self.memory + transient)
@@ -166,9 +188,9 @@ class RankMemory:
             elif a.kind in ("W", "BW"):
                 self.host_memory -= st.offloaded_bytes
         if a.kind == "B":
-            self.memory += st.held_bytes
+            self.memory += int(st.held_bytes * scale)
         if a.kind == "W":
-            self.memory -= held + st.held_bytes
+            self.memory -= held + int(st.held_bytes * scale)
         elif a.kind == "BW":
             self.memory -= held
 

@@ -249,7 +249,7 @@ def _timeline(
         busy=tuple(r.busy for r in ranks),
         compute_span=compute_end - first,
         peak_memory=tuple(
-            fixed.device[i] + max(r.mem.peak, fixed.stepping[i]) for i, r in enumerate(ranks)
+            fixed.peak(i, r.mem.peak, costs.cuda_graphs) for i, r in enumerate(ranks)
         ),
         exposed_comm=exposed_comm,
         host_busy=tuple(r.host_busy for r in ranks),
