@@ -280,7 +280,8 @@ def print_recommendation(rec: Recommendation, top: int) -> None:
     # the host's share only means something where a host issues work to a device
     host = any(p.timeline.host_share > 0 for p in rec.ranked[:top])
     memory = "peak memory/" + ("rank" if rec.ranked and rec.ranked[0].cpu else "GPU")
-    columns = ["#", "strategy", "step", "samples/s", "epoch", memory, "bubble", "comm"]
+    columns = ["#", "strategy", "step", "samples/s", "epoch", memory, "headroom", "bubble"]
+    columns.append("comm")
     for col in columns + (["host"] if host else []):
         table.add_column(col, justify="left" if col == "strategy" else "right")
     for i, pred in enumerate(rec.ranked[:top], 1):
@@ -293,6 +294,7 @@ def print_recommendation(rec: Recommendation, top: int) -> None:
             human_seconds(rec.epoch_time(pred)),
             human_bytes(pred.peak_memory)
             + (f" + {human_bytes(pred.peak_host_memory)} host" if pred.peak_host_memory else ""),
+            human_bytes(pred.memory_limit - pred.peak_memory),
             f"{t.bubble_fraction:.0%}",
             f"{pred.comm_fraction:.0%}",
         ]
@@ -308,7 +310,7 @@ def print_recommendation(rec: Recommendation, top: int) -> None:
 def print_validation(measured: list[Measured]) -> None:
     table = Table(title="validation: predicted against measured")
     columns = ("strategy", "predicted", "measured", "error", "run to run", "peak memory: "
-               "predicted", "measured")  # fmt: skip
+               "predicted", "allocated", "reserved")  # fmt: skip
     for col in columns:
         table.add_column(col, justify="left" if col == "strategy" else "right")
     for m in measured:
@@ -321,6 +323,9 @@ def print_validation(measured: list[Measured]) -> None:
             f"{m.spread:.0%}" if len(m.rounds) > 1 else "",
             human_bytes(m.prediction.peak_memory),
             human_bytes(peak) if peak else "-",
+            (human_bytes(reserved) + (" over" if not m.fits else ""))
+            if (reserved := max(m.peak_reserved, default=0))
+            else "-",
         )
     console.print(table)
     if measured:

@@ -23,7 +23,7 @@ from pipecast.orchestration.recommend.session import MAX_CPU_RANKS
 from pipecast.planning.recommend.chosen import Chosen, chosen
 from pipecast.planning.recommend.predict import predict
 from pipecast.report.trace import write_trace
-from pipecast.runtime import checkpoint, graphs
+from pipecast.runtime import checkpoint, devices, graphs
 from pipecast.runtime.checkpoint import Checkpointing
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.job import TrainJob
@@ -90,6 +90,9 @@ def run(args: argparse.Namespace) -> int:
             shard=args.shard,
             tensor_parallel=args.tensor_parallel,
         )
+    if job.device == "cuda" and not under_torchrun():
+        need = followed.peak_memory if followed is not None else _predicted_peak(args, job, profile)
+        check_fits(need, devices.free_on_gpus(), job.world)
     console.print(
         f"{schedule} on {job.world} {args.device} rank(s), partition "
         f"{job.partition.boundaries}, batch {job.batch} in "
@@ -123,6 +126,53 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"checkpoint: {last.path} ({last.step} steps{took})")
     _write_traces(args, result, profile)
     return 0
+
+
+def check_fits(need: int, free: list[int] | None, gpus: int) -> None:
+    """A one-line ConfigError where the plan's predicted peak per GPU (`need`, bytes; 0:
+    unknown) exceeds what the first `gpus` GPUs have free (`free`; None: unknown), before
+    anything starts: a run that would fail out of memory after its set-up, or its first
+    steps, says so now."""
+    if not need or not free:
+        return
+    short = [(i, f) for i, f in enumerate(free[:gpus]) if f < need]
+    if short:
+        i, f = short[0]
+        raise ConfigError(
+            f"the plan needs {human_bytes(need)} per GPU (predicted), GPU {i} has "
+            f"{human_bytes(f)} free: use more GPUs or micro-batches, recomputation, or "
+            "`pipecast recommend --memory-limit` to plan for what is free"
+        )
+
+
+def _predicted_peak(args: argparse.Namespace, job: TrainJob, profile: Profile | None) -> int:
+    """The peak per GPU the quick profile predicts for `job` (0 where it has none)."""
+    if profile is None or job.meshed:
+        return 0
+    return predict(
+        profile,
+        default_cluster(profile.device, job.world),
+        _strategy_of(args, job),
+        job.batch,
+        optimizer=args.optimizer,
+        clip=job.config.clip_grad_norm > 0,
+        uneven=True,
+    ).peak_memory
+
+
+def _strategy_of(args: argparse.Namespace, job: TrainJob) -> Strategy:
+    """The strategy `job` runs, as the planner names it."""
+    return Strategy(
+        kind="pipeline" if args.replicas == 1 else "hybrid",
+        stages=job.plan.num_ranks,
+        replicas=args.replicas,
+        schedule=job.plan.name,
+        microbatches=args.micro_batches,
+        partition=",".join(map(str, job.partition.boundaries)),
+        recompute=args.recompute,
+        offload=job.config.offload,
+        cuda_graphs=graphs.enabled(job.plan, job.config, job.device),
+    )
 
 
 def default_device() -> str:
@@ -196,21 +246,10 @@ def _write_traces(args: argparse.Namespace, result: JobResult, profile: Profile 
     if profile is not None and not job.meshed:
         # the quick profile's few repeats at one size are enough to balance the stages, not
         # to quote a step time: drawn beside the measurement in the trace, not printed
-        strategy = Strategy(
-            kind="pipeline" if args.replicas == 1 else "hybrid",
-            stages=job.plan.num_ranks,
-            replicas=args.replicas,
-            schedule=job.plan.name,
-            microbatches=args.micro_batches,
-            partition=",".join(map(str, job.partition.boundaries)),
-            recompute=args.recompute,
-            offload=job.config.offload,
-            cuda_graphs=graphs.enabled(job.plan, job.config, job.device),
-        )
         predicted = predict(
             profile,
             default_cluster(profile.device, job.world),
-            strategy,
+            _strategy_of(args, job),
             job.batch,
             optimizer=args.optimizer,
             clip=job.config.clip_grad_norm > 0,

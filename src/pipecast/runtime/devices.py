@@ -172,6 +172,29 @@ def free_memory(device: torch.device) -> int:
     return total_memory(device)
 
 
+def free_on_gpus() -> list[int] | None:
+    """Free bytes on each GPU of this machine as the driver reports them, read without
+    creating a CUDA context here (a context would take memory from rank 0 for the whole
+    run); None where the driver's tool is not there to ask."""
+    import shutil
+    import subprocess
+
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        out = subprocess.run(
+            [smi, "--query-gpu=memory.free", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout
+        return [int(float(line)) * 2**20 for line in out.split() if line.strip()]
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+
+
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 

@@ -313,6 +313,32 @@ def test_validation_measures_round_robin_and_keeps_the_median(
         )
 
 
+def test_a_validated_strategy_that_outgrew_its_memory_is_never_chosen() -> None:
+    """Measured faster, but its reserved peak crossed the usable memory: the slower one that
+    fit is chosen; where neither fit, the one that came closest."""
+    from pipecast.orchestration.recommend import validate as measure
+
+    p = make_profile([1e-3] * 4)
+    a = predict(p, GPUS, Strategy(kind="single"), 32)
+    b = predict(p, GPUS, Strategy(kind="single", microbatches=2), 32)
+    limit = a.memory_limit
+
+    def run(pred: measure.Prediction, t: float, reserved: int) -> measure.Measured:
+        return measure.Measured(
+            prediction=pred,
+            step_time=t,
+            samples_per_second=32 / t,
+            peak_allocated=(reserved - 1,),
+            peak_reserved=(reserved,),
+        )
+
+    fast_over, slow_fits = run(a, 1.0, limit + 1), run(b, 1.2, limit)
+    assert not fast_over.fits and slow_fits.fits
+    assert measure.decide([fast_over, slow_fits]) is slow_fits
+    further = run(b, 1.2, limit + 2)
+    assert measure.decide([fast_over, further]) is fast_over
+
+
 def test_ddp_buckets_hold_a_second_copy_of_the_gradients() -> None:
     """DDP's buckets hold a copy of the gradients through the step; pipecast's all-reduce
     copies them only from the last backward to the optimizer step, when the activations are

@@ -161,6 +161,10 @@ class Outcome:
                     "error": m.error,
                     "rounds": list(m.rounds),
                     "spread": m.spread,
+                    "peak_memory": m.prediction.peak_memory,
+                    "peak_allocated": list(m.peak_allocated),
+                    "peak_reserved": list(m.peak_reserved),
+                    "fits": m.fits,
                 }
                 for m in self.measured
             ],

@@ -26,6 +26,8 @@ class Measured:
     step_time: float
     samples_per_second: float
     peak_allocated: tuple[int, ...]
+    peak_reserved: tuple[int, ...] = ()
+    """What the allocator reserved at each rank's peak: what an out-of-memory error follows."""
     rounds: tuple[float, ...] = ()
     """Step time measured in each round (the step time is their median)."""
 
@@ -38,6 +40,13 @@ class Measured:
     def error(self) -> float:
         """(predicted - measured) / measured step time."""
         return (self.prediction.step_time - self.step_time) / self.step_time
+
+    @property
+    def fits(self) -> bool:
+        """The measured peak stayed within the usable memory the prediction planned for
+        (reserved where measured, which is what runs out first)."""
+        peak = max(self.peak_reserved or self.peak_allocated, default=0)
+        return peak <= self.prediction.memory_limit
 
     @property
     def memory_error(self) -> float | None:
@@ -101,6 +110,7 @@ def measure_once(
         step_time=summary["step_time"],
         samples_per_second=summary["samples_per_second"],
         peak_allocated=tuple(summary["peak_allocated"]),
+        peak_reserved=tuple(summary["peak_reserved"]),
         rounds=(summary["step_time"],),
     )
 
@@ -143,19 +153,25 @@ def _median_of(runs: list[Measured]) -> Measured:
     times = tuple(m.step_time for m in runs)
     step = statistics.median(times)
     peaks = [m.peak_allocated for m in runs]
+    reserved = [m.peak_reserved for m in runs if m.peak_reserved]
     return replace(
         runs[0],
         step_time=step,
         samples_per_second=runs[0].prediction.batch / step if step > 0 else 0.0,
         peak_allocated=tuple(max(p) for p in zip(*peaks, strict=True)),
+        peak_reserved=tuple(max(p) for p in zip(*reserved, strict=True)) if reserved else (),
         rounds=times,
     )
 
 
 def decide(measured: list[Measured]) -> Measured:
-    """The measured fastest: where predictions differ by less than their error, measurement
-    decides."""
-    return min(measured, key=lambda m: m.step_time)
+    """The measured fastest of those whose measured peak fit the memory the plan allows
+    (one that crossed it would run out on a busier GPU): where predictions differ by less
+    than their error, measurement decides. Where none fit, the one that came closest."""
+    fitting = [m for m in measured if m.fits]
+    if not fitting:
+        return min(measured, key=lambda m: max(m.peak_reserved or m.peak_allocated, default=0))
+    return min(fitting, key=lambda m: m.step_time)
 
 
 def too_close(measured: list[Measured]) -> float | None:

@@ -30,6 +30,8 @@ class Chosen:
     optimizer: str = "sgd"
     predicted: float = 0.0
     """Predicted seconds per step."""
+    peak_memory: int = 0
+    """Predicted peak bytes per GPU (0: not recorded)."""
 
     @property
     def schedule(self) -> str:
@@ -76,4 +78,5 @@ def chosen(doc: dict[str, Any], pick: int = 0) -> Chosen:
         autocast=bool(doc.get("autocast", False)),
         optimizer=str(doc.get("optimizer", "sgd")),
         predicted=float(entry.get("step_time", 0.0)),
+        peak_memory=int(entry.get("peak_memory", 0)),
     )
