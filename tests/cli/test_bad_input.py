@@ -211,7 +211,7 @@ LENET = ["--model", "lenet5"]
         (["train", *LENET, "--keep", "0"], "--keep takes a count of at least 1"),
         (["train", "--recommendation", "{tmp}/rec.json", "--pick", "-1"], "--pick takes a count"),
         (["train", *LENET, "--batch", "4"], "batch 4 cannot feed 1 replica(s) x 8 micro-batches"),
-        (["train", *LENET, "--gpus", "3", "--replicas", "2"], "do not split into 2 equal"),
+        (["train", *LENET, "--gpus", "3", "--replicas", "2"], "do not split into 2 replica(s)"),
         (["train", *LENET, "--gpus", "65"], "65 CPU ranks is more than pipecast starts"),
         (["train", *LENET, "--device", "cuda"], "2 GPUs requested but this machine has 0"),
         (["infer", *LENET, "--timeout", "-1"], "--timeout takes a number above 0"),
