@@ -39,6 +39,7 @@ from pipecast.values.models.sources import default_dataset, is_source_path
 from pipecast.values.models.user import as_sequential
 from pipecast.values.models.workload import Workload
 from pipecast.values.partition import from_boundaries
+from pipecast.values.plan.action import Plan
 from pipecast.values.profile.types import Profile
 from pipecast.values.strategy import Shard
 
@@ -63,6 +64,7 @@ def make_job(
     data_dir: str | None = None,
     shard: Shard = "none",
     tensor_parallel: int = 1,
+    plan: Plan | None = None,
 ) -> tuple[TrainJob, Profile | None]:
     """The job `train`/`infer` run, built and checked without starting any process, and the
     quick profile the automatic partition came from (None for explicit boundaries).
@@ -91,7 +93,13 @@ def make_job(
     sequential = None if workload else as_sequential(model)
     spec = workload.spec if workload else get_spec(dataset or "mnist")
     stages = gpus // width
-    plan = make_plan(schedule, stages, microbatches)
+    if plan is None:
+        plan = make_plan(schedule, stages, microbatches)
+    elif (plan.num_ranks, plan.num_microbatches) != (stages, microbatches):
+        raise ConfigError(
+            f"the given plan runs {plan.num_ranks} ranks x {plan.num_microbatches} micro-batches"
+            f", the job {stages} x {microbatches}"
+        )
     micro_batch = max(batch // (replicas * microbatches), 1)
     if sequential is not None:
         blocks = sequential

@@ -89,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
             data_dir=getattr(args, "data_dir", None),
             shard=args.shard,
             tensor_parallel=args.tensor_parallel,
+            plan=followed.plan if followed is not None else None,
         )
     if job.device == "cuda" and not under_torchrun():
         need = followed.peak_memory if followed is not None else _predicted_peak(args, job, profile)

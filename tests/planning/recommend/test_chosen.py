@@ -64,3 +64,16 @@ def test_a_file_that_cannot_be_run_is_a_one_line_error() -> None:
         chosen({"batch": 8, "ranked": [{"label": "x"}]})
     old = chosen({k: v for k, v in DOC.items() if k != "workload"})
     assert old.workload is None  # the caller asks for --model
+
+
+def test_a_recorded_plan_is_the_one_that_runs() -> None:
+    """A schedule searched on costs (zb-auto) cannot be rebuilt from its name: the file's
+    plan text comes back as the same Plan; a file without one leaves the name to rebuild."""
+    from pipecast.planning.recommend.auto_schedule import auto_plan
+    from pipecast.planning.simulation import Costs
+
+    plan = auto_plan(2, 4, Costs.uniform(2))
+    entry = {**_entry("pipeline", "zb-auto 2 stages", [0, 5, 11], stages=2, schedule="zb-auto",
+                      microbatches=4), "plan": plan.to_text()}  # fmt: skip
+    assert chosen({**DOC, "ranked": [entry]}).plan == plan
+    assert chosen(DOC).plan is None

@@ -195,6 +195,7 @@ def _entry(p: Prediction, rec: Recommendation) -> dict[str, Any]:
         "host_bound": p.host_bound,
         "likely_measured": list(p.measured_range),
         "partition": p.partition.boundaries,
+        "plan": p.plan.to_text(),
     }
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from pipecast.errors import ConfigError
 from pipecast.values.models.workload import Workload
+from pipecast.values.plan.action import Plan
 from pipecast.values.strategy import Strategy
 
 
@@ -32,6 +33,9 @@ class Chosen:
     """Predicted seconds per step."""
     peak_memory: int = 0
     """Predicted peak bytes per GPU (0: not recorded)."""
+    plan: Plan | None = None
+    """The plan that was predicted (None: a file from before plans were recorded, rebuilt
+    from the schedule's name): a schedule searched on costs (zb-auto) runs as searched."""
 
     @property
     def schedule(self) -> str:
@@ -79,4 +83,5 @@ def chosen(doc: dict[str, Any], pick: int = 0) -> Chosen:
         optimizer=str(doc.get("optimizer", "sgd")),
         predicted=float(entry.get("step_time", 0.0)),
         peak_memory=int(entry.get("peak_memory", 0)),
+        plan=Plan.from_text(entry["plan"]) if entry.get("plan") else None,
     )
