@@ -25,7 +25,7 @@ from pipecast.measuring.profiler.profiler import profile_model, quick_profile
 from pipecast.orchestration.recommend.calibrate import profile_sizes
 from pipecast.orchestration.recommend.session import Outcome, Request, recommend_for, with_defaults
 from pipecast.planning.partition.boundaries import parse_boundaries, placement_of, split
-from pipecast.planning.schedules.generators import make_plan
+from pipecast.planning.schedules.generators import make_plan, stages_per_rank
 from pipecast.runtime.checkpoint import Checkpointing
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.job import TrainJob
@@ -76,23 +76,11 @@ def make_job(
     weights with torch's FSDP ('full' or 'grad', Strategy.shard); `tensor_parallel`: each
     pipeline rank's blocks split over this many GPUs (the GPUs are replicas x stages x
     tensor_parallel). Both run eagerly."""
-    if device not in ("cpu", "cuda"):
-        raise ConfigError(f"device must be 'cpu' or 'cuda', got {device!r}")
-    width = replicas * tensor_parallel
-    if replicas < 1 or tensor_parallel < 1 or gpus % width:
-        raise ConfigError(
-            f"{gpus} GPU(s) do not split into {replicas} replica(s) x {tensor_parallel} "
-            "tensor-parallel rank(s) of equal pipelines: give counts of at least 1 whose "
-            "product divides the GPUs"
-        )
-    config = config or RunConfig()
-    meshed = tensor_parallel > 1 or (shard != "none" and replicas > 1)
-    if meshed and config.cuda_graphs is None:  # torch's FSDP and TP run eagerly
-        config = replace(config, cuda_graphs=False)
+    config = _checked_layout(device, gpus, replicas, tensor_parallel, shard, config)
     workload = model if isinstance(model, Workload) else None
     sequential = None if workload else as_sequential(model)
     spec = workload.spec if workload else get_spec(dataset or "mnist")
-    stages = gpus // width
+    stages = gpus // (replicas * tensor_parallel)
     if plan is None:
         plan = make_plan(schedule, stages, microbatches)
     elif (plan.num_ranks, plan.num_microbatches) != (stages, microbatches):
@@ -107,35 +95,13 @@ def make_job(
         assert workload is not None
         blocks = workload.build("meta")
     bounds = None if partition == "auto" else parse_boundaries(partition, len(blocks))
-    profile = None
-    if bounds is not None:
-        part = from_boundaries(
-            bounds, placement=placement_of(schedule), ranks=stages, replicas=replicas
-        )
-    else:
-        fresh = copy.deepcopy(sequential) if sequential is not None else workload.build()  # type: ignore[union-attr]
-        profile = quick_profile(
-            fresh,
-            spec,
-            micro_batch,
-            device=_profiling_device(device),
-            dtype=config.dtype,
-            autocast=config.autocast,
-            name=workload.model if workload else "model",
-        )
-        part = split(
-            profile,
-            default_cluster(profile.device, gpus),
-            how="balanced" if partition == "auto" else partition,
-            schedule=schedule,
-            ranks=stages,
-            replicas=replicas,
-            micro_batch=micro_batch,
-            microbatches=microbatches,
-        )
+    stage_count = stages * stages_per_rank(schedule)
+    provisional = bounds or [round(len(blocks) * i / stage_count) for i in range(stage_count + 1)]
     job = TrainJob(
         plan=plan,
-        partition=part,
+        partition=from_boundaries(
+            provisional, placement=placement_of(schedule), ranks=stages, replicas=replicas
+        ),
         batch=batch,
         workload=workload,
         model=sequential,
@@ -151,8 +117,60 @@ def make_job(
         checkpoint=checkpoint,
         data=_source(spec.name, data, data_dir),
     )
+    if bounds is not None:
+        job.check()
+        return job, None
+    job.check()  # everything but the split, before the quick profile takes its time
+    fresh = copy.deepcopy(sequential) if sequential is not None else workload.build()  # type: ignore[union-attr]
+    profile = quick_profile(
+        fresh,
+        spec,
+        micro_batch,
+        device=_profiling_device(device),
+        dtype=config.dtype,
+        autocast=config.autocast,
+        name=workload.model if workload else "model",
+    )
+    part = split(
+        profile,
+        default_cluster(profile.device, gpus),
+        how="balanced" if partition == "auto" else partition,
+        schedule=schedule,
+        ranks=stages,
+        replicas=replicas,
+        micro_batch=micro_batch,
+        microbatches=microbatches,
+    )
+    job = replace(job, partition=part)
     job.check()
     return job, profile
+
+
+def _checked_layout(
+    device: str,
+    gpus: int,
+    replicas: int,
+    tensor_parallel: int,
+    shard: Shard,
+    config: RunConfig | None,
+) -> RunConfig:
+    """ConfigError unless the GPUs split into replicas x tensor-parallel ranks of equal
+    pipelines on a known device; the run's config, eager where torch's FSDP or tensor
+    parallelism runs the blocks."""
+    if device not in ("cpu", "cuda"):
+        raise ConfigError(f"device must be 'cpu' or 'cuda', got {device!r}")
+    width = replicas * tensor_parallel
+    if replicas < 1 or tensor_parallel < 1 or gpus % width:
+        raise ConfigError(
+            f"{gpus} GPU(s) do not split into {replicas} replica(s) x {tensor_parallel} "
+            "tensor-parallel rank(s) of equal pipelines: give counts of at least 1 whose "
+            "product divides the GPUs"
+        )
+    config = config or RunConfig()
+    meshed = tensor_parallel > 1 or (shard != "none" and replicas > 1)
+    if meshed and config.cuda_graphs is None:
+        config = replace(config, cuda_graphs=False)
+    return config
 
 
 def _profiling_device(device: str) -> str:

@@ -11,8 +11,10 @@ parameters' own were made on the default stream, which no capture may touch. On 
 
 from __future__ import annotations
 
+import contextlib
 import gc
-from collections.abc import Callable, Mapping, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -163,12 +165,18 @@ class StageGraphs(_Captured):
         # default stream in the eager step, which no capture may touch (2 x H100: "operation
         # would make the legacy stream depend on a capturing blocking stream").
         aliases = _aliases(self.named)
-        with torch.cuda.graph(fwd, pool=pool, stream=stream, capture_error_mode="thread_local"):
+        with (
+            _views_launch_nothing(),
+            torch.cuda.graph(fwd, pool=pool, stream=stream, capture_error_mode="thread_local"),
+        ):
             out = self.run(inp, aliases)
         grad_out = torch.zeros_like(out)
         leaves = list(aliases.values())
         wanted = [inp, *leaves] if input_grad else leaves
-        with torch.cuda.graph(bwd, pool=pool, stream=stream, capture_error_mode="thread_local"):
+        with (
+            _views_launch_nothing(),
+            torch.cuda.graph(bwd, pool=pool, stream=stream, capture_error_mode="thread_local"),
+        ):
             # the gradients come back from autograd and are added to .grad inside the graph
             found = engine_call((out,), (grad_out,), wanted, accumulate=False, keep=False)
             grads = found[1:] if input_grad else found
@@ -264,3 +272,13 @@ def _grad(p: torch.Tensor) -> torch.Tensor:
     if p.grad is None:
         raise ConfigError("a graphed stage's parameter lost its .grad")
     return p.grad
+
+
+@contextlib.contextmanager
+def _views_launch_nothing() -> Iterator[None]:
+    """Capturing a block that only reshapes (a Flatten) records no kernel, and torch warns
+    that the graph is empty; replaying it does nothing, which is what the block costs, so
+    the warning says nothing a user can act on."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The CUDA Graph is empty")
+        yield
