@@ -58,3 +58,44 @@ def test_memory_is_the_shards_and_what_is_gathered_at_the_peak() -> None:
     assert kept.peak_memory == (830, 830)
     state = sharded_step(_units(0.5, 0.5), ShardedStep(replicas=4, reshard="full", state_bytes=2.0))
     assert state.peak_memory[0] == 300 // 4 * 4 + 430  # (weights, gradients, 2 x state) / 4
+
+
+def test_a_sharded_pipeline_stage_holds_whole_weights_beside_its_shards() -> None:
+    """A pipeline stage FSDP shards over 4 replicas, kept gathered through the step: its
+    whole weights and gradients (2 x 1000) beside their shards and Adam's two moments
+    ((2 + 2) x 1000 / 4): 3000; the step's square roots on its shard (1000 / 4) come after
+    the activations (400) are gone, so the peak is 3000 + 400."""
+    from pipecast.planning.schedules import make_plan
+    from pipecast.planning.simulation import Costs, StageTimes, simulate
+
+    st = StageTimes(
+        forward=1, backward_input=1, backward_weight=1, backward=2, param_bytes=1000,
+        activation_bytes=400,
+    )  # fmt: skip
+    costs = Costs(stages=(st,), optimizer="adam", shards=(4,), allreduce=(0.5,), lead=(0.25,))
+    t = simulate(make_plan("1f1b", 1, 1), costs, exposed=False)
+    assert t.peak_memory == (3400,)
+    # the stage starts once its first unit is gathered: F [0.25, 1.25], BW to 3.25, then the
+    # reduce-scatter (all of it after the backward it follows, there being one bucket)
+    assert t.step_time == pytest.approx(3.75)
+
+
+def test_tensor_parallelism_adds_two_all_reduces_a_pass_per_split_block() -> None:
+    """Two blocks, one split over 2 ranks (its weights halve in the rank's profile), the
+    other whole: the split one adds 2 all-reduces of its 1000-byte output to each stage's
+    forward and backward, the whole one none."""
+    from dataclasses import replace
+
+    from tests.planning.partition.test_partition import make_profile
+
+    from pipecast.planning.recommend.mesh import tp_collectives
+    from pipecast.values.hardware.presets import describe
+
+    profile = make_profile([1e-3] * 2, params=[4000, 4000])
+    halved = replace(profile.blocks[0], param_bytes=2000)
+    profile = replace(profile, tensor_parallel={2: (halved, profile.blocks[1])})
+    cluster = describe(gpus_per_node=2, memory="80GiB")
+    one = cluster.allreduce_time(1000, range(2))
+    assert tp_collectives(profile, 0, 2, 8, cluster, 2) == pytest.approx(2 * one)
+    assert tp_collectives(profile, 1, 2, 8, cluster, 2) == 0.0
+    assert tp_collectives(profile, 0, 2, 8, cluster, 1) == 0.0
