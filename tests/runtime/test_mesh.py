@@ -84,3 +84,6 @@ def test_a_mesh_refuses_what_it_cannot_run() -> None:
     clipped = replace(CASES["FSDP x2"], config=RunConfig(clip_grad_norm=1.0))
     with pytest.raises(ConfigError, match="clipping"):
         clipped.check()
+    resharded = replace(CASES["FSDP x2 x 1f1b 2 stages"], shard="full")
+    with pytest.raises(ConfigError, match="--shard grad"):
+        resharded.check()

@@ -140,6 +140,11 @@ class TrainJob:
         cfg = self.config
         refused = [
             (self.tp < 1, f"tensor-parallel degree must be at least 1, got {self.tp}"),
+            (
+                self.shard == "full" and self.plan.num_ranks > 1,
+                "resharding after each forward inside a pipeline (its FSDP stages stay "
+                "gathered through the step: --shard grad)",
+            ),
             (self.plan.async_updates, "PipeDream's per-micro-batch updates"),
             (cfg.offload != "none", f"moving {cfg.offload} to the host"),
             (cfg.clip_grad_norm > 0, "gradient clipping (its norm over sharded gradients)"),

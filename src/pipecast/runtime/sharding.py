@@ -85,10 +85,10 @@ def shard_blocks(module: nn.Sequential, mesh: StageMesh) -> None:
     """Every block with weights a unit of its own, and `module` the root unit, sharded over
     the data-parallel sub-mesh. 'grad' keeps each unit gathered from its forward to its
     backward; the stage's last unit always is, its backward coming right after its forward;
-    within a pipeline every unit is (the step's backwards follow its forwards)."""
+    within a pipeline only 'grad' runs (TrainJob.check)."""
     from torch.distributed.fsdp import fully_shard
 
-    keep = mesh.shard == "grad" or mesh.within_pipeline
+    keep = mesh.shard == "grad"
     owners = [b for b in module if any(p.requires_grad for p in b.parameters())]
     for i, block in enumerate(owners):
         last = i == len(owners) - 1
