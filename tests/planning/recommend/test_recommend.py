@@ -764,3 +764,17 @@ def test_samples_rate_keeps_the_digits_that_mean_something() -> None:
     assert samples_rate(100.0) == "100"
     assert samples_rate(99.94) == "99.9"
     assert samples_rate(48.1) == "48.1"
+
+
+def test_plain_torch_on_cpu_pays_none_of_the_runtimes_work_per_action() -> None:
+    """On CPU ranks pipecast's runtime adds its own seconds to each action (the cores it
+    shares); one device run by plain torch (a bench baseline) does not: one forward and one
+    whole backward, each 1 ms, come off the prediction."""
+    from pipecast.planning.simulation.costs import cpu_turns
+
+    p = replace(make_profile([1e-3] * 4), device="cpu")
+    cpu = replace(describe(gpus_per_node=1, memory="8GiB"), host_overhead=1e-3)
+    one = Strategy(kind="single")
+    ours = predict(p, cpu, one, 32).step_time
+    theirs = predict(p, cpu, one, 32, runtime=False).step_time
+    assert ours - theirs == pytest.approx(2 * 1e-3 * cpu_turns(p, cpu, 1))

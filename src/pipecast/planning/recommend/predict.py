@@ -201,6 +201,7 @@ def predict(
         ddp=ddp,
         clip=clip,
         offload=strategy.offload,
+        runtime=runtime and not ddp,
     )
     costs = with_tensor_parallel(costs, profile, part, size, cluster, strategy.tp)
     if strategy.sharded and strategy.stages > 1:

@@ -180,6 +180,7 @@ def costs_from_profile(
     ddp: bool = False,
     clip: bool = False,
     offload: Offload = "none",
+    runtime: bool = True,
 ) -> Costs:
     """Costs of `partition` at `micro_batch` on `cluster` (replica 0's devices carry the
     pipeline's transfers; each stage's replicas all-reduce its gradients), `cuda_graphs`:
@@ -191,7 +192,9 @@ def costs_from_profile(
     as its gradients are ready, and the buckets holding a second copy of the gradients.
     `clip`: the gradients are clipped to their global norm (Costs.clip_sync). `offload`:
     saved activations, gradients and weights copied to and from the host over
-    `cluster.host_link`, the optimizer stepped at `cluster.host_optimizer_rate`."""
+    `cluster.host_link`, the optimizer stepped at `cluster.host_optimizer_rate`. `runtime`:
+    pipecast's runtime runs the actions (False: plain torch, one device or DDP, which pays
+    none of its work per action on CPU ranks)."""
     busy = len({d for st in partition.stages for d in st.devices})
     cpu = profile.device == "cpu"
     host = _HostTerms(
@@ -202,7 +205,9 @@ def costs_from_profile(
         # (Profile.shared_compute), else the probe's matmul (Cluster.cpu_compute); and the
         # runtime's own work per action runs on those cores too, between the ops
         shared=cpu_factor(profile, cluster, busy) if cpu else 1.0,
-        per_action=cluster.host_overhead * cpu_turns(profile, cluster, busy) if cpu else 0.0,
+        per_action=cluster.host_overhead * cpu_turns(profile, cluster, busy)
+        if cpu and runtime
+        else 0.0,
         per_param=cluster.ddp_param_host if ddp else 0.0,
         # where DDP's fixed cost per step falls the probe does not read (DDP's step less the
         # plain one), so it stays in the forward's total only, beside the loss
