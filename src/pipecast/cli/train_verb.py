@@ -21,7 +21,7 @@ from pipecast.errors import ConfigError, DataError, DeviceError
 from pipecast.extras import check_installed
 from pipecast.orchestration.recommend.session import MAX_CPU_RANKS
 from pipecast.planning.recommend.chosen import Chosen, chosen
-from pipecast.planning.recommend.predict import predict
+from pipecast.planning.recommend.predict import Prediction, predict
 from pipecast.report.trace import write_trace
 from pipecast.runtime import checkpoint, devices, graphs
 from pipecast.runtime.checkpoint import Checkpointing
@@ -148,8 +148,17 @@ def check_fits(need: int, free: list[int] | None, gpus: int) -> None:
 
 def _predicted_peak(args: argparse.Namespace, job: TrainJob, profile: Profile | None) -> int:
     """The peak per GPU the quick profile predicts for `job` (0 where it has none)."""
+    predicted = _quick_prediction(args, job, profile)
+    return predicted.peak_memory if predicted is not None else 0
+
+
+def _quick_prediction(
+    args: argparse.Namespace, job: TrainJob, profile: Profile | None
+) -> Prediction | None:
+    """`job` predicted from the quick profile its partition came from (None: none, or a
+    mesh, which that profile does not price)."""
     if profile is None or job.meshed:
-        return 0
+        return None
     return predict(
         profile,
         default_cluster(profile.device, job.world),
@@ -158,7 +167,7 @@ def _predicted_peak(args: argparse.Namespace, job: TrainJob, profile: Profile | 
         optimizer=args.optimizer,
         clip=job.config.clip_grad_norm > 0,
         uneven=True,
-    ).peak_memory
+    )
 
 
 def _strategy_of(args: argparse.Namespace, job: TrainJob) -> Strategy:
@@ -244,18 +253,10 @@ def _write_traces(args: argparse.Namespace, result: JobResult, profile: Profile 
     model = file_stem(job.workload.model) if job.workload is not None else "model"
     trace = out / f"{model}-{job.plan.name}-{job.world}.measured.trace.json"
     timelines = [("measured", result.timeline())]
-    if profile is not None and not job.meshed:
-        # the quick profile's few repeats at one size are enough to balance the stages, not
-        # to quote a step time: drawn beside the measurement in the trace, not printed
-        predicted = predict(
-            profile,
-            default_cluster(profile.device, job.world),
-            _strategy_of(args, job),
-            job.batch,
-            optimizer=args.optimizer,
-            clip=job.config.clip_grad_norm > 0,
-            uneven=True,
-        )
+    # the quick profile's few repeats at one size are enough to balance the stages, not to
+    # quote a step time: drawn beside the measurement in the trace, not printed
+    predicted = _quick_prediction(args, job, profile)
+    if predicted is not None:
         timelines.insert(0, ("predicted from the quick profile", predicted.timeline))
     write_trace(str(trace), *timelines)
     console.print(f"trace: {trace}")
