@@ -44,7 +44,8 @@ def test_train_verb_runs_and_writes_both_traces(
     )
     assert code == 0
     out = capsys.readouterr().out
-    assert "samples/s" in out and "predicted step" in out
+    # the quick profile balances the stages; its step time is drawn, not quoted
+    assert "samples/s" in out and "predicted step" not in out
     trace = json.loads((tmp_path / "lenet5-1f1b-2.measured.trace.json").read_text())
     labels = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"}
     assert any(lbl.startswith("predicted") for lbl in labels)
