@@ -146,5 +146,5 @@ def on_engine_thread(fn: Callable[[], None], device: torch.device) -> None:
     An exception in fn comes out here, as itself."""
     with torch.enable_grad():  # the one-node graph needs recording, whatever the caller's mode
         anchor = torch.empty(0, device=device, requires_grad=True)
-        out = _OnEngineThread.apply(anchor, fn)  # type: ignore[no-untyped-call]
+        out = _OnEngineThread.apply(anchor, fn)  # type: ignore[no-untyped-call, unused-ignore]
     engine_call((out,), (torch.empty(0, device=device),), (anchor,), accumulate=True, keep=False)

@@ -235,7 +235,7 @@ def cached_group(ranks: list[int], purpose: str, backend: str | None = None) -> 
     if key not in _GROUPS:
         options = _p2p_options() if purpose == "p2p" and backend is None else None
         group = dist.new_group(sorted(ranks), backend=backend, pg_options=options)
-        assert group is not None
+        assert isinstance(group, dist.ProcessGroup)
         _GROUPS[key] = group
     return _GROUPS[key]
 

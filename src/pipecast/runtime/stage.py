@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
@@ -28,9 +28,10 @@ from pipecast.values.profile.segments import segments
 from pipecast.values.training import offloads_optimizer, offloads_weights
 
 _INPLACE_ERROR = "leaf Variable that requires grad is being used in an in-place operation"
+M = TypeVar("M", bound=nn.Module)
 
 
-def materialize(module: nn.Module, device: torch.device) -> nn.Module:
+def materialize(module: M, device: torch.device) -> M:
     """Give a meta-device module real, freshly initialised weights on `device`."""
     module = module.to_empty(device=device)
     for sub in module.modules():
