@@ -19,10 +19,11 @@ from pipecast.runtime import checkpoint
 from pipecast.runtime.checkpoint import Checkpointing
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.job import TrainJob
-from pipecast.runtime.launch import RankFailed
+from pipecast.runtime.launch import RankLost
 from pipecast.runtime.run import run_job
 from pipecast.runtime.worker import StepProgress
 from pipecast.values.models import Workload
+from pipecast.values.plan.grid import render_grid
 
 LENET = Workload(model="lenet5", dataset="mnist")  # 12 blocks, no batch norm, no dropout
 
@@ -173,13 +174,28 @@ def _job(
     return replace(job, checkpoint=Checkpointing(str(root), every=1, resume=resume))
 
 
+@pytest.fixture(scope="module")
+def killed(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[dict[str, torch.Tensor], Path, RankLost]:
+    """Adam over a 2-rank 1F1B pipeline: the weights after 5 uninterrupted steps, and the
+    checkpoints (steps 2 and 3) of a run whose rank 1 died at the start of step 3 of 5, with
+    the error it ended on. Tests copy the checkpoints before they resume from them."""
+    root = tmp_path_factory.mktemp("killed")
+    want = merged(run(_job(None, 5)), "params")
+    with pytest.raises(RankLost) as err:  # rank 1 dies at the start of step 3
+        run(replace(_job(root, 5), before_step=partial(fault, 1, 3, "die")))
+    return want, root, err.value
+
+
 @pytest.mark.slow
-def test_a_run_killed_part_way_resumes_to_the_uninterrupted_weights(tmp_path: Path) -> None:
+def test_a_run_killed_part_way_resumes_to_the_uninterrupted_weights(
+    tmp_path: Path, killed: tuple[dict[str, torch.Tensor], Path, RankLost]
+) -> None:
     """Adam over a 2-rank 1F1B pipeline: rank 1 dies at the start of step 3 of 5; the rerun
     resumes from the checkpoint of step 3 and ends where a run that never died ends."""
-    want = merged(run(_job(None, 5)), "params")
-    with pytest.raises(RankFailed):  # rank 1 dies at the start of step 3
-        run(replace(_job(tmp_path, 5), before_step=partial(fault, 1, 3, "die")))
+    want, written, _ = killed
+    shutil.copytree(written, tmp_path, dirs_exist_ok=True)
     saved = checkpoint.latest(tmp_path)
     assert saved is not None and saved.step == 3
     with pytest.raises(ConfigError, match=re.escape("already holds a checkpoint (step 3)")):
@@ -194,6 +210,25 @@ def test_a_run_killed_part_way_resumes_to_the_uninterrupted_weights(tmp_path: Pa
     assert_close(merged(resumed, "params"), want, rtol=1e-6)
     assert_close(checkpoint.model_state(tmp_path), want, rtol=1e-6)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step-00000004", "step-00000005"]
+
+
+@pytest.mark.slow
+def test_a_lost_rank_is_its_own_error_saying_where_each_rank_was(
+    killed: tuple[dict[str, torch.Tensor], Path, RankLost],
+) -> None:
+    """A rank that died is not bad input: RankLost (exit code 3), a survivor's own words
+    first, then the dead rank, then where each rank was with the plan's grid."""
+    lost = killed[2]
+    assert lost.exit_code == 3
+    lines = str(lost).splitlines()
+    assert lines[0].startswith("rank 0: lost contact with another rank"), lines[0]
+    assert lines[1] == "rank 1 died (exit code 9) before reporting"
+    assert lines[2:5] == [
+        "where each rank was (the action it was on in [brackets]):",
+        "  rank 0 (pipeline rank 0): waiting at the barrier before step 3",
+        "  rank 1: no word from it",
+    ]
+    assert lines[5:] == render_grid(_job(None, 5).plan).splitlines()
 
 
 @pytest.mark.slow

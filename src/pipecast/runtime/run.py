@@ -9,8 +9,17 @@ from typing import Any
 import torch.distributed as dist
 
 from pipecast.runtime.job import TrainJob
-from pipecast.runtime.launch import Backend, Context, run_distributed, spawn, under_torchrun
+from pipecast.runtime.launch import (
+    Backend,
+    Context,
+    RankLost,
+    run_distributed,
+    spawn,
+    under_torchrun,
+)
 from pipecast.runtime.worker import RankReport, StepProgress, run_rank, summary
+from pipecast.values.plan.action import Action, Plan
+from pipecast.values.plan.grid import render_grid
 from pipecast.values.timeline import Event, Timeline
 
 
@@ -67,25 +76,50 @@ def _gathered(ctx: Context, job: TrainJob) -> list[RankReport] | None:
     return reports if ctx.rank == 0 else None
 
 
+def where_each_rank_was(lost: RankLost, plan: Plan, ranks: range | list[int]) -> RankLost:
+    """`lost` with a line for each of `ranks`, saying what it was doing, and the plan's grid
+    with the action each was on marked (replica 0's, where several replicas report)."""
+    lines = []
+    marks: dict[int, Action] = {}
+    for rank in ranks:
+        at = lost.where.get(rank)
+        if at is None:
+            lines.append(f"  rank {rank}: no word from it")
+            continue
+        on = f" (on {at.action})" if at.action is not None else ""
+        lines.append(f"  rank {rank} (pipeline rank {at.pipeline_rank}): {at.what}{on}")
+        if at.action is not None:
+            marks.setdefault(at.pipeline_rank, at.action)
+    text = "\n".join(
+        [str(lost), "where each rank was (the action it was on in [brackets]):", *lines]
+    )
+    return RankLost(f"{text}\n{render_grid(plan, marks=marks)}", lost.where)
+
+
 def run_job(
     job: TrainJob, progress: Callable[[StepProgress], None] | None = None
 ) -> JobResult | None:
     """Run `job`. Locally: spawn `job.world` processes and return every rank's report. Under
     torchrun: run this rank; rank 0 returns everyone's reports, other ranks None.
-    `progress` hears after every step how far the run has got (locally only)."""
+    `progress` hears after every step how far the run has got (locally only). A rank lost
+    (it died, or made no progress within the timeout): RankLost, saying where each was."""
     job.check()
     backend: Backend = "nccl" if job.device == "cuda" else "gloo"
     timeout = job.config.timeout_s + 60
-    if under_torchrun():
-        gathered = run_distributed(_gathered, (job,), backend=backend, timeout_s=timeout)
-        return JobResult(job, gathered) if gathered is not None else None
-    reports = spawn(
-        run_rank,
-        job.world,
-        (job,),
-        backend=backend,
-        timeout_s=timeout,
-        grace_s=job.config.timeout_s + 10,
-        progress=progress,
-    )
+    try:
+        if under_torchrun():
+            gathered = run_distributed(_gathered, (job,), backend=backend, timeout_s=timeout)
+            return JobResult(job, gathered) if gathered is not None else None
+        reports = spawn(
+            run_rank,
+            job.world,
+            (job,),
+            backend=backend,
+            timeout_s=timeout,
+            grace_s=job.config.timeout_s + 10,
+            progress=progress,
+        )
+    except RankLost as lost:  # under torchrun a rank knows only where it was itself
+        ranks = sorted(lost.where) if under_torchrun() else range(job.world)
+        raise where_each_rank_was(lost, job.plan, ranks) from None
     return JobResult(job, reports)

@@ -1,0 +1,91 @@
+"""Ranks started by the launcher (pipecast.runtime.launch): each gets the environment of the
+launch that asked for it, and a run that loses a rank says so apart from bad input."""
+
+from __future__ import annotations
+
+import pytest
+from tests.runtime.helpers import pipeline_job
+
+from pipecast.cli import main as cli
+from pipecast.errors import ConfigError, PipecastError, RuntimeTimeout
+from pipecast.runtime.launch import (
+    Context,
+    RankLost,
+    free_port,
+    lost_contact,
+    run_distributed,
+)
+from pipecast.runtime.outcome import Position
+from pipecast.runtime.run import where_each_rank_was
+from pipecast.values.models import Workload
+from pipecast.values.plan.action import Action
+from pipecast.values.plan.grid import render_grid
+
+LENET = Workload(model="lenet5", dataset="mnist")
+MARK = "PIPECAST_TEST_MARK"
+
+
+def test_where_each_rank_was_marks_their_actions_in_the_grid() -> None:
+    plan = pipeline_job(LENET, "1f1b", 2, 4, [0, 6, 12]).plan
+    at = {
+        0: Position(0, 0, Action.parse("0F2"), "waiting for sends to complete"),
+        1: Position(1, 1, Action.parse("1BW0"), "computing the backward"),
+        3: Position(3, 1, None, "waiting at the barrier before step 1"),
+    }
+    text = str(where_each_rank_was(RankLost("rank 2 died", at), plan, range(4)))
+    assert text.splitlines()[:6] == [
+        "rank 2 died",
+        "where each rank was (the action it was on in [brackets]):",
+        "  rank 0 (pipeline rank 0): waiting for sends to complete (on 0F2)",
+        "  rank 1 (pipeline rank 1): computing the backward (on 1BW0)",
+        "  rank 2: no word from it",
+        "  rank 3 (pipeline rank 1): waiting at the barrier before step 1",
+    ]
+    grid = render_grid(plan, marks={0: Action.parse("0F2"), 1: Action.parse("1BW0")})
+    assert text.endswith("\n" + grid) and "[0F2]" in grid and "[1BW0]" in grid
+
+
+def test_the_cli_exits_3_for_a_lost_rank_and_2_for_bad_input(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def lose(args: object) -> int:
+        raise RankLost("rank 1 died (exit code 9) before reporting")
+
+    def refuse(args: object) -> int:
+        raise ConfigError("batch 3 cannot feed 4 micro-batches")
+
+    parser = cli.build_parser()
+    for raised, code in ((lose, 3), (refuse, 2)):
+        monkeypatch.setattr(cli, "build_parser", lambda: parser)
+        parser.set_defaults(func=raised)
+        assert cli.main([]) == code
+        assert capsys.readouterr().err.startswith("pipecast: error: ")
+    assert "3 a rank was lost" in " ".join(parser.format_help().split())
+
+
+def _peer_gone(ctx: Context) -> None:
+    try:
+        raise RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer")
+    except RuntimeError:
+        raise PipecastError("lost contact with another rank at the barrier") from None
+
+
+def _refuses(ctx: Context) -> None:
+    raise ConfigError("batch 3 cannot feed 4 micro-batches")
+
+
+def test_under_torchrun_a_rank_that_lost_its_peer_says_so_apart_from_bad_input(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under torchrun no launcher sees a rank die: a rank tells a peer gone (an error while
+    torch.distributed's backend failed, or a timeout) from its own bad input by itself."""
+    assert lost_contact(RuntimeTimeout("a transfer did not finish within 20 s"))
+    assert not lost_contact(ConfigError("batch 3 cannot feed 4 micro-batches"))
+    env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}
+    for key, value in (env | {"MASTER_PORT": str(free_port())}).items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(RankLost, match=r"^rank 0: lost contact with another rank"):
+        run_distributed(_peer_gone)
+    with pytest.raises(ConfigError) as refused:
+        run_distributed(_refuses)
+    assert not isinstance(refused.value, RankLost)
