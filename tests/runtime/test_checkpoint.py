@@ -3,6 +3,8 @@ uninterrupted run has (pipecast.runtime.checkpoint)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import shutil
 from dataclasses import replace
@@ -114,6 +116,61 @@ def test_only_complete_checkpoints_count_and_old_ones_go(tmp_path: Path) -> None
     ]
     _write(tmp_path, 5, [(model, opt, 0, 5)])  # keeps 2 complete, drops the dead one
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step-00000003", "step-00000005"]
+
+
+def _damage(file: Path) -> None:
+    """Random bytes over the middle of `file`, its size unchanged (a bad disk block)."""
+    size = file.stat().st_size
+    with open(file, "r+b") as f:
+        f.seek(size // 2)
+        f.write(bytes(range(7, 71)))
+
+
+def test_a_damaged_checkpoint_is_named_and_the_one_before_it_used(tmp_path: Path) -> None:
+    """Each file's sha256 goes into meta.json: a stage file damaged in place, a meta.json cut
+    short or a file cut short or gone is passed over, with a line naming it and why, for
+    the newest intact checkpoint; none intact is an error, not a silent fresh start."""
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    _write(tmp_path, 1, [(model, opt, 0, 2), (model, opt, 2, 5)])
+    _write(tmp_path, 2, [(model, opt, 0, 2), (model, opt, 2, 5)])
+    newest = tmp_path / "step-00000002"
+    meta = json.loads((newest / "meta.json").read_text())
+    stage = newest / "stage-001.pt"
+    assert meta["files"]["stage-001.pt"] == {
+        "sha256": hashlib.sha256(stage.read_bytes()).hexdigest(),
+        "bytes": stage.stat().st_size,
+    }
+    assert sorted(p.name for p in newest.iterdir()) == ["meta.json", "stage-000.pt", "stage-001.pt"]
+    pristine = stage.read_bytes()
+    damages = {
+        "has stage-001.pt damaged: it does not match the sha256": lambda: _damage(stage),
+        "has a damaged meta.json": lambda: (newest / "meta.json").write_text(
+            (newest / "meta.json").read_text()[:40]
+        ),
+        "has stage-001.pt cut short or grown": lambda: stage.write_bytes(pristine[:-100]),
+        "lacks stage-001.pt": stage.unlink,
+    }
+    for why, damage in damages.items():
+        _write(tmp_path, 2, [(model, opt, 0, 2), (model, opt, 2, 5)])
+        damage()
+        saved = checkpoint.latest(tmp_path)
+        assert saved is not None and saved.step == 1, why
+        (line,) = saved.passed_over
+        assert line.startswith(f"checkpoint {newest} {why}"), line
+        with pytest.raises(ConfigError, match=re.escape("step=1) gives the newest intact")):
+            checkpoint.model_state(tmp_path)
+        with pytest.raises(ConfigError, match=re.escape(why)):
+            checkpoint.model_state(tmp_path, step=2)
+    _damage(tmp_path / "step-00000001" / "stage-000.pt")
+    with pytest.raises(ConfigError, match=r"no intact checkpoint in .*remove them"):
+        checkpoint.latest(tmp_path)
+    # a stage file torch cannot read, in a checkpoint from before digests: one line, no traceback
+    legacy = checkpoint.Saved(
+        tmp_path / "step-00000001", {"stage_blocks": {"stage-000.pt": (0, 2)}}
+    )
+    with pytest.raises(ConfigError, match=r"stage-000.pt cannot be read \(.*\): remove"):
+        checkpoint.load_stage(legacy, model[:2], None, 0, 2)
 
 
 def test_a_checkpoint_of_another_model_is_a_one_line_error(tmp_path: Path) -> None:
@@ -229,6 +286,41 @@ def test_a_lost_rank_is_its_own_error_saying_where_each_rank_was(
         "  rank 1: no word from it",
     ]
     assert lines[5:] == render_grid(_job(None, 5).plan).splitlines()
+
+
+@pytest.mark.slow
+def test_a_damaged_newest_checkpoint_resumes_from_the_one_before(
+    tmp_path: Path,
+    killed: tuple[dict[str, torch.Tensor], Path, RankLost],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Random bytes in a stage file of the newest checkpoint (step 3), or its meta.json cut
+    short: the run says so in one line, resumes from step 2 on every rank and ends on the
+    weights of a run that never stopped; the damaged step is written afresh."""
+    want, written, _ = killed
+    damages = {
+        "has stage-001.pt damaged: it does not match the sha256 written with it": lambda d: _damage(
+            d / "stage-001.pt"
+        ),
+        "has a damaged meta.json": lambda d: (d / "meta.json").write_text(
+            (d / "meta.json").read_text()[:-20]
+        ),
+    }
+    for why, damage in damages.items():
+        root = tmp_path / why[:9].replace(" ", "-")
+        shutil.copytree(written, root)
+        damage(root / "step-00000003")
+        capsys.readouterr()
+        resumed = run(_job(root, 5, resume=True))
+        told = capsys.readouterr().err
+        assert (
+            f"pipecast: checkpoint {root / 'step-00000003'} {why}" in told
+            and f"resuming from the newest intact one, {root / 'step-00000002'}\n" in told
+        ), told
+        assert [s.step for s in resumed.reports[0].steps] == [3, 4]  # resumed after step 2
+        assert [done for done, _ in resumed.reports[1].checkpoints] == [3, 4, 5]
+        assert_close(merged(resumed, "params"), want, rtol=1e-6)
+        assert sorted(p.name for p in root.iterdir()) == ["step-00000004", "step-00000005"]
 
 
 @pytest.mark.slow

@@ -3,26 +3,59 @@ launch that asked for it, and a run that loses a rank says so apart from bad inp
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from tests.runtime.helpers import pipeline_job
 
 from pipecast.cli import main as cli
 from pipecast.errors import ConfigError, PipecastError, RuntimeTimeout
+from pipecast.runtime.checkpoint import Checkpointing
+from pipecast.runtime.job import TrainJob
 from pipecast.runtime.launch import (
     Context,
     RankLost,
     free_port,
     lost_contact,
     run_distributed,
+    spawn,
 )
 from pipecast.runtime.outcome import Position
-from pipecast.runtime.run import where_each_rank_was
+from pipecast.runtime.run import same_checkpoint, where_each_rank_was
 from pipecast.values.models import Workload
 from pipecast.values.plan.action import Action
 from pipecast.values.plan.grid import render_grid
 
 LENET = Workload(model="lenet5", dataset="mnist")
 MARK = "PIPECAST_TEST_MARK"
+
+
+def _resume_choices(ctx: Context, jobs: list[TrainJob]) -> str:
+    try:
+        same_checkpoint(ctx, jobs[ctx.rank])
+    except ConfigError as exc:
+        return str(exc)
+    return "agreed"
+
+
+def test_ranks_that_would_resume_from_other_checkpoints_stop(tmp_path: Path) -> None:
+    """A rank that finds another checkpoint intact than rank 0 does (another node's view
+    of the directory, a file changed under the run) would load other weights: every rank
+    stops with one line naming both."""
+    job = pipeline_job(LENET, "1f1b", 2, 4, [0, 6, 12], steps=3)
+    step = tmp_path / "a" / "step-00000001"
+    step.mkdir(parents=True)
+    meta = {"step": 1, "blocks": 12, "stage_blocks": {}, "optimizer": job.config.optimizer}
+    (step / "meta.json").write_text(json.dumps(meta))
+    jobs = [
+        TrainJob(**{**job.__dict__, "checkpoint": Checkpointing(str(d), resume=True)})
+        for d in (tmp_path / "a", tmp_path / "b")
+    ]
+    told = spawn(_resume_choices, 2, (jobs,))
+    assert told[0] == told[1]
+    assert f"rank 0 {step}, rank 1 none (from scratch)" in told[0]
+    assert spawn(_resume_choices, 2, ([jobs[0], jobs[0]],)) == ["agreed", "agreed"]
 
 
 def test_where_each_rank_was_marks_their_actions_in_the_grid() -> None:

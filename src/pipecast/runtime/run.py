@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 import torch.distributed as dist
 
+from pipecast.errors import ConfigError
+from pipecast.runtime import digests
 from pipecast.runtime.job import TrainJob
 from pipecast.runtime.launch import (
     Backend,
@@ -68,12 +72,38 @@ def agreed(ctx: Context, job: TrainJob) -> TrainJob:
     return replace(job, partition=mine[0], plan=mine[1])
 
 
+def same_checkpoint(ctx: Context, job: TrainJob) -> None:
+    """Every rank resumes from the same checkpoint, or none does: each checks the files
+    itself (under torchrun, on its own node's view of the shared directory), and a rank
+    that found another checkpoint intact than rank 0 did would load other weights."""
+    saved = job.resume_from()
+    mine = str(saved.path) if saved is not None else "none (from scratch)"
+    if not (dist.is_initialized() and ctx.world > 1):
+        return
+    chosen: list[Any] = [None] * ctx.world
+    dist.all_gather_object(chosen, mine)
+    if any(c != chosen[0] for c in chosen):
+        other = next(r for r, c in enumerate(chosen) if c != chosen[0])
+        raise ConfigError(
+            f"ranks disagree on the checkpoint to resume from: rank 0 {chosen[0]}, rank "
+            f"{other} {chosen[other]} (did the files change, or do nodes see other files?)"
+        )
+
+
 def _gathered(ctx: Context, job: TrainJob) -> list[RankReport] | None:
     job = agreed(ctx, job)
+    same_checkpoint(ctx, job)
     report = run_rank(ctx, job)
     reports: list[Any] = [None] * ctx.world
     dist.gather_object(report, reports if ctx.rank == 0 else None, dst=0)
     return reports if ctx.rank == 0 else None
+
+
+def _local_rank(ctx: Context, job: TrainJob, checked: Mapping[digests.Key, str]) -> RankReport:
+    """A rank started here: it takes the checkpoint files the launcher checked as checked."""
+    digests.trust(checked)
+    same_checkpoint(ctx, job)
+    return run_rank(ctx, job)
 
 
 def where_each_rank_was(lost: RankLost, plan: Plan, ranks: range | list[int]) -> RankLost:
@@ -96,6 +126,19 @@ def where_each_rank_was(lost: RankLost, plan: Plan, ranks: range | list[int]) ->
     return RankLost(f"{text}\n{render_grid(plan, marks=marks)}", lost.where)
 
 
+def _tell_passed_over(job: TrainJob) -> None:
+    """Name each newer checkpoint that a resume passes over, and why (rank 0 only)."""
+    saved = job.resume_from()
+    if saved is None or os.environ.get("RANK", "0") != "0":
+        return
+    for line in saved.passed_over:
+        print(
+            f"pipecast: {line}; resuming from the newest intact one, {saved.path}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
 def run_job(
     job: TrainJob, progress: Callable[[StepProgress], None] | None = None
 ) -> JobResult | None:
@@ -104,6 +147,7 @@ def run_job(
     `progress` hears after every step how far the run has got (locally only). A rank lost
     (it died, or made no progress within the timeout): RankLost, saying where each was."""
     job.check()
+    _tell_passed_over(job)
     backend: Backend = "nccl" if job.device == "cuda" else "gloo"
     timeout = job.config.timeout_s + 60
     try:
@@ -111,9 +155,9 @@ def run_job(
             gathered = run_distributed(_gathered, (job,), backend=backend, timeout_s=timeout)
             return JobResult(job, gathered) if gathered is not None else None
         reports = spawn(
-            run_rank,
+            _local_rank,
             job.world,
-            (job,),
+            (job, digests.known()),
             backend=backend,
             timeout_s=timeout,
             grace_s=job.config.timeout_s + 10,
