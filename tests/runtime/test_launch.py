@@ -4,9 +4,13 @@ launch that asked for it, and a run that loses a rank says so apart from bad inp
 from __future__ import annotations
 
 import json
+import os
+import uuid
 from pathlib import Path
 
 import pytest
+import torch
+import torch.distributed as dist
 from tests.runtime.helpers import pipeline_job
 
 from pipecast.cli import main as cli
@@ -29,6 +33,32 @@ from pipecast.values.plan.grid import render_grid
 
 LENET = Workload(model="lenet5", dataset="mnist")
 MARK = "PIPECAST_TEST_MARK"
+
+
+def _environment(ctx: Context, names: list[str]) -> dict[str, str | None]:
+    seen = {n: os.environ.get(n) for n in names} | {"threads": str(torch.get_num_threads())}
+    dist.barrier()  # rank 0 hosts the rendezvous: it must not leave before the others joined
+    return seen
+
+
+def test_each_rank_gets_the_environment_of_its_launch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ranks fork from a server started once and preloaded (launch.PRELOAD); each must see
+    the launching process's environment as it is at the launch, not the server's from when
+    it started: a variable set or removed since, the launch's own rendezvous port, and
+    each rank computing with its share of the cores."""
+    names = [MARK, "PIPECAST_TEST_GONE", "MASTER_PORT"]
+    monkeypatch.setenv("PIPECAST_TEST_GONE", "before")
+    first = spawn(_environment, 2, (names,))  # the fork server runs from here on, if not before
+    monkeypatch.setenv(MARK, uuid.uuid4().hex)  # a value no earlier process can hold
+    monkeypatch.delenv("PIPECAST_TEST_GONE")
+    second = spawn(_environment, 2, (names,))
+    assert [seen["PIPECAST_TEST_GONE"] for seen in first] == ["before", "before"]
+    for seen in second:
+        assert seen[MARK] == os.environ[MARK]
+        assert seen["PIPECAST_TEST_GONE"] is None
+        assert seen["threads"] == str(max(1, (os.cpu_count() or 1) // 2))
+    assert first[0]["MASTER_PORT"] == first[1]["MASTER_PORT"] != second[0]["MASTER_PORT"]
+    assert second[0]["MASTER_PORT"] == second[1]["MASTER_PORT"]
 
 
 def _resume_choices(ctx: Context, jobs: list[TrainJob]) -> str:
