@@ -758,7 +758,8 @@ def test_recommend_for_gpus_this_machine_lacks_uses_the_shipped_profile(
     assert "run it on 8 x NVIDIA H100 80GB HBM3: pipecast train --recommendation" in printed
     assert "an epoch is 1,281,167 samples" in printed  # ImageNet's training split
     # close calls cannot be measured here: it says where they can
-    closes = len(recommend(*_shipped_vgg16(), 128, gpus=8).close_calls()) > 1
+    expected = recommend(*_shipped_vgg16(), 128, gpus=8)
+    closes = len(expected.close_calls()) > 1
     assert ("--validate auto on that machine" in printed) == closes
     assert not (tmp_path / "cache").exists()  # nothing profiled or probed here
     doc = json.loads(out.read_text())
@@ -766,7 +767,6 @@ def test_recommend_for_gpus_this_machine_lacks_uses_the_shipped_profile(
     shipped_vgg, _ = _shipped_vgg16()
     assert "H100" in doc["profile"]["device"]
     assert doc["profile"]["host_pooled"] == shipped_vgg.host.pooled > 1
-    expected = recommend(*_shipped_vgg16(), 128, gpus=8)
     assert doc["ranked"][0]["label"] == expected.best.strategy.label()
     assert doc["ranked"][0]["step_time"] == pytest.approx(expected.best.step_time)
     assert doc["ranked"][0]["step_time"] < 0.1  # an H100's milliseconds, not a CPU's seconds
