@@ -3,6 +3,8 @@ uninterrupted run has (pipecast.runtime.checkpoint)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import shutil
 from dataclasses import replace
@@ -19,10 +21,11 @@ from pipecast.runtime import checkpoint
 from pipecast.runtime.checkpoint import Checkpointing
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.job import TrainJob
-from pipecast.runtime.launch import RankFailed
+from pipecast.runtime.launch import RankLost
 from pipecast.runtime.run import run_job
 from pipecast.runtime.worker import StepProgress
 from pipecast.values.models import Workload
+from pipecast.values.plan.grid import render_grid
 
 LENET = Workload(model="lenet5", dataset="mnist")  # 12 blocks, no batch norm, no dropout
 
@@ -115,6 +118,61 @@ def test_only_complete_checkpoints_count_and_old_ones_go(tmp_path: Path) -> None
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step-00000003", "step-00000005"]
 
 
+def _damage(file: Path) -> None:
+    """Random bytes over the middle of `file`, its size unchanged (a bad disk block)."""
+    size = file.stat().st_size
+    with open(file, "r+b") as f:
+        f.seek(size // 2)
+        f.write(bytes(range(7, 71)))
+
+
+def test_a_damaged_checkpoint_is_named_and_the_one_before_it_used(tmp_path: Path) -> None:
+    """Each file's sha256 goes into meta.json: a stage file damaged in place, a meta.json cut
+    short or a file cut short or gone is passed over, with a line naming it and why, for
+    the newest intact checkpoint; none intact is an error, not a silent fresh start."""
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    _write(tmp_path, 1, [(model, opt, 0, 2), (model, opt, 2, 5)])
+    _write(tmp_path, 2, [(model, opt, 0, 2), (model, opt, 2, 5)])
+    newest = tmp_path / "step-00000002"
+    meta = json.loads((newest / "meta.json").read_text())
+    stage = newest / "stage-001.pt"
+    assert meta["files"]["stage-001.pt"] == {
+        "sha256": hashlib.sha256(stage.read_bytes()).hexdigest(),
+        "bytes": stage.stat().st_size,
+    }
+    assert sorted(p.name for p in newest.iterdir()) == ["meta.json", "stage-000.pt", "stage-001.pt"]
+    pristine = stage.read_bytes()
+    damages = {
+        "has stage-001.pt damaged: it does not match the sha256": lambda: _damage(stage),
+        "has a damaged meta.json": lambda: (newest / "meta.json").write_text(
+            (newest / "meta.json").read_text()[:40]
+        ),
+        "has stage-001.pt cut short or grown": lambda: stage.write_bytes(pristine[:-100]),
+        "lacks stage-001.pt": stage.unlink,
+    }
+    for why, damage in damages.items():
+        _write(tmp_path, 2, [(model, opt, 0, 2), (model, opt, 2, 5)])
+        damage()
+        saved = checkpoint.latest(tmp_path)
+        assert saved is not None and saved.step == 1, why
+        (line,) = saved.passed_over
+        assert line.startswith(f"checkpoint {newest} {why}"), line
+        with pytest.raises(ConfigError, match=re.escape("step=1) gives the newest intact")):
+            checkpoint.model_state(tmp_path)
+        with pytest.raises(ConfigError, match=re.escape(why)):
+            checkpoint.model_state(tmp_path, step=2)
+    _damage(tmp_path / "step-00000001" / "stage-000.pt")
+    with pytest.raises(ConfigError, match=r"no intact checkpoint in .*remove them"):
+        checkpoint.latest(tmp_path)
+    # a stage file torch cannot read, in a checkpoint from before digests: one line, no traceback
+    legacy = checkpoint.Saved(
+        tmp_path / "step-00000001", {"stage_blocks": {"stage-000.pt": (0, 2)}}
+    )
+    with pytest.raises(ConfigError, match=r"stage-000.pt cannot be read \(.*\): remove"):
+        checkpoint.load_stage(legacy, model[:2], None, 0, 2)
+
+
 def test_a_checkpoint_of_another_model_is_a_one_line_error(tmp_path: Path) -> None:
     model = _model()
     _write(tmp_path, 1, [(model, torch.optim.Adam(model.parameters()), 0, 5)])
@@ -173,13 +231,28 @@ def _job(
     return replace(job, checkpoint=Checkpointing(str(root), every=1, resume=resume))
 
 
+@pytest.fixture(scope="module")
+def killed(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[dict[str, torch.Tensor], Path, RankLost]:
+    """Adam over a 2-rank 1F1B pipeline: the weights after 5 uninterrupted steps, and the
+    checkpoints (steps 2 and 3) of a run whose rank 1 died at the start of step 3 of 5, with
+    the error it ended on. Tests copy the checkpoints before they resume from them."""
+    root = tmp_path_factory.mktemp("killed")
+    want = merged(run(_job(None, 5)), "params")
+    with pytest.raises(RankLost) as err:  # rank 1 dies at the start of step 3
+        run(replace(_job(root, 5), before_step=partial(fault, 1, 3, "die")))
+    return want, root, err.value
+
+
 @pytest.mark.slow
-def test_a_run_killed_part_way_resumes_to_the_uninterrupted_weights(tmp_path: Path) -> None:
+def test_a_run_killed_part_way_resumes_to_the_uninterrupted_weights(
+    tmp_path: Path, killed: tuple[dict[str, torch.Tensor], Path, RankLost]
+) -> None:
     """Adam over a 2-rank 1F1B pipeline: rank 1 dies at the start of step 3 of 5; the rerun
     resumes from the checkpoint of step 3 and ends where a run that never died ends."""
-    want = merged(run(_job(None, 5)), "params")
-    with pytest.raises(RankFailed):  # rank 1 dies at the start of step 3
-        run(replace(_job(tmp_path, 5), before_step=partial(fault, 1, 3, "die")))
+    want, written, _ = killed
+    shutil.copytree(written, tmp_path, dirs_exist_ok=True)
     saved = checkpoint.latest(tmp_path)
     assert saved is not None and saved.step == 3
     with pytest.raises(ConfigError, match=re.escape("already holds a checkpoint (step 3)")):
@@ -194,6 +267,60 @@ def test_a_run_killed_part_way_resumes_to_the_uninterrupted_weights(tmp_path: Pa
     assert_close(merged(resumed, "params"), want, rtol=1e-6)
     assert_close(checkpoint.model_state(tmp_path), want, rtol=1e-6)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step-00000004", "step-00000005"]
+
+
+@pytest.mark.slow
+def test_a_lost_rank_is_its_own_error_saying_where_each_rank_was(
+    killed: tuple[dict[str, torch.Tensor], Path, RankLost],
+) -> None:
+    """A rank that died is not bad input: RankLost (exit code 3), a survivor's own words
+    first, then the dead rank, then where each rank was with the plan's grid."""
+    lost = killed[2]
+    assert lost.exit_code == 3
+    lines = str(lost).splitlines()
+    assert lines[0].startswith("rank 0: lost contact with another rank"), lines[0]
+    assert lines[1] == "rank 1 died (exit code 9) before reporting"
+    assert lines[2:5] == [
+        "where each rank was (the action it was on in [brackets]):",
+        "  rank 0 (pipeline rank 0): waiting at the barrier before step 3",
+        "  rank 1: no word from it",
+    ]
+    assert lines[5:] == render_grid(_job(None, 5).plan).splitlines()
+
+
+@pytest.mark.slow
+def test_a_damaged_newest_checkpoint_resumes_from_the_one_before(
+    tmp_path: Path,
+    killed: tuple[dict[str, torch.Tensor], Path, RankLost],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Random bytes in a stage file of the newest checkpoint (step 3), or its meta.json cut
+    short: the run says so in one line, resumes from step 2 on every rank and ends on the
+    weights of a run that never stopped; the damaged step is written afresh."""
+    want, written, _ = killed
+    damages = {
+        "has stage-001.pt damaged: it does not match the sha256 written with it": lambda d: _damage(
+            d / "stage-001.pt"
+        ),
+        "has a damaged meta.json": lambda d: (d / "meta.json").write_text(
+            (d / "meta.json").read_text()[:-20]
+        ),
+    }
+    for why, damage in damages.items():
+        root = tmp_path / why[:9].replace(" ", "-")
+        shutil.copytree(written, root)
+        damage(root / "step-00000003")
+        capsys.readouterr()
+        resumed = run(_job(root, 5, resume=True))
+        told = capsys.readouterr().err
+        assert (
+            f"pipecast: checkpoint {root / 'step-00000003'} {why}" in told
+            and f"resuming from the newest intact one, {root / 'step-00000002'}\n" in told
+        ), told
+        assert [s.step for s in resumed.reports[0].steps] == [3, 4]  # resumed after step 2
+        assert [done for done, _ in resumed.reports[1].checkpoints] == [3, 4, 5]
+        assert_close(merged(resumed, "params"), want, rtol=1e-6)
+        assert sorted(p.name for p in root.iterdir()) == ["step-00000004", "step-00000005"]
 
 
 @pytest.mark.slow

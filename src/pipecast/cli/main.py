@@ -28,6 +28,17 @@ VERBS: tuple[str, ...] = (
 
 _MODULES = {verb: f"pipecast.cli.{verb}_verb" for verb in VERBS}
 
+EXIT_BAD_INPUT = 2
+EXIT_CODES = (
+    "exit codes: 0 done; 1 a bug (the traceback says where: please report it); 2 bad input "
+    "(one line names the rule, the values and the fix); 3 a rank was lost: it died, or made "
+    "no progress within --timeout (the others say where each rank was, with the plan's "
+    "grid; the same command may well succeed again, with --resume from a checkpoint); "
+    "130 interrupted."
+)
+"""What `pipecast --help` ends with. A PipecastError's code is its `exit_code`, where it has
+one (pipecast.runtime.launch.RankLost: 3), else EXIT_BAD_INPUT."""
+
 
 class _Parser(argparse.ArgumentParser):
     """argparse, its errors one line (`pipecast <verb>: error: ...`) and exit code 2."""
@@ -42,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="pipecast",
         description="Profile, partition, schedule, simulate, recommend and run pipeline-"
         "parallel training.",
+        epilog=EXIT_CODES,
     )
     parser.add_argument("--version", action="version", version=f"pipecast {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="<verb>")
@@ -61,7 +73,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return func(args)
     except PipecastError as exc:
         print(f"pipecast: error: {exc}", file=sys.stderr)
-        return 2
+        code: int = getattr(exc, "exit_code", EXIT_BAD_INPUT)
+        return code
     except KeyboardInterrupt:
         print("pipecast: interrupted", file=sys.stderr)
         return 130

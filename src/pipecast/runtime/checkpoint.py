@@ -10,9 +10,13 @@ model (`model_state`).
     DIR/step-00000120/rank-001.pt    rank 1's random-number generators
     DIR/step-00000120/meta.json      written last, once every other file is in place
 
-A step directory without meta.json is one that a run died while writing. Resuming ignores it,
-and the next complete checkpoint removes it. Under torchrun across nodes, DIR must be on one
-file system that every node shares.
+A step directory without meta.json is one that a run died while writing. Every file is
+written with its sha256 (pipecast.runtime.digests), and meta.json lists each file's digest and
+size, so a file cut short or damaged later is found before anything loads it. Resuming takes
+the newest intact checkpoint and names each newer one it passes over, and why (`latest`);
+a directory whose every checkpoint is damaged is an error rather than a silent fresh start.
+The next complete checkpoint removes the incomplete ones before it. Under torchrun across
+nodes, DIR must be on one file system that every node shares.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any
 import torch
 
 from pipecast.errors import ConfigError
+from pipecast.runtime import digests
 
 META = "meta.json"
 PREFIX = "step-"
@@ -64,6 +69,8 @@ class Saved:
 
     path: Path
     meta: dict[str, Any]
+    passed_over: tuple[str, ...] = ()
+    """The newer checkpoints that were not intact, one line each: which and why."""
 
     @property
     def step(self) -> int:
@@ -92,21 +99,67 @@ def _steps(root: Path) -> list[tuple[int, Path]]:
     return sorted(out)
 
 
+INCOMPLETE = f"is incomplete (no {META}: a run stopped while writing it)"
+
+
+def _inspect(path: Path) -> tuple[dict[str, Any], str | None]:
+    """The checkpoint in `path`: its meta.json, and why it cannot be resumed from (None: it
+    is intact): no meta.json, one that does not parse, a stage file missing, or a file of
+    another size or sha256 than when it was written. Says how it would read after
+    "checkpoint PATH"."""
+    try:
+        text = (path / META).read_text()
+    except FileNotFoundError:
+        return {}, INCOMPLETE
+    except OSError as exc:
+        return {}, f"has a {META} that cannot be read ({exc.strerror})"
+    try:
+        meta = json.loads(text)
+        int(meta["step"])
+        names = [str(n) for n in meta["stage_blocks"]]
+        listed = meta.get("files", {})  # none in a checkpoint from before digests
+        files = {str(n): (str(f["sha256"]), int(f["bytes"])) for n, f in listed.items()}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return {}, f"has a damaged {META} ({len(text)} bytes, not a checkpoint's: cut short?)"
+    for name in names:
+        if not (path / name).is_file():
+            return meta, f"lacks {name}"
+    for name, (sha, size) in files.items():
+        if not (path / name).is_file():
+            continue  # a rank's generators: optional (load_rank), as on another layout
+        if (on_disk := (path / name).stat().st_size) != size:
+            return meta, f"has {name} cut short or grown: {on_disk} bytes, {size} when written"
+        if digests.digest(path / name) != sha:
+            return meta, f"has {name} damaged: it does not match the sha256 written with it"
+    return meta, None
+
+
 def latest(root: str | Path) -> Saved | None:
-    """The newest complete checkpoint under `root` (None when there is none)."""
+    """The newest intact checkpoint under `root` (None when there is none), with a line for
+    each newer one passed over. Where there are checkpoints but none intact, a one-line
+    error: resuming from scratch would silently throw the run away."""
+    passed: list[str] = []
     for _, path in reversed(_steps(Path(root))):
-        try:
-            meta = json.loads((path / META).read_text())
-        except (OSError, ValueError):
-            continue  # a run died writing it
-        return Saved(path, meta)
+        meta, why = _inspect(path)
+        if why is None:
+            return Saved(path, meta, tuple(passed))
+        passed.append(f"checkpoint {path} {why}")
+    if len(passed) > sum(line.endswith(INCOMPLETE) for line in passed):
+        raise ConfigError(
+            f"no intact checkpoint in {root}: {'; '.join(passed)}; remove them, or write to "
+            f"another directory, to start from scratch"
+        )
     return None
 
 
-def _atomic_save(obj: object, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+def _begin(root: str | Path, step: int) -> Path:
+    """The step's directory, made ready for this rank's files: a meta.json left there by an
+    earlier run (one that wrote this step before it died, or a damaged checkpoint resumed
+    past) no longer describes it."""
+    path = step_dir(root, step)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / META).unlink(missing_ok=True)
+    return path
 
 
 def stage_state(
@@ -129,9 +182,7 @@ def stage_state(
 
 
 def write_stage(root: str | Path, step: int, stage: int, state: Mapping[str, Any]) -> None:
-    path = step_dir(root, step)
-    path.mkdir(parents=True, exist_ok=True)
-    _atomic_save(dict(state), path / f"stage-{stage:03d}.pt")
+    digests.save(dict(state), _begin(root, step) / f"stage-{stage:03d}.pt")
 
 
 def rng_state(device: torch.device) -> dict[str, torch.Tensor]:
@@ -142,19 +193,24 @@ def rng_state(device: torch.device) -> dict[str, torch.Tensor]:
 
 
 def write_rank(root: str | Path, step: int, rank: int, device: torch.device) -> None:
-    path = step_dir(root, step)
-    path.mkdir(parents=True, exist_ok=True)
-    _atomic_save(rng_state(device), path / f"rank-{rank:03d}.pt")
+    digests.save(rng_state(device), _begin(root, step) / f"rank-{rank:03d}.pt")
 
 
 def finish(root: str | Path, step: int, meta: Mapping[str, Any], keep: int) -> Path:
     """Mark the checkpoint of `step` complete (every rank has written its files) and remove
     what it supersedes: complete checkpoints beyond the newest `keep`, and every incomplete
-    one older than it."""
+    one older than it. meta.json records each file's sha256 and size, as its writer left
+    them beside it."""
     path = step_dir(root, step)
+    files: dict[str, dict[str, Any]] = {}
+    for file in sorted(path.glob("*.pt")):
+        sha, size = digests.written(file) or (digests.digest(file), file.stat().st_size)
+        files[file.name] = {"sha256": sha, "bytes": size}
     tmp = path / (META + ".tmp")
-    tmp.write_text(json.dumps({**meta, "step": step}, indent=1))
+    tmp.write_text(json.dumps({**meta, "step": step, "files": files}, indent=1))
     os.replace(tmp, path / META)
+    for side in path.glob("*" + digests.SUFFIX):
+        side.unlink(missing_ok=True)
     complete = 0
     for s, p in reversed(_steps(Path(root))):
         if s > step:
@@ -199,7 +255,7 @@ def load_stage(
     state: dict[str, dict[str, Any]] = {}
     versions = []
     for path in saved.stage_files(start, stop):
-        part = torch.load(path, map_location="cpu", weights_only=True)
+        part = _load(path)
         params.update(part["model"])
         state.update(part["optimizer"])
         versions.append(int(part["version"]))
@@ -231,31 +287,52 @@ def load_rank(saved: Saved, rank: int, device: torch.device) -> bool:
     path = saved.path / f"rank-{rank:03d}.pt"
     if not path.exists():
         return False
-    rng = torch.load(path, map_location="cpu", weights_only=True)
+    rng = _load(path)
     torch.set_rng_state(rng["cpu"])
     if device.type == "cuda" and "cuda" in rng:
         torch.cuda.set_rng_state(rng["cuda"], device)
     return True
 
 
+def _load(path: Path) -> Any:
+    """torch.load on the CPU; a file it cannot read, a one-line error (a checkpoint written
+    before files had digests is checked only here)."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        first = (str(exc).splitlines() or [""])[0][:160]
+        raise ConfigError(
+            f"checkpoint file {path} cannot be read ({type(exc).__name__}: {first}): remove "
+            f"{path.parent} to resume from the checkpoint before it"
+        ) from None
+
+
 def model_state(root: str | Path, step: int | None = None) -> dict[str, torch.Tensor]:
-    """The whole model's state dict from the newest complete checkpoint under `root` (or
-    from `step`): `model.load_state_dict(model_state(dir))`."""
+    """The whole model's state dict from the newest checkpoint under `root` (or from
+    `step`): `model.load_state_dict(model_state(dir))`. A damaged newest checkpoint is an
+    error naming the newest intact one, not a silent step back."""
     saved = latest(root) if step is None else _at(root, step)
     if saved is None:
         raise ConfigError(f"no complete checkpoint in {root}")
+    if saved.passed_over:
+        raise ConfigError(
+            f"{saved.passed_over[0]}: model_state({str(root)!r}, step={saved.step}) "
+            f"gives the newest intact one"
+        )
     out: dict[str, torch.Tensor] = {}
     for path in saved.stage_files(0, int(saved.meta["blocks"])):
-        out.update(torch.load(path, map_location="cpu", weights_only=True)["model"])
+        out.update(_load(path)["model"])
     return out
 
 
 def _at(root: str | Path, step: int) -> Saved | None:
     path = step_dir(root, step)
-    try:
-        return Saved(path, json.loads((path / META).read_text()))
-    except (OSError, ValueError):
+    if not path.is_dir():
         return None
+    meta, why = _inspect(path)
+    if why is not None:
+        raise ConfigError(f"checkpoint {path} {why}")
+    return Saved(path, meta)
 
 
 def stage_blocks(bounds: Iterable[tuple[int, int, int]]) -> dict[str, tuple[int, int]]:

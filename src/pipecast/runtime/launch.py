@@ -3,7 +3,9 @@
 `spawn` starts `world` local processes (CPU + gloo, or one per GPU + NCCL); under torchrun
 (RANK/WORLD_SIZE/LOCAL_RANK set) `run_distributed` joins the existing group instead, so the
 same function runs across nodes. Each rank's return value comes back through a file, so a
-rank that dies never loses what the others finished.
+rank that dies never loses what the others finished; a rank that fails leaves its reason and
+where it was (outcome.Position). A run that loses a rank (one died, or made no progress
+within the timeout) raises RankLost, whose exit code (3) tells it apart from bad input (2).
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ import torch
 import torch.distributed as dist
 from torch.multiprocessing.spawn import start_processes
 
-from pipecast.errors import ConfigError, DeviceError, PipecastError
-from pipecast.runtime import devices
+from pipecast.errors import ConfigError, DeviceError, PipecastError, RuntimeTimeout
+from pipecast.runtime import devices, watchdog
+from pipecast.runtime.outcome import REPORT_ENV, Position, write_report
+from pipecast.runtime.watchdog import EXIT_LOST
 
 Backend = Literal["gloo", "nccl"]
 
@@ -63,9 +67,6 @@ class Context:
     device: torch.device
 
 
-REPORT_ENV = "PIPECAST_RANK_REPORT"
-
-
 def all_gather_floats(values: list[float], device: torch.device) -> list[list[float]]:
     """Every rank's `values` (the same length on every rank), one row per rank; just this
     rank's outside a process group of several."""
@@ -75,17 +76,6 @@ def all_gather_floats(values: list[float], device: torch.device) -> list[list[fl
     out = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
     dist.all_gather(out, mine)
     return [[float(v) for v in t.tolist()] for t in out]
-
-
-def write_report(status: str, value: Any, path: str | None = None) -> None:
-    """Leave this rank's result where the launcher collects it (atomically)."""
-    target = path or os.environ.get(REPORT_ENV)
-    if not target:
-        return
-    out = Path(target)
-    tmp = out.with_suffix(".tmp")
-    tmp.write_bytes(pickle.dumps((status, value)))
-    tmp.rename(out)
 
 
 PROGRESS_ENV = "PIPECAST_PROGRESS"
@@ -117,6 +107,30 @@ def _read_progress(path: Path, progress: Callable[[Any], None], seen: int) -> in
 
 class RankFailed(PipecastError):
     """A rank ended with an error; the message carries that rank's own one-line reason."""
+
+
+class RankLost(RankFailed):
+    """A rank died or made no progress within the timeout: the message says what each
+    failing rank reported, `where` where each was (by global rank)."""
+
+    exit_code = EXIT_LOST
+
+    def __init__(self, message: str, where: dict[int, Position] | None = None) -> None:
+        super().__init__(message)
+        self.where = where or {}
+
+
+def lost_contact(exc: BaseException) -> bool:
+    """Whether `exc` says that another rank is gone rather than that the input is wrong: a
+    timeout, or an error raised by (or while handling one from) torch.distributed's
+    backends: NCCL's DistBackendError, gloo's transport errors ("Connection closed by
+    peer"), which are plain RuntimeErrors."""
+    for e in (exc, exc.__cause__, exc.__context__):
+        if isinstance(e, (RuntimeTimeout, dist.DistError)):
+            return True
+        if isinstance(e, RuntimeError) and "gloo/transport" in str(e):
+            return True
+    return False
 
 
 def free_port() -> int:
@@ -165,10 +179,14 @@ def process_group(
             dist.destroy_process_group()
 
 
-PRELOAD = ["torch", "torch.distributed", "pipecast.runtime.worker"]
+PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "pipecast.runtime.worker"]
 """What the fork server imports once, so that a rank forked from it starts in a fraction of
 a second instead of importing torch afresh (about 1.8 s a world of 2 CPU ranks on 2 cores,
-paid again by every validation round, bench configuration and test).
+paid again by every validation round, bench configuration and test). torch._dynamo too: the
+first optimizer a rank builds imports it (torch.optim wraps its methods in
+torch._disable_dynamo), with sympy, about as long again as torch itself; a rank of a LeNet
+job imported 481 modules on its own before it was preloaded, 1 after. Variables those
+modules read as they are imported (TORCH_LOGS, say) are the fork server's.
 GPU ranks are spawned instead (start_method)."""
 
 
@@ -218,13 +236,14 @@ def _worker(
             result = fn(ctx, *args)
         payload: tuple[str, Any] = ("ok", result)
     except PipecastError as exc:
-        payload = ("error", f"rank {local_rank}: {exc}")
+        payload = ("lost" if lost_contact(exc) else "error", f"rank {local_rank}: {exc}")
     except BaseException as exc:
+        status = "lost" if lost_contact(exc) else "crash"
         payload = (
-            "crash",
+            status,
             f"rank {local_rank}: {type(exc).__name__}: {exc}\n{traceback.format_exc()}",
         )
-    write_report(*payload, path=str(out))
+    write_report(*payload, path=str(out), where=watchdog.position())
     if payload[0] != "ok":
         raise SystemExit(1)
 
@@ -269,28 +288,45 @@ def spawn(
             grace_s=timeout_s if grace_s is None else grace_s,
             watch=(Path(outdir) / "progress.pkl", progress) if progress else None,
         )
-        results: list[Any] = []
-        failures: list[str] = []
-        for rank in range(world):
-            path = Path(outdir) / f"rank{rank}.pkl"
-            if not path.exists():
-                code = context.processes[rank].exitcode
-                failures.append(f"rank {rank} died (exit code {code}) before reporting")
-                results.append(None)
-                continue
-            status, value = pickle.loads(path.read_bytes())
-            if status == "ok":
-                results.append(value)
-            else:
-                failures.append(value)
-                results.append(None)
-        for proc in context.processes:
-            if proc.is_alive():
-                proc.kill()
-        if failures:
-            primary = sorted(failures, key=lambda f: ("died" in f, "Traceback" in f))[0]
-            raise RankFailed(primary)
+        try:
+            return _results(outdir, context.processes)
+        finally:
+            for proc in context.processes:
+                if proc.is_alive():
+                    proc.kill()
+
+
+def _results(outdir: str, processes: list[Any]) -> list[Any]:
+    """Each rank's result. A rank that died, hung (its watchdog ended it) or lost contact
+    with another, and none that failed on its own: RankLost, with every failing rank's
+    reason (a survivor's first) and where each was. Otherwise the first failure's reason as
+    RankFailed (a rank's own error before a crash, before the others losing contact)."""
+    results: list[Any] = [None] * len(processes)
+    failures: list[tuple[str, str]] = []
+    where: dict[int, Position] = {}
+    for rank, proc in enumerate(processes):
+        path = Path(outdir) / f"rank{rank}.pkl"
+        if not path.exists():
+            code = proc.exitcode
+            failures.append(("died", f"rank {rank} died (exit code {code}) before reporting"))
+            continue
+        status, value, at = pickle.loads(path.read_bytes())
+        if status == "ok":
+            results[rank] = value
+            continue
+        failures.append(("hung" if proc.exitcode == EXIT_LOST else status, value))
+        if at is not None:
+            where[rank] = at
+    if not failures:
         return results
+    kinds = {status for status, _ in failures}
+    if kinds & {"died", "hung"} or not kinds & {"error", "crash"}:
+        order = {"error": 0, "lost": 0, "hung": 0, "crash": 1, "died": 2}
+        ranked = [text for _, text in sorted(failures, key=lambda f: order[f[0]])]
+        lines = [ranked[0], *(text.splitlines()[0] for text in ranked[1:])]
+        raise RankLost("\n".join(lines), where)
+    order = {"error": 0, "crash": 1, "lost": 2}
+    raise RankFailed(sorted(failures, key=lambda f: order[f[0]])[0][1])
 
 
 def _wait_all(
@@ -340,4 +376,11 @@ def run_distributed(
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local = int(os.environ["LOCAL_RANK"])
     with process_group(rank, world, local, backend, timeout_s) as ctx:
-        return fn(ctx, *args)
+        try:
+            return fn(ctx, *args)
+        except Exception as exc:
+            if not lost_contact(exc):
+                raise
+            at = watchdog.position()
+            first = (str(exc).splitlines() or [type(exc).__name__])[0]
+            raise RankLost(f"rank {rank}: {first}", {rank: at} if at else {}) from None

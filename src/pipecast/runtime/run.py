@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 import torch.distributed as dist
 
+from pipecast.errors import ConfigError
+from pipecast.runtime import digests
 from pipecast.runtime.job import TrainJob
-from pipecast.runtime.launch import Backend, Context, run_distributed, spawn, under_torchrun
+from pipecast.runtime.launch import (
+    Backend,
+    Context,
+    RankLost,
+    run_distributed,
+    spawn,
+    under_torchrun,
+)
 from pipecast.runtime.worker import RankReport, StepProgress, run_rank, summary
+from pipecast.values.plan.action import Action, Plan
+from pipecast.values.plan.grid import render_grid
 from pipecast.values.timeline import Event, Timeline
 
 
@@ -59,12 +72,71 @@ def agreed(ctx: Context, job: TrainJob) -> TrainJob:
     return replace(job, partition=mine[0], plan=mine[1])
 
 
+def same_checkpoint(ctx: Context, job: TrainJob) -> None:
+    """Every rank resumes from the same checkpoint, or none does: each checks the files
+    itself (under torchrun, on its own node's view of the shared directory), and a rank
+    that found another checkpoint intact than rank 0 did would load other weights."""
+    saved = job.resume_from()
+    mine = str(saved.path) if saved is not None else "none (from scratch)"
+    if not (dist.is_initialized() and ctx.world > 1):
+        return
+    chosen: list[Any] = [None] * ctx.world
+    dist.all_gather_object(chosen, mine)
+    if any(c != chosen[0] for c in chosen):
+        other = next(r for r, c in enumerate(chosen) if c != chosen[0])
+        raise ConfigError(
+            f"ranks disagree on the checkpoint to resume from: rank 0 {chosen[0]}, rank "
+            f"{other} {chosen[other]} (did the files change, or do nodes see other files?)"
+        )
+
+
 def _gathered(ctx: Context, job: TrainJob) -> list[RankReport] | None:
     job = agreed(ctx, job)
+    same_checkpoint(ctx, job)
     report = run_rank(ctx, job)
     reports: list[Any] = [None] * ctx.world
     dist.gather_object(report, reports if ctx.rank == 0 else None, dst=0)
     return reports if ctx.rank == 0 else None
+
+
+def _local_rank(ctx: Context, job: TrainJob, checked: Mapping[digests.Key, str]) -> RankReport:
+    """A rank started here: it takes the checkpoint files the launcher checked as checked."""
+    digests.trust(checked)
+    same_checkpoint(ctx, job)
+    return run_rank(ctx, job)
+
+
+def where_each_rank_was(lost: RankLost, plan: Plan, ranks: range | list[int]) -> RankLost:
+    """`lost` with a line for each of `ranks`, saying what it was doing, and the plan's grid
+    with the action each was on marked (replica 0's, where several replicas report)."""
+    lines = []
+    marks: dict[int, Action] = {}
+    for rank in ranks:
+        at = lost.where.get(rank)
+        if at is None:
+            lines.append(f"  rank {rank}: no word from it")
+            continue
+        on = f" (on {at.action})" if at.action is not None else ""
+        lines.append(f"  rank {rank} (pipeline rank {at.pipeline_rank}): {at.what}{on}")
+        if at.action is not None:
+            marks.setdefault(at.pipeline_rank, at.action)
+    text = "\n".join(
+        [str(lost), "where each rank was (the action it was on in [brackets]):", *lines]
+    )
+    return RankLost(f"{text}\n{render_grid(plan, marks=marks)}", lost.where)
+
+
+def _tell_passed_over(job: TrainJob) -> None:
+    """Name each newer checkpoint that a resume passes over, and why (rank 0 only)."""
+    saved = job.resume_from()
+    if saved is None or os.environ.get("RANK", "0") != "0":
+        return
+    for line in saved.passed_over:
+        print(
+            f"pipecast: {line}; resuming from the newest intact one, {saved.path}",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def run_job(
@@ -72,20 +144,26 @@ def run_job(
 ) -> JobResult | None:
     """Run `job`. Locally: spawn `job.world` processes and return every rank's report. Under
     torchrun: run this rank; rank 0 returns everyone's reports, other ranks None.
-    `progress` hears after every step how far the run has got (locally only)."""
+    `progress` hears after every step how far the run has got (locally only). A rank lost
+    (it died, or made no progress within the timeout): RankLost, saying where each was."""
     job.check()
+    _tell_passed_over(job)
     backend: Backend = "nccl" if job.device == "cuda" else "gloo"
     timeout = job.config.timeout_s + 60
-    if under_torchrun():
-        gathered = run_distributed(_gathered, (job,), backend=backend, timeout_s=timeout)
-        return JobResult(job, gathered) if gathered is not None else None
-    reports = spawn(
-        run_rank,
-        job.world,
-        (job,),
-        backend=backend,
-        timeout_s=timeout,
-        grace_s=job.config.timeout_s + 10,
-        progress=progress,
-    )
+    try:
+        if under_torchrun():
+            gathered = run_distributed(_gathered, (job,), backend=backend, timeout_s=timeout)
+            return JobResult(job, gathered) if gathered is not None else None
+        reports = spawn(
+            _local_rank,
+            job.world,
+            (job, digests.known()),
+            backend=backend,
+            timeout_s=timeout,
+            grace_s=job.config.timeout_s + 10,
+            progress=progress,
+        )
+    except RankLost as lost:  # under torchrun a rank knows only where it was itself
+        ranks = sorted(lost.where) if under_torchrun() else range(job.world)
+        raise where_each_rank_was(lost, job.plan, ranks) from None
     return JobResult(job, reports)

@@ -1,10 +1,11 @@
 """No silent hangs: a thread that notices when a rank stops making progress.
 
 The engine tells the watchdog which action it is on. If an action (or the end of a step)
-takes longer than the timeout, the watchdog prints this rank's report (the action it is stuck
-on, what it waits for, and the plan's grid with that action marked), tries to tear the
-process group down, and ends the process with exit code 3. Every rank runs one, so when a peer
-dies each survivor reports within the timeout.
+takes longer than the timeout, the watchdog reports where this rank is stuck (the action, what
+it waits for, and its `Position`) to the launcher that started it, or prints it with the plan's
+grid where none collects it (under torchrun), tries to tear the process group down, and ends
+the process with EXIT_LOST. Every rank runs one, so when a peer dies each survivor reports
+within the timeout; the launcher prints one grid with every rank's position marked.
 """
 
 from __future__ import annotations
@@ -17,10 +18,23 @@ import time
 
 import torch.distributed as dist
 
+from pipecast.runtime.outcome import Position, write_report
 from pipecast.values.plan.action import Action, Plan
 from pipecast.values.plan.grid import render_grid
 
-EXIT_TIMEOUT = 3
+EXIT_LOST = 3
+"""The exit code of a run that lost a rank (it died, or made no progress within the timeout),
+apart from 2, bad input: rerunning the same command may well succeed."""
+
+
+_last: Watchdog | None = None
+"""The watchdog this process started last: where its rank was when something failed."""
+
+
+def position() -> Position | None:
+    """Where this process's rank is, as its last watchdog saw it: None where it ran none, or
+    that one's job had ended (it stands idle between steps and after the last)."""
+    return _last.position() if _last is not None and _last.armed else None
 
 
 class Watchdog:
@@ -37,6 +51,8 @@ class Watchdog:
         self._thread = threading.Thread(target=self._watch, daemon=True, name="pipecast-watchdog")
 
     def __enter__(self) -> Watchdog:
+        global _last
+        _last = self
         self._thread.start()
         return self
 
@@ -53,28 +69,35 @@ class Watchdog:
         """Between steps: the user's own code may take as long as it likes."""
         self._armed = False
 
-    def report(self) -> str:
+    @property
+    def armed(self) -> bool:
+        return self._armed
+
+    def position(self) -> Position:
+        return Position(self.global_rank, self.pipeline_rank, self._action, self._what)
+
+    def report(self, grid: bool = True) -> str:
+        """What this rank is stuck on; with `grid`, the plan's grid with its action marked."""
         waited = time.monotonic() - self._since
         where = f" at {self._action}" if self._action else ""
         marks = {self.pipeline_rank: self._action} if self._action else {}
-        grid = f"\n{render_grid(self.plan, marks=marks)}" if self.plan is not None else ""
+        shown = grid and self.plan is not None
+        rows = f"\n{render_grid(self.plan, marks=marks)}" if shown and self.plan else ""
         return (
-            f"pipecast: rank {self.global_rank} (pipeline rank {self.pipeline_rank}) made no "
-            f"progress for {waited:.0f} s{where}: {self._what}{grid}"
+            f"rank {self.global_rank} (pipeline rank {self.pipeline_rank}) made no "
+            f"progress for {waited:.0f} s{where}: {self._what}{rows}"
         )
 
     def _watch(self) -> None:
         while not self._stop.wait(min(1.0, self.timeout_s / 4)):
             if self._armed and time.monotonic() - self._since > self.timeout_s:
-                text = self.report()
-                print(text, file=sys.stderr, flush=True)
-                from pipecast.runtime.launch import write_report
-
-                write_report("error", text.removeprefix("pipecast: "))
+                # a launcher prints every rank's position in one grid; alone, say it here
+                if not write_report("error", self.report(grid=False), where=self.position()):
+                    print(f"pipecast: {self.report()}", file=sys.stderr, flush=True)
                 closer = threading.Thread(target=_destroy, daemon=True)
                 closer.start()
                 closer.join(5.0)
-                os._exit(EXIT_TIMEOUT)
+                os._exit(EXIT_LOST)
 
 
 def _destroy() -> None:
