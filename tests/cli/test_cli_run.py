@@ -116,7 +116,7 @@ def test_python_api_refuses_uneven_replicas_and_unknown_devices() -> None:
     drop one, 0 replicas divide by zero, and 'gpu' would quietly run on the CPU."""
     w = Workload(model="lenet5", dataset="mnist")
     for kw in ({"gpus": 3, "replicas": 2}, {"replicas": 0}):
-        with pytest.raises(ConfigError, match=r"do not split into .* equal pipeline replica"):
+        with pytest.raises(ConfigError, match=r"do not split into .* of equal pipelines"):
             pipecast.api.make_job(w, partition="0,6,12", **kw)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="device must be 'cpu' or 'cuda', got 'gpu'"):
         pipecast.api.make_job(w, partition="0,6,12", device="gpu")

@@ -18,6 +18,7 @@ import itertools
 import os
 import time
 from dataclasses import dataclass, field
+from typing import cast
 
 import torch
 import torch.distributed as dist
@@ -234,9 +235,9 @@ def cached_group(ranks: list[int], purpose: str, backend: str | None = None) -> 
     key = (world, tuple(ranks), purpose)
     if key not in _GROUPS:
         options = _p2p_options() if purpose == "p2p" and backend is None else None
+        # a rank outside `ranks` gets torch's non-member marker, kept so it is asked once
         group = dist.new_group(sorted(ranks), backend=backend, pg_options=options)
-        assert isinstance(group, dist.ProcessGroup)
-        _GROUPS[key] = group
+        _GROUPS[key] = cast(dist.ProcessGroup, group)
     return _GROUPS[key]
 
 

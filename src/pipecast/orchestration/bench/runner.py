@@ -245,88 +245,115 @@ def run_suite(
     over the whole suite, and keeps the median of its rounds: a host's speed moves in spells
     of seconds to minutes, so one measurement reads one spell. `systems`: measurements of
     systems the runner does not ship, by name (module docstring)."""
-    extra = dict(systems or {})
-    cpu_threads = rank_threads(configs)  # the whole suite's, resumed or not
-    store = Store(store_path)
-    predicted = predicted or {}
-    pending = [c for c in configs if not store.done(c.key)]
-    total = len(configs)
+    suite = _Suite(configs, Store(store_path), predicted or {}, timeout_s, deadline, systems)
     stop = threading.Event()
 
     def poll() -> None:
         while not stop.wait(1.0):
             if on_progress is not None:
-                on_progress(sum(store.done(c.key) for c in configs), total)
+                on_progress(*suite.progress())
 
     watcher = threading.Thread(target=poll, daemon=True)
     watcher.start()
     try:
-        for (gpus, device), remaining in _groups(pending).items():
-            backend, env, threads = _world_of(device, cpu_threads)
-            while remaining and (deadline is None or time.time() < deadline):
-                try:
-                    spawn(
-                        _bench_rank,
-                        gpus,
-                        (
-                            remaining,
-                            str(store.path),
-                            predicted,
-                            env,
-                            timeout_s,
-                            deadline,
-                            False,
-                            extra,
-                            threads,
-                        ),
-                        backend=backend,
-                        timeout_s=timeout_s + 60,
-                        grace_s=30,
-                    )
-                except RankFailed as exc:
-                    for cfg in remaining:  # the one in progress when the world died
-                        if store.status(cfg.key) == "started":
-                            store.put(
-                                cfg.key,
-                                cfg.suite,
-                                "failed",
-                                cfg.to_dict(),
-                                env,
-                                None,
-                                predicted.get(cfg.key),
-                                str(exc).splitlines()[0][:300],
-                            )
-                            break
-                remaining = [c for c in remaining if not store.done(c.key)]
+        suite.first_round()
         for r in range(2, rounds + 1):
-            for (gpus, device), group in _groups(configs).items():
-                due = [c for c in group if _rounds_done(store, c.key) == r - 1]
-                if not due or (deadline is not None and time.time() >= deadline):
-                    continue
-                backend, env, threads = _world_of(device, cpu_threads)
-                try:
-                    spawn(
-                        _bench_rank,
-                        gpus,
-                        (
-                            due,
-                            str(store.path),
-                            predicted,
-                            env,
-                            timeout_s,
-                            deadline,
-                            True,
-                            extra,
-                            threads,
-                        ),
-                        backend=backend,
-                        timeout_s=timeout_s + 60,
-                        grace_s=30,
-                    )
-                except RankFailed as exc:  # the rounds already measured stand
-                    print(f"[round {r} stopped] {str(exc).splitlines()[0][:200]}", flush=True)
+            suite.round_again(r)
     finally:
         stop.set()
         if on_progress is not None:
-            on_progress(sum(store.done(c.key) for c in configs), total)
-    return store
+            on_progress(*suite.progress())
+    return suite.store
+
+
+class _Suite:
+    """One run_suite call: its configurations, store and the worlds it spawns."""
+
+    def __init__(
+        self,
+        configs: list[BenchConfig],
+        store: Store,
+        predicted: dict[str, dict[str, Any]],
+        timeout_s: float,
+        deadline: float | None,
+        systems: Mapping[str, SystemRun] | None,
+    ) -> None:
+        self.configs = configs
+        self.store = store
+        self.predicted = predicted
+        self.timeout_s = timeout_s
+        self.deadline = deadline
+        self.systems = dict(systems or {})
+        self.cpu_threads = rank_threads(configs)  # the whole suite's, resumed or not
+
+    def progress(self) -> tuple[int, int]:
+        """(configurations finished, configurations in the suite)."""
+        return sum(self.store.done(c.key) for c in self.configs), len(self.configs)
+
+    def in_time(self) -> bool:
+        return self.deadline is None or time.time() < self.deadline
+
+    def _world(self, gpus: int, device: str, configs: list[BenchConfig], again: bool) -> None:
+        """Spawn one world measuring `configs` (`again`: one more round of each);
+        RankFailed when it dies."""
+        backend, env, threads = _world_of(device, self.cpu_threads)
+        args = (
+            configs,
+            str(self.store.path),
+            self.predicted,
+            env,
+            self.timeout_s,
+            self.deadline,
+            again,
+            self.systems,
+            threads,
+        )
+        spawn(
+            _bench_rank,
+            gpus,
+            args,
+            backend=backend,
+            timeout_s=self.timeout_s + 60,
+            grace_s=30,
+        )
+
+    def first_round(self) -> None:
+        """Measure every configuration not finished yet; a world that dies marks the one
+        in progress failed and a fresh world goes on with the rest."""
+        pending = [c for c in self.configs if not self.store.done(c.key)]
+        for (gpus, device), remaining in _groups(pending).items():
+            while remaining and self.in_time():
+                try:
+                    self._world(gpus, device, remaining, again=False)
+                except RankFailed as exc:
+                    self._fail_started(remaining, device, exc)
+                remaining = [c for c in remaining if not self.store.done(c.key)]
+
+    def _fail_started(self, configs: list[BenchConfig], device: str, exc: RankFailed) -> None:
+        """Record the configuration in progress when the world died as failed."""
+        env = _world_of(device, self.cpu_threads)[1]
+        for cfg in configs:
+            if self.store.status(cfg.key) == "started":
+                error = str(exc).splitlines()[0][:300]
+                self.store.put(
+                    cfg.key,
+                    cfg.suite,
+                    "failed",
+                    cfg.to_dict(),
+                    env,
+                    None,
+                    self.predicted.get(cfg.key),
+                    error,
+                )
+                return
+
+    def round_again(self, r: int) -> None:
+        """Round `r`: measure again each configuration with r - 1 rounds so far."""
+        for (gpus, device), group in _groups(self.configs).items():
+            due = [c for c in group if _rounds_done(self.store, c.key) == r - 1]
+            if not due or not self.in_time():
+                continue
+            try:
+                self._world(gpus, device, due, again=True)
+            except RankFailed as exc:  # the rounds already measured stand
+                print(f"[round {r} stopped] {str(exc).splitlines()[0][:200]}", flush=True)
