@@ -179,14 +179,22 @@ def process_group(
             dist.destroy_process_group()
 
 
-PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "pipecast.runtime.worker"]
+PRELOAD = [
+    "torch",
+    "torch.distributed",
+    "torch._dynamo",
+    "torch.distributed.fsdp",
+    "torch.distributed.tensor.parallel",
+    "pipecast.runtime.worker",
+]
 """What the fork server imports once, so that a rank forked from it starts in a fraction of
 a second instead of importing torch afresh (about 1.8 s a world of 2 CPU ranks on 2 cores,
 paid again by every validation round, bench configuration and test). torch._dynamo too: the
 first optimizer a rank builds imports it (torch.optim wraps its methods in
 torch._disable_dynamo), with sympy, about as long again as torch itself; a rank of a LeNet
 job imported 481 modules on its own before it was preloaded, 1 after. Variables those
-modules read as they are imported (TORCH_LOGS, say) are the fork server's.
+modules read as they are imported (TORCH_LOGS, say) are the fork server's. torch's FSDP
+and tensor parallelism (with DTensor, about 0.35 s) too, which a mesh's every rank imports.
 GPU ranks are spawned instead (start_method)."""
 
 
