@@ -329,9 +329,18 @@ def print_validation(measured: list[Measured]) -> None:
         )
     console.print(table)
     if measured:
-        console.print(
-            f"[bold green]measured fastest:[/] {decide(measured).prediction.strategy.label()}"
-        )
+        pick = decide(measured)
+        if pick.fits:
+            console.print(f"[bold green]measured fastest:[/] {pick.prediction.strategy.label()}")
+        else:
+            usable = pick.prediction.memory_limit
+            console.print(
+                f"[bold yellow]none measured fits:[/] every one reserved more than the "
+                f"{human_bytes(usable)} usable per GPU; the closest, "
+                f"{pick.prediction.strategy.label()}, reserved "
+                f"{human_bytes(max(pick.peak_reserved or pick.peak_allocated))}: give it more "
+                "memory (--memory-limit, --memory-margin) or expect it to run out"
+            )
         spread = too_close(measured)
         if spread is not None:
             console.print(

@@ -340,6 +340,66 @@ def test_a_validated_strategy_that_outgrew_its_memory_is_never_chosen() -> None:
     assert measure.decide([fast_over, further]) is fast_over
 
 
+def test_validation_goes_down_the_ranking_until_a_measured_one_fits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """--validate 1: the best reserved more than the usable memory when run, and so did the
+    next; validation measures one more at a time until one fits, and that one is run. Where
+    the first fits, nothing more is measured."""
+    from types import SimpleNamespace
+
+    from pipecast.orchestration.recommend import session
+    from pipecast.orchestration.recommend.validate import Measured, decide
+
+    rec = recommend(make_profile([1e-3] * 4, params=[10**6] * 4), GPUS, 32)
+    ranked = rec.ranked
+    assert len(ranked) >= 4
+    over: set[int] = set()
+    asked: list[int] = []
+
+    def fake(preds: list[Any], workload: Workload, **kwargs: Any) -> list[Measured]:
+        out = []
+        for pred in preds:
+            i = next(i for i, q in enumerate(ranked) if q is pred)
+            asked.append(i)
+            reserved = pred.memory_limit + (1 if i in over else 0)
+            out.append(
+                Measured(
+                    prediction=pred,
+                    step_time=1.0 + i,
+                    samples_per_second=32.0,
+                    peak_allocated=(reserved,),
+                    peak_reserved=(reserved,),
+                )
+            )
+        return out
+
+    monkeypatch.setattr(session, "measure_rounds", fake)
+    r = SimpleNamespace(
+        workload=Workload(model="lenet5", dataset="mnist"),
+        dtype="fp32",
+        autocast=False,
+        optimizer="sgd",
+        device="cpu",
+        validate=1,
+        rounds=1,
+    )
+    events = SimpleNamespace(validating=None)
+    over.update({0, 1})
+    measured = session._validate(r, rec, events)  # type: ignore[arg-type]
+    assert asked == [0, 1, 2] and decide(measured).prediction is ranked[2]
+    assert session._why(measured) == "measured fastest"
+    over.clear()
+    asked.clear()
+    measured = session._validate(r, rec, events)  # type: ignore[arg-type]
+    assert asked == [0] and decide(measured).prediction is ranked[0]
+    over.update(range(len(ranked)))  # none fits: EXTRA_CANDIDATES more, then the closest
+    asked.clear()
+    measured = session._validate(r, rec, events)  # type: ignore[arg-type]
+    assert asked == list(range(1 + session.EXTRA_CANDIDATES))
+    assert session._why(measured) == "none measured fits: the closest"
+
+
 def test_ddp_buckets_hold_a_second_copy_of_the_gradients() -> None:
     """DDP's buckets hold a copy of the gradients through the step; pipecast's all-reduce
     copies them only from the last backward to the optimizer step, when the activations are
