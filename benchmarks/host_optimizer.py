@@ -78,7 +78,10 @@ def _terms(ctx: Context, workload: Workload, dtype: str, repeats: int) -> dict[s
 
 
 def _rank(ctx: Context, workload: Workload, dtypes: list[str], repeats: int) -> dict[str, Any]:
-    rate = host_link.optimizer_rate()
+    rates = {
+        "fp32": host_link.optimizer_rate(),
+        "bf16": host_link.optimizer_rate(dtype=torch.bfloat16),
+    }
     copies = host_link.samples(ctx)
     links = {k: fit_link([s for s, _ in v], [t for _, t in v]) for k, v in copies.items()}
     rows = []
@@ -86,14 +89,14 @@ def _rank(ctx: Context, workload: Workload, dtypes: list[str], repeats: int) -> 
         row = _terms(ctx, workload, dtype, repeats)
         moved = max(link.time(row["param_bytes"]) for link in links.values())
         row["priced_copy"] = moved
-        row["priced_step"] = row["param_bytes"] / rate
+        row["priced_step"] = row["param_bytes"] / rates[dtype]
         row["priced_whole"] = 2 * moved + row["priced_step"]
         rows.append(row)
         if ctx.device.type == "cuda":
             torch.cuda.empty_cache()
     return {
         "threads": torch.get_num_threads(),
-        "optimizer_rate": rate,
+        "optimizer_rate": rates,
         "link_bandwidth": {k: link.bandwidth for k, link in links.items()},
         "rows": rows,
     }
@@ -102,7 +105,9 @@ def _rank(ctx: Context, workload: Workload, dtypes: list[str], repeats: int) -> 
 def _table(result: dict[str, Any]) -> str:
     ms = 1e3
     lines = [
-        f"threads {result['threads']}; probe: Adam {result['optimizer_rate'] / 1e9:.2f} GB/s, "
+        f"threads {result['threads']}; probe: Adam (fused) "
+        + ", ".join(f"{k} {r / 1e9:.2f} GB/s" for k, r in result["optimizer_rate"].items())
+        + "; host link "
         + ", ".join(f"{k} {b / 1e9:.1f} GB/s" for k, b in result["link_bandwidth"].items()),
         "",
         "| dtype | tensors | weights | copy out | Adam on host | copy back | step | "

@@ -94,6 +94,27 @@ def test_an_optimizer_on_the_host_trades_its_state_for_copies_and_a_host_step() 
     assert hosted.step_time - plain.step_time == pytest.approx(copies)
 
 
+@pytest.mark.parametrize(
+    ("dtype", "autocast", "rate"),
+    [("fp32", False, 4e9), ("bf16", False, 1e9), ("fp16", False, 1e9), ("bf16", True, 4e9)],
+)
+def test_the_host_step_is_priced_at_its_weights_dtype(
+    dtype: str, autocast: bool, rate: float
+) -> None:
+    """16-bit weights step on the host at the 16-bit rate (each element widened and narrowed
+    back), fp32 ones and autocast's (fp32 weights, cast as ops run) at the fp32 rate: the
+    4 GiB of weights take 4 GiB / that rate beside the copies."""
+    gib = 2**30
+    gpu = replace(GPU_80, host_optimizer_rate=4e9, host_optimizer_rate_16=1e9)
+    profile = replace(make_profile([1e-3] * 4, params=[2**30] * 4), dtype=dtype, autocast=autocast)
+    plain, hosted = (
+        predict(profile, gpu, Strategy(kind="single", offload=o), 8, optimizer="adam")
+        for o in ("none", "optimizer")
+    )
+    copies = 2 * gpu.host_link.time(4 * gib) + 4 * gib / rate
+    assert hosted.step_time - plain.step_time == pytest.approx(copies)
+
+
 def test_streamed_weights_leave_the_gradients_and_two_blocks() -> None:
     """Four blocks of 1 GiB under Adam on one GPU, streamed: against the optimizer alone on
     the host, the GPU gives back the weights but two blocks' (4 GiB less 2); the forward

@@ -74,12 +74,18 @@ def fitted(per_rank: list[dict[str, list[list[float]]]]) -> Link | None:
     return min(links, key=lambda link: link.bandwidth) if links else None
 
 
-def optimizer_rate(nbytes: int = 64 * MIB, repeats: int = 3) -> float:
-    """Bytes of fp32 weights per second one Adam step covers on this host (every rank at
-    once, as offloaded optimizers step together): Cluster.host_optimizer_rate."""
-    weight = torch.nn.Parameter(torch.zeros(nbytes // 4))
+def optimizer_rate(
+    nbytes: int = 64 * MIB, repeats: int = 3, dtype: torch.dtype = torch.float32
+) -> float:
+    """Bytes of weights in `dtype` per second one Adam step covers on this host, fused as
+    the runtime's offloaded optimizer is (runtime.stage.make_optimizer), every rank at once
+    as offloaded optimizers step together: Cluster.host_optimizer_rate (fp32) and
+    host_optimizer_rate_16 (bf16). Per byte the two differ: a 16-bit weight is widened to
+    fp32 for the arithmetic and its state narrowed back."""
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    weight = torch.nn.Parameter(torch.zeros(nbytes // itemsize, dtype=dtype))
     weight.grad = torch.full_like(weight, 1e-3)
-    adam = torch.optim.Adam([weight], lr=1e-3)
+    adam = torch.optim.Adam([weight], lr=1e-3, fused=True)
     adam.step()  # its state, allocated once
     times = []
     for _ in range(repeats):

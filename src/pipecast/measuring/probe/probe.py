@@ -167,6 +167,9 @@ def _probe_rank(ctx: Context, options: ProbeOptions) -> dict[str, Any]:
         "memory": devices.total_memory(ctx.device),
         "name": devices.name(ctx.device),
         "host_optimizer_rate": host_link.optimizer_rate(min(64 * MIB, options.max_bytes)),
+        "host_optimizer_rate_16": host_link.optimizer_rate(
+            min(64 * MIB, options.max_bytes), dtype=torch.bfloat16
+        ),
         "host_link": host_link.samples(
             ctx,
             min_bytes=min(MIB, options.max_bytes // 4),
@@ -233,6 +236,10 @@ def summarize_probe(per_rank: list[dict[str, Any]], name: str = "probed") -> Pro
             host_link=host or HOST_LINK,
             host_optimizer_rate=min(
                 (r["host_optimizer_rate"] for r in per_rank if "host_optimizer_rate" in r),
+                default=HOST_OPTIMIZER_RATE,
+            ),
+            host_optimizer_rate_16=min(
+                (r["host_optimizer_rate_16"] for r in per_rank if "host_optimizer_rate_16" in r),
                 default=HOST_OPTIMIZER_RATE,
             ),
         ),

@@ -191,9 +191,10 @@ def calibrated_cluster(gpus: int, device: str, refresh: bool = False) -> tuple[C
     with `refresh`)."""
     dev = "cuda" if device.startswith("cuda") else "cpu"
     name = devices.name(devices.resolve(device))
-    # probes taken before they read the runtime's own work per action on CPU, or before
-    # DDP's cost per parameter tensor was fixed on GPUs, are re-taken
-    probed_with = "runtime_overhead" if dev == "cpu" else "ddp_param_fixed"
+    # probes taken before they read the runtime's own work per action on CPU, before DDP's
+    # cost per parameter tensor was fixed on GPUs, or before they timed the host's Adam
+    # fused and per dtype, are re-taken
+    probed_with = ("runtime_overhead" if dev == "cpu" else "ddp_param_fixed") + "-fused-adam"
     path = cache_dir() / f"cluster-{_key(name, gpus, dev, torch.__version__, probed_with)}.json"
     if path.exists() and not refresh:
         return Cluster.load(str(path)), True

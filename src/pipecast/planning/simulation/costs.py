@@ -346,6 +346,12 @@ def _stage_times(
     return _with_spans(times, blocks, hooks, slow, before, first=index == 0)
 
 
+def weight_bytes(profile: Profile) -> int:
+    """Bytes of each weight as the runtime holds it: the run's dtype, or fp32 under autocast
+    (which keeps the weights in fp32 and casts as ops run)."""
+    return 2 if profile.dtype in ("bf16", "fp16") and not profile.autocast else 4
+
+
 def _offloaded(
     times: StageTimes,
     profile: Profile,
@@ -360,7 +366,7 @@ def _offloaded(
     param_bytes = times.param_bytes
     if offloads_optimizer(offload):
         moved = cluster.host_link.time(param_bytes)
-        step = param_bytes / cluster.host_optimizer_rate
+        step = param_bytes / cluster.optimizer_rate(weight_bytes(profile))
         if offloads_weights(offload):  # weights come back as the blocks run instead
             window = 2 * max(b.param_bytes for b in profile.blocks[start:stop])
             times = replace(

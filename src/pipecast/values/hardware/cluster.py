@@ -108,9 +108,17 @@ class Cluster:
     ddp_buffer_host: float = 0.0
     """... and per buffer tensor (broadcast from rank 0 before every forward)."""
     host_optimizer_rate: float = HOST_OPTIMIZER_RATE
-    """Bytes of weights per second an Adam step covers on the host, the optimizer's state
-    there (what an offloaded optimizer's step costs beside the copies); the probe measures
-    it, 2 GB/s where nothing was measured."""
+    """Bytes of fp32 weights per second an Adam step covers on the host, the optimizer's
+    state there (what an offloaded optimizer's step costs beside the copies); the probe
+    measures it, HOST_OPTIMIZER_RATE where nothing was measured."""
+    host_optimizer_rate_16: float = HOST_OPTIMIZER_RATE
+    """The same for 16-bit weights (bf16, fp16), which an Adam step covers at another rate
+    per byte: each element is widened for the arithmetic and narrowed back."""
+
+    def optimizer_rate(self, element_bytes: int) -> float:
+        """Bytes per second of the host's Adam step over weights of `element_bytes` each."""
+        return self.host_optimizer_rate_16 if element_bytes == 2 else self.host_optimizer_rate
+
     host_link: Link = HOST_LINK
     """Copies between a GPU and pinned host memory on a stream of their own while the GPU
     computes (the slower of the two directions): what offloaded activations cost. The
@@ -267,6 +275,7 @@ class Cluster:
                 "pairs": [[a, b, _link_json(link)] for (a, b), link in self.pairs.items()],
                 "host_link": _link_json(self.host_link),
                 "host_optimizer_rate": self.host_optimizer_rate,
+                "host_optimizer_rate_16": self.host_optimizer_rate_16,
             },
         )
 
@@ -337,6 +346,9 @@ def cluster_from_dict(doc: dict[str, Any], source: str = "<dict>") -> Cluster:
             pairs={(int(a), int(b)): link(v, f"pair {a}-{b}") for a, b, v in doc.get("pairs", [])},
             host_link=link(doc["host_link"], "host_link") if "host_link" in doc else HOST_LINK,
             host_optimizer_rate=parse_rate(doc.get("host_optimizer_rate", HOST_OPTIMIZER_RATE)),
+            host_optimizer_rate_16=parse_rate(
+                doc.get("host_optimizer_rate_16", HOST_OPTIMIZER_RATE)
+            ),
         )
     except KeyError as exc:
         raise DataError(f"{source} describes no cluster: missing {exc}") from None
