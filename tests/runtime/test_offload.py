@@ -111,3 +111,38 @@ def test_streamed_weights_leave_two_blocks_on_the_device_and_the_same_gradients(
         assert a.grad is not None and b.grad is not None
         assert torch.equal(a.grad, b.grad)
     assert stream.moved_bytes == 7 * (6 * 6 + 6) * 4
+
+
+class _Copy:
+    """A stand-in for a CUDA event marking a copy done: `done` says whether query() finds
+    it finished; synchronize() waits for it (and records that it was waited for)."""
+
+    def __init__(self, name: str, done: bool, waited: list[str]) -> None:
+        self.name, self.done, self.waited = name, done, waited
+
+    def query(self) -> bool:
+        return self.done
+
+    def synchronize(self) -> None:
+        if not self.done:
+            self.waited.append(self.name)
+        self.done = True
+
+
+def test_copies_under_way_stay_within_the_bound() -> None:
+    """Bound 100: two copies of 60 under way are 120, so the forward waits for the older;
+    one done is dropped without a wait; a copy of 200 alone is over the bound, so every
+    older one is waited for, and it stays the only one under way."""
+    hooks = HostActivations(torch.device("cpu"), in_flight=100)
+    waited: list[str] = []
+    a, b = _Copy("a", False, waited), _Copy("b", False, waited)
+    hooks._under_way(a, 60)
+    assert hooks.copying == 60 and waited == []
+    hooks._under_way(b, 60)
+    assert waited == ["a"] and hooks.copying == 60
+    b.done = True
+    hooks._under_way(_Copy("c", False, waited), 30)
+    assert waited == ["a"] and hooks.copying == 30  # b was done: dropped, not waited for
+    hooks._under_way(_Copy("d", False, waited), 200)
+    assert waited == ["a", "c"] and hooks.copying == 200 and len(hooks.copies) == 1
+    assert hooks.most_copying == 200

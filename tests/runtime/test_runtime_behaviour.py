@@ -20,8 +20,9 @@ from pipecast.planning.partition import from_boundaries
 from pipecast.planning.schedules import make_plan
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.engine import PipelineEngine
+from pipecast.runtime.env_defaults import QUIET_ENV
 from pipecast.runtime.job import TrainJob
-from pipecast.runtime.launch import QUIET_ENV, Context, RankFailed, free_port, process_group
+from pipecast.runtime.launch import Context, RankFailed, free_port, process_group
 from pipecast.runtime.worker import own_share, run_rank
 from pipecast.values.data import load_digits_as_mnist
 from pipecast.values.data.loss import loss_for
@@ -271,3 +272,28 @@ def test_ranks_quiet_the_p2p_serialization_warning_unless_the_user_set_it(
         monkeypatch.setenv(key, preset)
     with process_group(0, 1, 0, "gloo", 30, init_method=f"tcp://127.0.0.1:{free_port()}"):
         assert os.environ[key] == (preset or "0")
+
+
+@pytest.mark.parametrize(
+    ("preset", "want"),
+    [
+        ({}, {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}),
+        ({"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64"}, {}),
+        ({"PYTORCH_ALLOC_CONF": "expandable_segments:False"}, {}),
+    ],
+)
+def test_ranks_grow_expandable_segments_unless_the_user_set_the_allocator(
+    monkeypatch: pytest.MonkeyPatch, preset: dict[str, str], want: dict[str, str]
+) -> None:
+    """Where neither of torch's allocator variables is set, a rank runs with expandable
+    segments (what the memory model predicts against); a user's own setting, under either
+    name, is left as it is and no other is added."""
+    from pipecast.runtime.env_defaults import ALLOCATOR_ENV
+
+    for key in ALLOCATOR_ENV:
+        monkeypatch.delenv(key, raising=False)
+    for key, value in preset.items():
+        monkeypatch.setenv(key, value)
+    with process_group(0, 1, 0, "gloo", 30, init_method=f"tcp://127.0.0.1:{free_port()}"):
+        seen = {k: os.environ[k] for k in ALLOCATOR_ENV if k in os.environ}
+    assert seen == {**preset, **want}

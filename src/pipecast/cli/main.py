@@ -10,6 +10,7 @@ from typing import NoReturn
 
 from pipecast import __version__
 from pipecast.errors import PipecastError
+from pipecast.runtime.env_defaults import default_env
 
 # Each module exposes register(subparsers); the order is the order of `pipecast --help`.
 VERBS: tuple[str, ...] = (
@@ -69,6 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if func is None:
         parser.print_help()
         return 0
+    default_env()  # before anything starts CUDA in this process
     try:
         return func(args)
     except PipecastError as exc:

@@ -30,30 +30,11 @@ from torch.multiprocessing.spawn import start_processes
 
 from pipecast.errors import ConfigError, DeviceError, PipecastError, RuntimeTimeout
 from pipecast.runtime import devices, watchdog
+from pipecast.runtime.env_defaults import default_env
 from pipecast.runtime.outcome import REPORT_ENV, Position, write_report
 from pipecast.runtime.watchdog import EXIT_LOST
 
 Backend = Literal["gloo", "nccl"]
-
-# NVLink multicast (NVLS) can take shared GPU hosts out of service; pipecast never needs it.
-_SAFE_ENV = {
-    "NCCL_NVLS_ENABLE": "0",
-    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-    "NVSHMEM_DISABLE_NVLS": "1",
-}
-
-QUIET_ENV = {"TORCH_NCCL_SHOW_EAGER_INIT_P2P_SERIALIZATION_WARNING": "0"}
-"""Warnings a rank need not print. NCCL warns, once per process group and rank, that eager
-sends and receives are serialized with every other op of their group, and advises a group of
-their own; every directed pair of stages already has one (runtime.channels), so that order is
-the one the plan asked for, and the warning only buried `recommend --validate`'s output (24
-lines on 2 x H200)."""
-
-
-def _default_env() -> None:
-    """_SAFE_ENV and QUIET_ENV, where the user has not set the variable."""
-    for key, value in (_SAFE_ENV | QUIET_ENV).items():
-        os.environ.setdefault(key, value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +140,7 @@ def process_group(
     init_method: str = "env://",
 ) -> Iterator[Context]:
     """Join the process group for the duration of the block; tear it down after."""
-    _default_env()
+    default_env()
     device = _device_for(backend, local_rank, world)
     kwargs: dict[str, Any] = {}
     if backend == "nccl":
@@ -282,7 +263,7 @@ def spawn(
                 f"{world} GPUs requested but this machine has {have}: "
                 "use fewer --gpus or --device cpu"
             )
-    _default_env()
+    default_env()
     with tempfile.TemporaryDirectory(prefix="pipecast-") as outdir:
         context = start_processes(  # type: ignore[no-untyped-call]
             _worker,

@@ -13,9 +13,11 @@ from tests.planning.partition.test_partition import make_profile
 from pipecast.planning.recommend.predict import Prediction, predict
 from pipecast.planning.schedules.generators import make_plan
 from pipecast.planning.simulation.costs import Costs, StageTimes
+from pipecast.planning.simulation.memory import in_flight
 from pipecast.planning.simulation.simulator import simulate
 from pipecast.values.hardware.presets import describe
 from pipecast.values.strategy import Strategy
+from pipecast.values.training import OFFLOAD_IN_FLIGHT
 
 
 def _stage(to_host: float) -> StageTimes:
@@ -146,3 +148,18 @@ def test_a_rank_that_offloads_issues_no_further_ahead_than_its_device() -> None:
     paced = simulate(plan, Costs(stages=(st0, st1), offload="activations", **links))  # type: ignore[arg-type]
     assert free.peak_memory[0] == 40 and paced.peak_memory[0] == 10
     assert paced.step_time == pytest.approx(free.step_time)
+
+
+def test_a_forward_outrunning_the_link_holds_the_copies_under_way() -> None:
+    """Copies out slower than the forward (3 s against 1): the device keeps every saved
+    tensor whose copy is not done, up to the runtime's bound, so the forward peaks at its
+    input and the 90 bytes under way (100), above the backward's 50 (input, the largest
+    block's 30 back, the input's gradient). Where the link keeps up (0.25 s), nothing piles
+    up and the backward's 50 is the peak."""
+    plan = make_plan("1f1b", 1, 1)
+    lagging = replace(_stage(3.0), restored_bytes=30)
+    keeping_up = replace(_stage(0.25), restored_bytes=30)
+    assert simulate(plan, Costs(stages=(lagging,), offload="activations")).peak_memory[0] == 100
+    assert simulate(plan, Costs(stages=(keeping_up,), offload="activations")).peak_memory[0] == 50
+    huge = replace(lagging, activation_bytes=OFFLOAD_IN_FLIGHT * 4, input_bytes=0)
+    assert in_flight(huge) == OFFLOAD_IN_FLIGHT  # never more than the runtime lets pile up

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pipecast.planning.simulation.costs import Costs, StageTimes
 from pipecast.values.plan.action import Action, Plan
 from pipecast.values.training import (
+    OFFLOAD_IN_FLIGHT,
     OPTIMIZER_STATE,
     OPTIMIZER_TEMPORARY,
     offloads_activations,
@@ -27,6 +28,16 @@ def recomputed(mb: int, costs: Costs, plan: Plan) -> bool:
     return costs.recompute == "all" or (
         costs.recompute == "all-but-last" and mb < plan.num_microbatches - 1
     )
+
+
+def in_flight(st: StageTimes) -> int:
+    """Device bytes an offloading forward holds for copies still under way: where its copies
+    out take longer than its compute, the backlog the runtime allows (OFFLOAD_IN_FLIGHT, or
+    all it saves if less); where the link keeps up, each tensor's copy is done about as
+    soon as the next is saved, and nothing accumulates."""
+    if st.to_host <= st.forward:
+        return 0
+    return min(st.offloaded_bytes, OFFLOAD_IN_FLIGHT)
 
 
 def offloads(action: Action, costs: Costs, plan: Plan) -> bool:
@@ -180,6 +191,8 @@ class RankMemory:
             transient += int(st.activation_bytes * scale)
         elif a.kind in ("B", "BW") and offloaded:
             transient += st.restored_bytes or st.offloaded_bytes  # brought back
+        elif a.kind == "F" and offloaded:
+            transient += in_flight(st)
         self.peak = max(self.peak, self.memory + transient)
         if offloaded:
             if a.kind == "F":
