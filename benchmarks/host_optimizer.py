@@ -7,7 +7,7 @@ binding) holds a transformer's blocks with RunConfig(offload="optimizer", optimi
 in each dtype, gives every weight a gradient and times the pieces of StageModule.step(): the
 gradients copied out to pinned host buffers, Adam's step over the host's copy, the weights
 copied back. In the same rank it runs the probe's own readings (host_link.optimizer_rate
-and the host link's copies), and prices the step as planning/simulation/costs._offloaded
+and the host link's copies), and prices the step as planning/simulation/pricing._offloaded
 does: 2 x the link's time for the weights' bytes + the bytes / the optimizer rate. The
 table says which term the price gets wrong, and by how much.
 """

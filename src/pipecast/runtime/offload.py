@@ -10,7 +10,7 @@ stream when autograd unpacks it. Parameters, views of them and the stage's recei
 stay where they are: the device holds them anyway. On CPU ranks the "host" copy is a plain
 copy, so the same path runs, and is tested, without a GPU.
 
-The simulator prices the same thing (pipecast.planning.simulation.costs, StageTimes.to_host and
+The simulator prices the same thing (pipecast.planning.simulation.pricing, StageTimes.to_host and
 from_host): the copies out overlap the forward, the copies back add to the backward.
 """
 

@@ -16,7 +16,7 @@ from torch import nn
 
 from pipecast.measuring.profiler.graphed import graph_times
 from pipecast.measuring.profiler.profiler import ProfileOptions, profile_model
-from pipecast.planning.simulation.costs import costs_from_profile
+from pipecast.planning.simulation.pricing import costs_from_profile
 from pipecast.runtime import graphs
 from pipecast.values.hardware.presets import describe
 from pipecast.values.models import Workload

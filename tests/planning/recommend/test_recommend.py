@@ -348,7 +348,7 @@ def test_validation_goes_down_the_ranking_until_a_measured_one_fits(
     the first fits, nothing more is measured."""
     from types import SimpleNamespace
 
-    from pipecast.orchestration.recommend import session
+    from pipecast.orchestration.recommend import session, validate
     from pipecast.orchestration.recommend.validate import Measured, decide
 
     rec = recommend(make_profile([1e-3] * 4, params=[10**6] * 4), GPUS, 32)
@@ -374,7 +374,7 @@ def test_validation_goes_down_the_ranking_until_a_measured_one_fits(
             )
         return out
 
-    monkeypatch.setattr(session, "measure_rounds", fake)
+    monkeypatch.setattr(validate, "measure_rounds", fake)
     r = SimpleNamespace(
         workload=Workload(model="lenet5", dataset="mnist"),
         dtype="fp32",
@@ -388,7 +388,7 @@ def test_validation_goes_down_the_ranking_until_a_measured_one_fits(
     over.update({0, 1})
     measured = session._validate(r, rec, events)  # type: ignore[arg-type]
     assert asked == [0, 1, 2] and decide(measured).prediction is ranked[2]
-    assert session._why(measured) == "measured fastest"
+    assert validate.why(measured) == "measured fastest"
     over.clear()
     asked.clear()
     measured = session._validate(r, rec, events)  # type: ignore[arg-type]
@@ -396,8 +396,8 @@ def test_validation_goes_down_the_ranking_until_a_measured_one_fits(
     over.update(range(len(ranked)))  # none fits: EXTRA_CANDIDATES more, then the closest
     asked.clear()
     measured = session._validate(r, rec, events)  # type: ignore[arg-type]
-    assert asked == list(range(1 + session.EXTRA_CANDIDATES))
-    assert session._why(measured) == "none measured fits: the closest"
+    assert asked == list(range(1 + validate.EXTRA_CANDIDATES))
+    assert validate.why(measured) == "none measured fits: the closest"
 
 
 def test_ddp_buckets_hold_a_second_copy_of_the_gradients() -> None:
@@ -726,7 +726,7 @@ def test_the_runtimes_own_work_on_cpu_ranks_runs_between_the_ops() -> None:
         predict(gpu_profile, GPUS, one, 32).step_time, rel=1e-3
     )
     # 4 ranks take turns on the cores the probe's 2 had: 3x the cost per action
-    from pipecast.planning.simulation.costs import cpu_turns
+    from pipecast.planning.simulation.pricing import cpu_turns
 
     assert cpu_turns(cpu_profile, GPUS, 4) == 3.0 and cpu_turns(cpu_profile, GPUS, 2) == 1.0
     slow = predict(cpu_profile, overhead, pipe4, 32).step_time
@@ -863,7 +863,7 @@ def test_plain_torch_on_cpu_pays_none_of_the_runtimes_work_per_action() -> None:
     """On CPU ranks pipecast's runtime adds its own seconds to each action (the cores it
     shares); one device run by plain torch (a bench baseline) does not: one forward and one
     whole backward, each 1 ms, come off the prediction."""
-    from pipecast.planning.simulation.costs import cpu_turns
+    from pipecast.planning.simulation.pricing import cpu_turns
 
     p = replace(make_profile([1e-3] * 4), device="cpu")
     cpu = replace(describe(gpus_per_node=1, memory="8GiB"), host_overhead=1e-3)

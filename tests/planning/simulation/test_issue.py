@@ -7,8 +7,9 @@ from tests.planning.partition.test_partition import make_profile
 
 from pipecast.planning.schedules import make_plan
 from pipecast.planning.simulation import StageTimes, simulate
-from pipecast.planning.simulation.costs import Costs, costs_from_profile
+from pipecast.planning.simulation.costs import Costs
 from pipecast.planning.simulation.issue import fitted, span
+from pipecast.planning.simulation.pricing import costs_from_profile
 from pipecast.values.hardware.presets import describe
 from pipecast.values.partition import Partition, Stage
 from pipecast.values.profile.types import Profile

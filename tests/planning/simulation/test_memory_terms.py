@@ -11,7 +11,7 @@ from tests.planning.partition.test_partition import make_profile
 
 from pipecast.planning.schedules import make_plan
 from pipecast.planning.simulation import Costs, StageTimes, simulate
-from pipecast.planning.simulation.costs import LOSS_COPIES, graph_pool_ratio, loss_bytes
+from pipecast.planning.simulation.pricing import LOSS_COPIES, graph_pool_ratio, loss_bytes
 
 PARAMS, ACTIVATIONS = 1000, 400
 """One stage: 1000 weight bytes, 400 activation bytes a micro-batch, nothing else."""

@@ -130,7 +130,7 @@ def test_the_batch_a_stage_holds_comes_from_the_profile() -> None:
     one stage alone both."""
     from tests.planning.partition.test_partition import make_profile
 
-    from pipecast.planning.simulation.costs import costs_from_profile
+    from pipecast.planning.simulation.pricing import costs_from_profile
     from pipecast.values.hardware.presets import describe
     from pipecast.values.partition import Partition, Stage
 

@@ -24,7 +24,12 @@ from pipecast.orchestration.recommend.calibrate import (
     calibrated_profile,
     profile_sizes,
 )
-from pipecast.orchestration.recommend.validate import Measured, decide, measure_rounds
+from pipecast.orchestration.recommend.validate import (
+    Measured,
+    decide,
+    measure_candidates,
+    why,
+)
 from pipecast.planning.recommend.host_drift import HostDrift, host_drift
 from pipecast.planning.recommend.predict import Prediction
 from pipecast.planning.recommend.rank import Recommendation, recommend
@@ -148,7 +153,7 @@ class Outcome:
             "reason": rec.reason(),
             "run": {
                 **_entry(run, rec),
-                "why": _why(self.measured),
+                "why": why(self.measured),
             },
             "epoch_samples": rec.epoch_samples,
             "ranked": [_entry(p, rec) for p in rec.ranked],
@@ -415,46 +420,16 @@ def _cluster(r: Request, ev: Events, *, defaulted: bool) -> tuple[Cluster, Sourc
 
 
 def _validate(r: Request, rec: Recommendation, ev: Events) -> list[Measured]:
-    """Measure the candidates (--validate K: the top K; auto: the close calls). Where none
-    of them stays within the usable memory when measured, go on down the ranking, one at a
-    time (at most EXTRA_CANDIDATES more), until one does: a strategy that crossed the limit
-    is never the one recommended, and the next fitting one is known only by measuring it."""
-    workload = r.workload
-    assert workload is not None and r.dtype is not None
-    config = RunConfig(dtype=r.dtype, autocast=r.autocast, optimizer=r.optimizer)
-    local = _cuda_count() if r.device == "cuda" else 8
+    """--validate K: the top K; auto: the close calls (validate.measure_candidates)."""
+    assert r.workload is not None and r.dtype is not None
     pool = rec.close_calls() if r.validate == "auto" else rec.ranked
-    limit = len(pool) if r.validate == "auto" else int(r.validate)
-    first = [p for p in pool if p.strategy.gpus <= local][:limit]
-    rest = [p for p in rec.ranked if p.strategy.gpus <= local and all(p is not q for q in first)][
-        :EXTRA_CANDIDATES
-    ]
-
-    def measure(preds: list[Prediction]) -> list[Measured]:
-        return measure_rounds(
-            preds,
-            workload,
-            device=r.device,
-            config=config,
-            rounds=r.rounds,
-            progress=ev.validating,
-        )
-
-    measured = measure(first)
-    for pred in rest:
-        if any(m.fits for m in measured):
-            break
-        measured += measure([pred])
-    return measured
-
-
-def _why(measured: list[Measured]) -> str:
-    """Why the recommendation file runs what it runs (Outcome.run)."""
-    if not measured:
-        return "predicted fastest"
-    return "measured fastest" if decide(measured).fits else "none measured fits: the closest"
-
-
-EXTRA_CANDIDATES = 3
-"""How many more strategies validation measures, past those asked for, when none of those
-stayed within the usable memory."""
+    return measure_candidates(
+        pool[: len(pool) if r.validate == "auto" else int(r.validate)],
+        rec.ranked,
+        r.workload,
+        device=r.device,
+        config=RunConfig(dtype=r.dtype, autocast=r.autocast, optimizer=r.optimizer),
+        rounds=r.rounds,
+        local=_cuda_count() if r.device == "cuda" else 8,
+        progress=ev.validating,
+    )

@@ -183,3 +183,46 @@ def too_close(measured: list[Measured]) -> float | None:
     spread = max(first.spread, second.spread)
     gap = (second.step_time - first.step_time) / first.step_time if first.step_time > 0 else 0.0
     return spread if spread > 0 and gap < spread else None
+
+
+EXTRA_CANDIDATES = 3
+"""How many more strategies validation measures, past those asked for, when none of those
+stayed within the usable memory."""
+
+
+def measure_candidates(
+    asked: Sequence[Prediction],
+    ranked: Sequence[Prediction],
+    workload: Workload,
+    *,
+    device: str,
+    config: RunConfig,
+    rounds: int,
+    local: int,
+    progress: Callable[[int, Prediction], None] | None = None,
+) -> list[Measured]:
+    """Measure `asked` (those that fit in `local` devices) in rounds. Where none of them
+    stays within the usable memory when measured, go on down `ranked`, one at a time (at most
+    EXTRA_CANDIDATES more), until one does: a strategy that crossed the limit is never the
+    one recommended, and the next fitting one is known only by measuring it."""
+    first = [p for p in asked if p.strategy.gpus <= local]
+    rest = [p for p in ranked if p.strategy.gpus <= local and all(p is not q for q in first)]
+
+    def measure(preds: list[Prediction]) -> list[Measured]:
+        return measure_rounds(
+            preds, workload, device=device, config=config, rounds=rounds, progress=progress
+        )
+
+    measured = measure(first)
+    for pred in rest[:EXTRA_CANDIDATES]:
+        if any(m.fits for m in measured):
+            break
+        measured += measure([pred])
+    return measured
+
+
+def why(measured: list[Measured]) -> str:
+    """Why the recommendation file runs what it runs (Outcome.run)."""
+    if not measured:
+        return "predicted fastest"
+    return "measured fastest" if decide(measured).fits else "none measured fits: the closest"

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from pipecast.planning.simulation.costs import Costs, costs_from_profile
+from pipecast.planning.simulation.costs import Costs
+from pipecast.planning.simulation.pricing import costs_from_profile
 from pipecast.planning.simulation.sharded import ShardedStep, Unit, sharded_step
 from pipecast.values.hardware.cluster import Cluster
 from pipecast.values.models.tensor_plans import ALL_REDUCES_PER_PASS

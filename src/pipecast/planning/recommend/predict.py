@@ -14,7 +14,8 @@ from pipecast.planning.recommend.mesh import (
     with_tensor_parallel,
 )
 from pipecast.planning.schedules.generators import make_plan
-from pipecast.planning.simulation.costs import Costs, costs_from_profile, cpu_turns
+from pipecast.planning.simulation.costs import Costs
+from pipecast.planning.simulation.pricing import costs_from_profile, cpu_turns
 from pipecast.planning.simulation.simulator import simulate
 from pipecast.values.hardware.cluster import Cluster
 from pipecast.values.partition import Partition, Stage

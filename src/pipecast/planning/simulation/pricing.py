@@ -1,0 +1,339 @@
+"""Costs from measurements: a Profile, a Partition and a Cluster priced at one micro-batch
+size (planning.simulation.costs holds what the simulator charges)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from pipecast.planning.simulation.costs import BUCKET_BYTES, Costs, StageTimes
+from pipecast.planning.simulation.issue import fitted, span
+from pipecast.values.hardware.cluster import CPU_PROBE_RANKS, Cluster
+from pipecast.values.partition import Partition
+from pipecast.values.profile.types import BlockCost, Profile, StageCost
+from pipecast.values.training import (
+    Offload,
+    Optimizer,
+    Recompute,
+    offloads_activations,
+    offloads_optimizer,
+    offloads_weights,
+)
+
+
+def costs_from_profile(
+    profile: Profile,
+    partition: Partition,
+    micro_batch: int,
+    cluster: Cluster,
+    *,
+    overlap_comm: bool = True,
+    recompute: Recompute = "none",
+    optimizer: Optimizer = "sgd",
+    cuda_graphs: bool = False,
+    ddp: bool = False,
+    clip: bool = False,
+    offload: Offload = "none",
+    runtime: bool = True,
+) -> Costs:
+    """Costs of `partition` at `micro_batch` on `cluster` (replica 0's devices carry the
+    pipeline's transfers; each stage's replicas all-reduce its gradients), `cuda_graphs`:
+    the stages replayed as CUDA graphs (see Costs), with the profile's graph replay times
+    where it has them (Profile.graph_times), else its eager device times. `ddp`: the
+    replicas run as torch's DistributedDataParallel: its host work on top of the model's
+    (the probe's ddp_* terms: buffers broadcast before the forward, each block's parameter
+    hooks as the backward reaches it), each all-reduce bucket started during the backward
+    as its gradients are ready, and the buckets holding a second copy of the gradients.
+    `clip`: the gradients are clipped to their global norm (Costs.clip_sync). `offload`:
+    saved activations, gradients and weights copied to and from the host over
+    `cluster.host_link`, the optimizer stepped at `cluster.host_optimizer_rate`. `runtime`:
+    pipecast's runtime runs the actions (False: plain torch, one device or DDP, which pays
+    none of its work per action on CPU ranks)."""
+    busy = len({d for st in partition.stages for d in st.devices})
+    cpu = profile.device == "cpu"
+    host = _HostTerms(
+        slow=cluster.host_factor(
+            min(busy, cluster.gpus_per_node), profile.host.issue, profile.host.machine
+        ),
+        # CPU ranks share the cores the profile had to itself: the model's own reading
+        # (Profile.shared_compute), else the probe's matmul (Cluster.cpu_compute); and the
+        # runtime's own work per action runs on those cores too, between the ops
+        shared=cpu_factor(profile, cluster, busy) if cpu else 1.0,
+        per_action=cluster.host_overhead * cpu_turns(profile, cluster, busy)
+        if cpu and runtime
+        else 0.0,
+        per_param=cluster.ddp_param_host if ddp else 0.0,
+        # where DDP's fixed cost per step falls the probe does not read (DDP's step less the
+        # plain one), so it stays in the forward's total only, beside the loss
+        fixed=cluster.ddp_step_host if ddp else 0.0,
+        buffer=cluster.ddp_buffer_host if ddp else 0.0,
+    )
+    stages = []
+    for index, st in enumerate(partition.stages):
+        times = _stage_times(profile, partition, index, micro_batch, host, cuda_graphs)
+        stages.append(_offloaded(times, profile, st.start, st.stop, micro_batch, cluster, offload))
+    fwd, bwd = _transfers(partition, stages, cluster)
+    allreduce = tuple(
+        cluster.allreduce_time(stages[i].param_bytes, st.devices)
+        for i, st in enumerate(partition.stages)
+    )
+    ranks = sorted({d for st in partition.stages for d in st.devices})
+    return Costs(
+        stages=tuple(stages),
+        clip_sync=cluster.allreduce_time(4, ranks) if clip and len(ranks) > 1 else 0.0,
+        forward_transfer=tuple(fwd),
+        backward_transfer=tuple(bwd),
+        allreduce=allreduce,
+        allreduce_buckets=tuple(max(1, math.ceil(st.param_bytes / BUCKET_BYTES)) for st in stages)
+        if ddp
+        else (),
+        grad_bytes_factor=2.0 if ddp else 1.0,
+        overlap_comm=overlap_comm,
+        recompute=recompute,
+        offload=offload,
+        optimizer=optimizer,
+        host_overhead=0.0 if cpu else cluster.host_overhead,  # on CPU: in the stage times
+        cuda_graphs=cuda_graphs,
+        graph_pool_ratio=graph_pool_ratio(profile) if cuda_graphs else 1.0,
+    )
+
+
+LOSS_COPIES = 8
+"""Bytes the loss holds per element of the model's output: it computes in fp32 (values/data/
+loss.py upcasts the output), and a cross-entropy keeps its fp32 log-probabilities for the
+backward beside the fp32 copy it made them from, then their gradient: about two fp32 copies
+of the output at once, 8 bytes an element. GPT (vocabulary 8192, 8 x 1024 tokens, bf16)
+peaked 526 MiB over a prediction without it, 512 MiB by this rule."""
+
+
+def loss_bytes(profile: Profile, micro_batch: int) -> int:
+    """What the loss holds on top at `micro_batch` (LOSS_COPIES bytes an output element)."""
+    output = profile.cost(profile.num_blocks - 1, micro_batch).output_bytes
+    itemsize = 4 if profile.dtype == "fp32" or profile.autocast else 2
+    return output // itemsize * LOSS_COPIES
+
+
+def graph_pool_ratio(profile: Profile) -> float:
+    """What the whole model's graphs reserved when the profiler captured it as one stage
+    (Profile.graph_pool, at its largest size measured) over the activations and transients
+    the same stage takes eagerly: a private pool keeps every block it ever held, and a
+    capture frees nothing for another graph to reuse, so it holds more than an eager step's
+    peak (1.04 to 1.61 over the transformer, GPT, ResNet-50, VGG-16 and ResNet-18 on an
+    H200). 1 where the profile has no graph pool (CPU, or taken without graph times)."""
+    sizes = [s for s, pool in profile.graph_pool.items() if pool > 0]
+    if not sizes:
+        return 1.0
+    size = max(sizes)
+    whole = profile.stage(0, profile.num_blocks, size)
+    eager = whole.activation_bytes + whole.peak_bytes  # the blocks' own: no loss in it
+    return max(profile.graph_pool[size] / eager, 1.0) if eager > 0 else 1.0
+
+
+@dataclass(frozen=True)
+class _HostTerms:
+    """How a run's host and shared cores scale the profile's times (costs_from_profile)."""
+
+    slow: float
+    """The host's issuing against the profile's (Cluster.host_factor)."""
+    shared: float
+    """CPU ranks' compute against the profiler's one process (1 on GPUs)."""
+    per_action: float
+    """CPU ranks: the runtime's own seconds per action, on the compute's cores."""
+    per_param: float
+    """DDP: host seconds per parameter tensor's hook in the backward."""
+    fixed: float
+    """DDP: host seconds per step beyond the hooks."""
+    buffer: float
+    """DDP: host seconds per buffer broadcast before the forward."""
+
+
+def _stage_times(
+    profile: Profile,
+    partition: Partition,
+    index: int,
+    micro_batch: int,
+    host: _HostTerms,
+    cuda_graphs: bool,
+) -> StageTimes:
+    """Stage `index`'s times and bytes at `micro_batch`, scaled to the run's host."""
+    st = partition.stages[index]
+    last = partition.num_stages - 1
+    c = profile.stage(st.start, st.stop, micro_batch)
+    owned = profile.blocks[st.start : st.stop]
+    # DDP broadcasts its buffers before the forward's first kernel
+    before = sum(b.buffer_tensors for b in owned) * host.buffer
+    hooks = [b.param_tensors * host.per_param for b in owned]
+    hooks_total = sum(hooks)
+    batch = (profile.input_bytes_per_sample if index == 0 else 0) + (
+        profile.target_bytes_per_sample if index == last else 0
+    )
+    if cuda_graphs and profile.graph_times:
+        c = _graphed(c)
+    b, w = c.backward_input, c.backward_weight
+    if index == 0:  # the first stage never sends an input gradient: all of it in B
+        b, w = c.backward, 0.0
+    shared, per_action, slow = host.shared, host.per_action, host.slow
+    times = StageTimes(
+        forward=c.forward * shared + per_action,
+        backward_input=b * shared + per_action,
+        backward_weight=w * shared + per_action,
+        backward=c.backward * shared + per_action,
+        optimizer=c.optimizer_step * shared,
+        output_bytes=c.output_bytes,
+        input_bytes=c.input_bytes,
+        activation_bytes=c.activation_bytes,
+        param_bytes=c.param_bytes,
+        workspace_bytes=c.peak_bytes,
+        held_bytes=0 if index == 0 else c.held_bytes,
+        batch_bytes=batch * micro_batch,
+        host_forward=c.host_forward * slow + before + host.fixed,
+        host_backward_input=slow * (c.host_backward if index == 0 else c.host_backward_input)
+        + hooks_total,
+        host_backward_weight=0.0 if index == 0 else c.host_backward_weight * slow,
+        host_backward=c.host_backward * slow + hooks_total,
+        kept_workspace=c.kept_workspace,
+        loss_bytes=loss_bytes(profile, micro_batch) if index == last else 0,
+    )
+    if cuda_graphs:  # a graphed action is one launch
+        return times
+    blocks = [profile.cost(i, micro_batch) for i in range(st.start, st.stop)]
+    return _with_spans(times, blocks, hooks, slow, before, first=index == 0)
+
+
+def weight_bytes(profile: Profile) -> int:
+    """Bytes of each weight as the runtime holds it: the run's dtype, or fp32 under autocast
+    (which keeps the weights in fp32 and casts as ops run)."""
+    return 2 if profile.dtype in ("bf16", "fp16") and not profile.autocast else 4
+
+
+def _offloaded(
+    times: StageTimes,
+    profile: Profile,
+    start: int,
+    stop: int,
+    micro_batch: int,
+    cluster: Cluster,
+    offload: Offload,
+) -> StageTimes:
+    """`times` with what moving to and from the host adds under `offload`: the gradients
+    out, the host's optimizer step and the weights back; saved activations out and back."""
+    param_bytes = times.param_bytes
+    if offloads_optimizer(offload):
+        moved = cluster.host_link.time(param_bytes)
+        step = param_bytes / cluster.optimizer_rate(weight_bytes(profile))
+        if offloads_weights(offload):  # weights come back as the blocks run instead
+            window = 2 * max(b.param_bytes for b in profile.blocks[start:stop])
+            times = replace(
+                times,
+                optimizer=moved + step,
+                weights_in=moved,
+                window_bytes=min(window, param_bytes),
+            )
+        else:
+            times = replace(times, optimizer=2 * moved + step)
+    if offloads_activations(offload):
+        out = times.offloaded_bytes
+        largest = max(profile.cost(i, micro_batch).saved_bytes for i in range(start, stop))
+        times = replace(
+            times,
+            to_host=cluster.host_link.time(out),
+            from_host=cluster.host_link.time(out),
+            restored_bytes=min(largest, out),
+        )
+    return times
+
+
+def _transfers(
+    partition: Partition, stages: list[StageTimes], cluster: Cluster
+) -> tuple[list[float], list[float]]:
+    """Seconds of each boundary's forward (activation) and backward (gradient) transfer
+    between replica 0's devices; 0 where both stages share a device."""
+    fwd, bwd = [], []
+    for s in range(partition.num_stages - 1):
+        a, b = partition.stages[s].devices[0], partition.stages[s + 1].devices[0]
+        if a == b:
+            fwd.append(0.0)
+            bwd.append(0.0)
+            continue
+        fwd.append(cluster.link(a, b).time(stages[s].output_bytes))
+        bwd.append(cluster.link(b, a).time(stages[s + 1].input_bytes))
+    return fwd, bwd
+
+
+def cpu_factor(profile: Profile, cluster: Cluster, busy: int) -> float:
+    """How much slower each of `busy` CPU ranks computes than the profiler's one process:
+    the model's own reading (Profile.shared_compute), else the probe's matmul
+    (Cluster.cpu_compute)."""
+    own = profile.compute_factor(busy)
+    return own if own is not None else cluster.compute_factor(busy)
+
+
+def cpu_turns(profile: Profile, cluster: Cluster, busy: int) -> float:
+    """How much slower the runtime's own work (per action, per step) runs in `busy` CPU
+    ranks than in the CPU_PROBE_RANKS it was probed in: as much as the model's compute
+    slows between the two counts (ranks beyond the cores take turns on them), never less
+    than 1."""
+    if busy <= CPU_PROBE_RANKS:
+        return 1.0
+    return max(
+        1.0, cpu_factor(profile, cluster, busy) / cpu_factor(profile, cluster, CPU_PROBE_RANKS)
+    )
+
+
+def _with_spans(
+    t: StageTimes,
+    blocks: Sequence[BlockCost],
+    hooks: Sequence[float],
+    slow: float,
+    before: float,
+    *,
+    first: bool,
+) -> StageTimes:
+    """`t` with each action's span over the stage's blocks (forward in block order after
+    `before` host seconds, backward in reverse with each block's `hooks` on its host), their
+    host times `slow` times the profile's; the first stage's B is its whole backward and it
+    has no W."""
+
+    def backward(pairs: list[tuple[float, float]], host: float, device: float) -> float:
+        """The span of a backward's blocks (in the order it runs them), what its totals
+        hold beyond them (the runtime's cuts) ahead of them."""
+        return span(fitted(pairs, host, device, extra_first=True))
+
+    back = list(zip(blocks, hooks, strict=True))[::-1]
+    whole = backward(
+        [(c.host_backward * slow + h, c.backward) for c, h in back], t.host_backward, t.backward
+    )
+    forward = [(before, 0.0)] + [(c.host_forward * slow, c.forward) for c in blocks]
+    return replace(
+        t,  # the forward's totals hold the loss beyond its blocks: last
+        forward_span=span(fitted(forward, t.host_forward, t.forward, extra_first=False)),
+        backward_span=whole,
+        backward_input_span=whole
+        if first
+        else backward(
+            [(c.host_backward_input * slow + h, c.backward_input) for c, h in back],
+            t.host_backward_input,
+            t.backward_input,
+        ),
+        backward_weight_span=0.0
+        if first
+        else backward(
+            [(c.host_backward_weight * slow, c.backward_weight) for c, _ in back],
+            t.host_backward_weight,
+            t.backward_weight,
+        ),
+    )
+
+
+def _graphed(c: StageCost) -> StageCost:
+    """A stage's device times as CUDA graph replays. Graphed stages run a whole backward
+    only; B and W keep the eager split's proportions."""
+    scale = c.graph_backward / c.backward if c.backward > 0 else 0.0
+    return replace(
+        c,
+        forward=c.graph_forward,
+        backward=c.graph_backward,
+        backward_input=c.backward_input * scale,
+        backward_weight=c.backward_weight * scale,
+    )
