@@ -77,6 +77,14 @@ def _accuracy_lines(s: dict[str, float | int]) -> list[str]:
             "Peak memory is not compared: no row measured it (torch does not count what "
             "CPU ranks allocate)."
         )
+    if s.get("reserved_configurations"):
+        lines.append(
+            f"What the allocator reserved, which an out-of-memory error follows, against the "
+            f"predicted peak ({s['reserved_configurations']} rows): a median "
+            f"{s['median_reserved_over']:+.1%}, at most {s['worst_reserved_over']:+.1%}; "
+            f"{s['reserved_over_10_percent']} more than 10% over, the margin `recommend` "
+            "keeps."
+        )
     for name, what in (("device_bound", "device-bound"), ("host_bound", "host-bound")):
         n = s.get(f"{name}_configurations", 0)
         if n:

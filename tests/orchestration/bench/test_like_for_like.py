@@ -212,3 +212,31 @@ def test_the_report_shows_a_shared_row_without_its_prediction(tmp_path: Path) ->
     assert "12.30" not in text  # the prediction is not shown
     assert "not predicted like for like: its slowest rank waited for a core 60%" in text
     assert "No measured row was predicted like for like." in text
+
+
+def test_the_summary_sets_the_reserve_beside_the_predicted_peak() -> None:
+    """Two GPU rows, predicted 100 and 200 bytes at the peak: the first's ranks reserved 90
+    and 105 (the most, 105, is +5% over), the second's 240 (+20%): a median of +12.5%, at
+    most +20%, one row over the 10% margin; and the report says so in a sentence."""
+    from pipecast.report.accuracy_section import _accuracy_lines
+
+    gpu = replace(CPU, device="cuda", gpus=2, system="ddp")
+    rows = [
+        _row(
+            gpu,
+            {"step_time": 1.0, "peak_allocated": [80, 95], "peak_reserved": [90, 105]},
+            {"step_time": 1.0, "peak_memory": [100, 100]},
+        ),
+        _row(
+            replace(gpu, batch=64),
+            {"step_time": 1.0, "peak_allocated": [190, 180], "peak_reserved": [240, 200]},
+            {"step_time": 1.0, "peak_memory": [200, 200]},
+        ),
+    ]
+    s = summary(comparisons(rows))
+    assert s["reserved_configurations"] == 2 and s["reserved_over_10_percent"] == 1
+    assert s["median_reserved_over"] == pytest.approx(0.125)
+    assert s["worst_reserved_over"] == pytest.approx(0.2)
+    text = " ".join(_accuracy_lines(s))
+    assert "against the predicted peak (2 rows): a median +12.5%, at most +20.0%" in text
+    assert "1 more than 10% over" in text

@@ -41,6 +41,16 @@ class Comparison:
     """Devices (GPUs, or CPU ranks) the configuration ran on."""
     rounds: tuple[float, ...] = ()
     """The step time each round measured (empty: measured once)."""
+    measured_reserved: float | None = None
+    """The most any rank's allocator reserved: what an out-of-memory error follows."""
+
+    @property
+    def reserved_over(self) -> float | None:
+        """(measured reserved - predicted peak) / predicted peak: how much more than the
+        prediction the allocator held (negative: less); None where either is missing."""
+        if not self.predicted_memory or not self.measured_reserved:
+            return None
+        return (self.measured_reserved - self.predicted_memory) / self.predicted_memory
 
     @property
     def repeatable(self) -> bool:
@@ -112,6 +122,7 @@ def comparisons(rows: Iterable[Row]) -> list[Comparison]:
                 cfg.cuda_graphs,
                 cfg.gpus,
                 tuple(r.measured.get("rounds") or ()),
+                max(reserved) if (reserved := r.measured.get("peak_reserved")) else None,
             )
         )
     return out
@@ -204,4 +215,10 @@ def _errors(comps: list[Comparison]) -> dict[str, float | int]:
     if mems:
         out["median_abs_memory_error"] = statistics.median(mems)
         out["worst_abs_memory_error"] = max(mems)
+    over = [e for c in comps if (e := c.reserved_over) is not None]
+    if over:
+        out["reserved_configurations"] = len(over)
+        out["median_reserved_over"] = statistics.median(over)
+        out["worst_reserved_over"] = max(over)
+        out["reserved_over_10_percent"] = sum(e > 0.1 for e in over)
     return out
