@@ -240,3 +240,28 @@ def test_the_summary_sets_the_reserve_beside_the_predicted_peak() -> None:
     text = " ".join(_accuracy_lines(s))
     assert "against the predicted peak (2 rows): a median +12.5%, at most +20.0%" in text
     assert "1 more than 10% over" in text
+
+
+def test_a_cpu_row_whose_host_sped_up_or_slowed_past_the_bound_is_not_compared() -> None:
+    """Profiled with the reference loop at 10 ms: a CPU row whose ranks read 6 and 7 ms
+    (median 6.5: the host 1.54x as fast) and one reading 14 ms (1.4x as slow) are left out,
+    with how far the host moved; one reading 9 and 11 ms (median 10) is compared, and so is
+    a GPU row however its host moved (its step follows its device)."""
+    pred = {"step_time": 0.011, "host_reference": 0.010}
+    rows = [
+        _row(CPU, {"step_time": 0.01, "host_reference": [0.006, 0.007]}, pred),
+        _row(replace(CPU, batch=16), {"step_time": 0.01, "host_reference": [0.014]}, pred),
+        _row(replace(CPU, batch=8), {"step_time": 0.01, "host_reference": [0.009, 0.011]}, pred),
+        _row(
+            replace(CPU, batch=4, device="cuda"),
+            {"step_time": 0.01, "host_reference": [0.005]},
+            pred,
+        ),
+    ]
+    assert unlike(rows[0]) == (
+        "the host ran 1.54x as fast as while its profile was taken "
+        "(the reference loop: 6.5 ms against 10.0 ms)"
+    )
+    assert unlike(rows[1]) is not None and "1.40x as slow" in str(unlike(rows[1]))
+    assert unlike(rows[2]) is None and unlike(rows[3]) is None
+    assert len(comparisons(rows)) == 2

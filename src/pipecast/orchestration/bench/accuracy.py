@@ -81,17 +81,35 @@ class Decision:
     """Measured step time of the pick over the measured fastest, minus one (0: right)."""
 
 
+HOST_DRIFT_LIKE = 1.25
+"""A CPU row computes on its host, so its step follows the host's speed: measured with the
+host more than this much faster or slower than while its profile was taken (the
+hostspeed reference loop, read around both), it is not like the prediction's inputs. The
+bound is the quick suite's own error budget (25%): a drift past it alone would spend it."""
+
+
 def unlike(row: Row) -> str | None:
     """Why a CPU row's measurement is not like its prediction's inputs: its ranks, or its
-    profile, waited for a core (bench.sharing; None: like for like, or not read)."""
+    profile, waited for a core (bench.sharing), or the host's speed moved past
+    HOST_DRIFT_LIKE between profile and run (None: like for like, or not read)."""
     from pipecast.orchestration.bench.sharing import shared_reason
 
     if row.config.get("device") != "cpu" or not row.measured:
         return None
-    basis = (row.predicted or {}).get("basis") or {}
+    predicted = row.predicted or {}
+    basis = predicted.get("basis") or {}
     ranks = row.measured.get("waited")
-    return shared_reason(max(ranks) if ranks else None, "its slowest rank") or shared_reason(
+    shared = shared_reason(max(ranks) if ranks else None, "its slowest rank") or shared_reason(
         basis.get("waited"), "its profile"
+    )
+    drift = _drift(row.measured.get("host_reference"), predicted.get("host_reference"))
+    if shared or drift is None or 1 / HOST_DRIFT_LIKE <= drift <= HOST_DRIFT_LIKE:
+        return shared
+    how = f"{1 / drift:.2f}x as fast" if drift < 1 else f"{drift:.2f}x as slow"
+    return (
+        f"the host ran {how} as while its profile was taken (the reference loop: "
+        f"{statistics.median(row.measured['host_reference']) * 1e3:.1f} ms against "
+        f"{predicted['host_reference'] * 1e3:.1f} ms)"
     )
 
 
