@@ -129,3 +129,32 @@ def test_every_verbs_bad_numbers_and_paths_stop_before_anything_runs(
     assert code == 2 and message in err, err
     assert "Traceback" not in err and err.strip().count("\n") == 0
     assert sorted(tmp_path.iterdir()) == before
+
+
+@pytest.mark.parametrize(
+    ("preset", "want"),
+    [
+        ({}, {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}),
+        ({"PYTORCH_ALLOC_CONF": "expandable_segments:False"}, {}),
+    ],
+)
+def test_a_verb_runs_with_expandable_segments_unless_the_user_set_the_allocator(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    preset: dict[str, str],
+    want: dict[str, str],
+) -> None:
+    """The CLI sets the allocator's variable before its verb runs (before anything starts
+    CUDA in its own process), and leaves a user's own setting, under either name, as it is."""
+    import os
+
+    from pipecast.runtime.env_defaults import ALLOCATOR_ENV
+
+    for key in ALLOCATOR_ENV:
+        monkeypatch.setenv(key, "")  # so that monkeypatch restores it as it was
+        monkeypatch.delenv(key)
+    for key, value in preset.items():
+        monkeypatch.setenv(key, value)
+    code, _, _ = run(["models", "--model", "lenet5", "--dataset", "mnist"], capsys)
+    assert code == 0
+    assert {k: os.environ[k] for k in ALLOCATOR_ENV if k in os.environ} == {**preset, **want}

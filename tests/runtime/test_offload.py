@@ -3,6 +3,7 @@ forward saved, every non-parameter saved tensor goes through the hooks, paramete
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
@@ -146,3 +147,35 @@ def test_copies_under_way_stay_within_the_bound() -> None:
     hooks._under_way(_Copy("d", False, waited), 200)
     assert waited == ["a", "c"] and hooks.copying == 200 and len(hooks.copies) == 1
     assert hooks.most_copying == 200
+
+
+def test_copies_exactly_at_the_bound_go_on_and_the_most_under_way_is_kept() -> None:
+    """Bound 100: 40 then 60 under way are 100, not past it, so nothing is waited for; once
+    both are done a copy of 10 drops them, and the most under way at once stays 100."""
+    hooks = HostActivations(torch.device("cpu"), in_flight=100)
+    waited: list[str] = []
+    a, b = _Copy("a", False, waited), _Copy("b", False, waited)
+    hooks._under_way(a, 40)
+    hooks._under_way(b, 60)
+    assert waited == [] and hooks.copying == 100 and len(hooks.copies) == 2
+    a.done = b.done = True
+    hooks._under_way(_Copy("c", False, waited), 10)
+    assert waited == [] and hooks.copying == 10 and len(hooks.copies) == 1
+    assert hooks.most_copying == 100
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "momentum", "sgd"])
+def test_only_the_host_optimizer_is_torchs_fused_one(optimizer: str) -> None:
+    """Every optimizer kind on the host (offload 'optimizer') is built fused, as torch
+    records it in the optimizer's defaults; on the device it is torch's default (unfused)."""
+    from pipecast.runtime.config import RunConfig
+    from pipecast.runtime.stage import StageModule
+
+    def stage(offload: str) -> StageModule:
+        config = RunConfig(optimizer=optimizer, lr=0.01, offload=offload)  # type: ignore[arg-type]
+        return StageModule(0, _model(), torch.device("cpu"), config, first=True, last=True)
+
+    plain, hosted = stage("none"), stage("optimizer")
+    assert hosted.optimizer is not None and plain.optimizer is not None
+    assert hosted.optimizer.defaults["fused"] is True
+    assert not plain.optimizer.defaults["fused"]

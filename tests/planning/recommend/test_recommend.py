@@ -871,3 +871,34 @@ def test_plain_torch_on_cpu_pays_none_of_the_runtimes_work_per_action() -> None:
     ours = predict(p, cpu, one, 32).step_time
     theirs = predict(p, cpu, one, 32, runtime=False).step_time
     assert ours - theirs == pytest.approx(2 * 1e-3 * cpu_turns(p, cpu, 1))
+
+
+def test_validation_measures_only_what_fits_on_this_machines_devices(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With one local device and every measured strategy over its memory, validation goes
+    down the ranking past those that need more devices than there are: it measures only
+    one-GPU strategies, the best of them first, at most EXTRA_CANDIDATES more."""
+    from pipecast.orchestration.recommend import validate
+    from pipecast.orchestration.recommend.validate import Measured
+
+    ranked = recommend(make_profile([1e-3] * 4, params=[10**6] * 4), GPUS, 32).ranked
+    ones = [p for p in ranked if p.strategy.gpus == 1]
+    assert len(ones) >= validate.EXTRA_CANDIDATES + 1 and len(ones) < len(ranked)
+    measured: list[Any] = []
+
+    def fake(preds: list[Any], workload: Workload, **kwargs: Any) -> list[Measured]:
+        measured.extend(preds)
+        return [
+            Measured(prediction=p, step_time=1.0, samples_per_second=32.0,
+                     peak_allocated=(p.memory_limit + 1,), peak_reserved=(p.memory_limit + 1,))
+            for p in preds
+        ]  # fmt: skip
+
+    monkeypatch.setattr(validate, "measure_rounds", fake)
+    validate.measure_candidates(
+        ranked[:1], ranked, Workload(model="lenet5", dataset="mnist"),
+        device="cpu", config=RunConfig(), rounds=1, local=1,
+    )  # fmt: skip
+    assert all(a is b for a, b in zip(measured, ones, strict=False))
+    assert len(measured) == (ranked[0].strategy.gpus == 1) + validate.EXTRA_CANDIDATES

@@ -7,8 +7,10 @@ import time
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
 
 from pipecast.errors import ConfigError, DataError
 from pipecast.measuring import hostspeed
@@ -95,6 +97,8 @@ def test_summarize_probe_fits_each_pair() -> None:
             "matmul_flops": 7e14,
             "memory": 80 * 2**30,
             "name": "gpu",
+            "host_optimizer_rate": 4e9,
+            "host_optimizer_rate_16": 1e9,
         },
         {
             "p2p": {"1-0": samples(1e-5, 1e11)},
@@ -102,6 +106,8 @@ def test_summarize_probe_fits_each_pair() -> None:
             "matmul_flops": 6e14,
             "memory": 79 * 2**30,
             "name": "gpu",
+            "host_optimizer_rate": 3e9,
+            "host_optimizer_rate_16": 2e9,
         },
     ]
     result = summarize_probe(ranks)
@@ -109,6 +115,8 @@ def test_summarize_probe_fits_each_pair() -> None:
     assert c.link(0, 1).bandwidth == pytest.approx(1e11, rel=1e-6)
     assert c.matmul_flops == 6e14 and c.memory_bytes == 79 * 2**30
     assert c.allreduce_busbw[2] == pytest.approx(1e11, rel=1e-6)
+    # the host's optimizer: each dtype's slowest rank (offloaded optimizers step together)
+    assert (c.host_optimizer_rate, c.host_optimizer_rate_16) == (3e9, 1e9)
 
 
 @pytest.mark.slow
@@ -158,9 +166,12 @@ def test_cluster_round_trips_host_terms() -> None:
         ddp_step_host=1e-4,
         ddp_param_host=8e-6,
         ddp_buffer_host=3e-6,
+        host_optimizer_rate=3e9,
+        host_optimizer_rate_16=1.5e9,
         machine="node-7:boot-a",
     )
     back = Cluster.from_json(c.to_json())
+    assert (back.optimizer_rate(4), back.optimizer_rate(2)) == (3e9, 1.5e9)
     assert back == c and back.machine == "node-7:boot-a"
     assert back.host_overhead == pytest.approx(2e-4)
     assert back.step_overhead == pytest.approx(9e-4)
@@ -283,3 +294,32 @@ def test_cpu_model_reads_the_kernels_model_name(tmp_path: Path) -> None:
     assert hostspeed.cpu_model(str(info)) == "Xeon: Gold 6430"
     # without /proc/cpuinfo, whatever the platform says (possibly nothing), never an error
     assert hostspeed.cpu_model(str(tmp_path / "none")) == platform.processor()
+
+
+@pytest.mark.parametrize(("dtype", "itemsize"), [(torch.float32, 4), (torch.bfloat16, 2)])
+def test_the_host_optimizer_rate_steps_fused_adam_over_weights_of_its_dtype(
+    monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype, itemsize: int
+) -> None:
+    """The probe steps torch's fused Adam over one weight of `nbytes` in `dtype` (as the
+    runtime's host optimizer is) and returns those bytes over the median step: with a clock
+    that moves 0.25 s a step, 1 MiB in 0.25 s."""
+    from types import SimpleNamespace
+
+    from pipecast.measuring.probe import host_link
+
+    built: list[tuple[list[torch.Tensor], dict[str, object]]] = []
+
+    class Adam(torch.optim.Adam):
+        def __init__(self, params: list[torch.Tensor], **kwargs: Any) -> None:
+            built.append((list(params), kwargs))
+            super().__init__(built[-1][0], **kwargs)
+
+    ticks = iter(0.25 * i for i in range(100))
+    monkeypatch.setattr(torch.optim, "Adam", Adam)
+    monkeypatch.setattr(host_link, "time", SimpleNamespace(perf_counter=lambda: next(ticks)))
+    rate = host_link.optimizer_rate(2**20, repeats=3, dtype=dtype)
+    [(params, kwargs)] = built
+    [weight] = params
+    assert kwargs.get("fused") is True
+    assert weight.dtype == dtype and weight.numel() * itemsize == 2**20
+    assert rate == pytest.approx(2**20 / 0.25)
