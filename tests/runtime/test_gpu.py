@@ -198,3 +198,32 @@ def test_a_backward_starting_in_cublas_finds_a_cuda_context() -> None:
     )
     assert done.returncode == 0 and "done" in done.stdout, done.stderr
     assert "no current CUDA context" not in done.stderr, done.stderr
+
+
+@_needs(1)
+def test_offloaded_copies_under_way_stay_within_the_bound_on_a_gpu() -> None:
+    """Eight Linears on a GPU, each saving a 16 MiB input for its backward, offloaded with a
+    bound of 8 MiB: a copy is one tensor over the bound, so the forward never lets a second
+    one be under way (the most is one input, 16 MiB); and the gradients are those of the
+    same model with nothing offloaded."""
+    from torch import nn
+
+    from pipecast.runtime.offload import HostActivations
+
+    device = torch.device("cuda")
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Linear(1024, 1024) for _ in range(8)]).to(device)
+    x = torch.randn(4096, 1024, device=device, requires_grad=True)
+    model(x).square().mean().backward()
+    want = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+    model.zero_grad(set_to_none=True)
+    hooks = HostActivations(device, in_flight=8 * 2**20)
+    with hooks.saving():
+        out = model(x)
+    out.square().mean().backward()
+    torch.cuda.synchronize()
+    tensor = 4096 * 1024 * 4
+    assert hooks.moved_bytes >= 7 * tensor and hooks.most_copying == tensor
+    got = [p.grad for p in model.parameters() if p.grad is not None]
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b)
