@@ -27,9 +27,8 @@ ALLOCATOR_ENV = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 ALLOCATOR = "expandable_segments:True"
 """The caching allocator's setting pipecast runs with where the user set none: segments that
 grow a page at a time instead of new fixed-size ones, so what the allocator reserves stays
-near what is allocated, as the memory model predicts (on one H200, a graphed transformer
-reserved 2.85 GiB against 2.51 allocated by default, 2.66 with expandable segments, at the
-same step time; docs/decisions.md, "What the allocator reserves"). torchtitan sets the same."""
+near what is allocated, which is what the memory model predicts, at no cost in step time
+(docs/decisions.md, "What the allocator reserves"). torchtitan sets the same."""
 
 
 def default_env() -> None:

@@ -175,7 +175,7 @@ first optimizer a rank builds imports it (torch.optim wraps its methods in
 torch._disable_dynamo), with sympy, about as long again as torch itself; a rank of a LeNet
 job imported 481 modules on its own before it was preloaded, 1 after. Variables those
 modules read as they are imported (TORCH_LOGS, say) are the fork server's. torch's FSDP
-and tensor parallelism (with DTensor, about 0.35 s) too, which a mesh's every rank imports.
+and tensor parallelism (with DTensor) too, which every rank of a mesh imports.
 GPU ranks are spawned instead (start_method)."""
 
 

@@ -49,8 +49,8 @@ def make_optimizer(
 ) -> torch.optim.Optimizer:
     """The run's optimizer over `params`. `host`: the offloaded optimizer's, over the host's
     copy of the weights, fused: torch's fused CPU kernels make one vectorised pass over each
-    tensor where the default makes one per arithmetic step (on one H200 host, Adam over 0.75
-    GiB of bf16 weights: docs/decisions.md, "The optimizer on the host")."""
+    tensor where the default makes one per arithmetic step, several times faster on a host
+    (docs/decisions.md, "The optimizer on the host")."""
     if config.optimizer == "adam":
         return torch.optim.Adam(params, lr=config.lr, fused=host or None)
     momentum = 0.9 if config.optimizer == "momentum" else 0.0

@@ -19,10 +19,10 @@ OFFLOADS: tuple[Offload, ...] = ("none", "activations", "optimizer", "both", "we
 OFFLOAD_IN_FLIGHT = 256 * 2**20
 """Bytes of saved activations whose copies to the host may still be under way while the
 forward goes on. A saved tensor's device memory is released only once its copy is done, so
-a forward that computes faster than the host link drains would otherwise hold all of its
-activations on the device (on one H200, an 8-layer transformer reserved 6.5 GiB against
-2.1 allocated, docs/decisions.md, "Offloaded activations in flight"); past this the forward
-waits for the oldest copy, and the memory model counts this much beside the forward."""
+a forward that computes faster than the host link drains would otherwise hold nearly all of
+its activations on the device, reserved though no longer allocated (docs/decisions.md,
+"Offloaded activations in flight"); past this the forward waits for the oldest copy, and
+the memory model counts this much beside the forward."""
 
 
 def offloads_activations(offload: str) -> bool:
