@@ -18,8 +18,8 @@ QUIET_ENV = {"TORCH_NCCL_SHOW_EAGER_INIT_P2P_SERIALIZATION_WARNING": "0"}
 """Warnings a rank need not print. NCCL warns, once per process group and rank, that eager
 sends and receives are serialized with every other op of their group, and advises a group of
 their own; every directed pair of stages already has one (runtime.channels), so that order is
-the one the plan asked for, and the warning only buried `recommend --validate`'s output (24
-lines on 2 x H200)."""
+the one the plan asked for, and the warning only buried `recommend --validate`'s output
+under lines from every rank (docs/decisions.md, "NCCL's serialization warning")."""
 
 
 ALLOCATOR_ENV = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")

@@ -169,11 +169,11 @@ PRELOAD = [
     "pipecast.runtime.worker",
 ]
 """What the fork server imports once, so that a rank forked from it starts in a fraction of
-a second instead of importing torch afresh (about 1.8 s a world of 2 CPU ranks on 2 cores,
-paid again by every validation round, bench configuration and test). torch._dynamo too: the
-first optimizer a rank builds imports it (torch.optim wraps its methods in
-torch._disable_dynamo), with sympy, about as long again as torch itself; a rank of a LeNet
-job imported 481 modules on its own before it was preloaded, 1 after. Variables those
+a second instead of importing torch afresh (seconds a world, paid again by every validation
+round, bench configuration and test; docs/decisions.md, "Starting the ranks"). torch._dynamo
+too: the first optimizer a rank builds imports it (torch.optim wraps its methods in
+torch._disable_dynamo), with sympy, about as long again as torch itself, and preloaded it
+leaves a rank almost nothing of its own to import. Variables those
 modules read as they are imported (TORCH_LOGS, say) are the fork server's. torch's FSDP
 and tensor parallelism (with DTensor) too, which every rank of a mesh imports.
 GPU ranks are spawned instead (start_method)."""
@@ -187,9 +187,9 @@ an environment where forking a process that imported torch misbehaves)."""
 def start_method(backend: Backend) -> str:
     """CPU ranks: the fork server where the platform has one (preloading PRELOAD). GPU ranks:
     spawn, a fresh interpreter each: a process forked from one that has touched CUDA (the
-    preloaded imports ask torch.cuda whether a device is there) cannot initialise it (on
-    4 x H200, torch 2.11: 'CUDA error: initialization error' at set_device), and there a
-    rank's CUDA and NCCL start outweighs the import anyway."""
+    preloaded imports ask torch.cuda whether a device is there) cannot initialise it
+    ('CUDA error: initialization error' at set_device; docs/decisions.md, "Starting the
+    ranks"), and there a rank's CUDA and NCCL start outweighs the import anyway."""
     if (
         backend == "nccl"
         or os.environ.get(START_ENV) == "spawn"

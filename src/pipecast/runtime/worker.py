@@ -329,8 +329,8 @@ def release_earlier_jobs(device: torch.device) -> None:
     peak memory is its own. A finished job's engine, stages and CUDA graphs stay reachable
     from a reference cycle (torch's optimizer keeps a frame of the first one built in a
     process) until a full collection: the bench measures its configurations one after
-    another in one world, and a graphed configuration there read leftovers as its own
-    (ResNet-18 1F1B over 2 x H100, rank 1: 1.00 GiB in the suite, 0.43 in a fresh process)."""
+    another in one world, and a graphed configuration there read leftovers as its own, more
+    than twice its peak in a fresh process (docs/decisions.md, "Each job's peak its own")."""
     gc.collect()
     if device.type == "cuda":
         devices.clear_workspaces()  # as in a fresh process: a job's stages bring their own

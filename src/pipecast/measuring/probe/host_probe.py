@@ -171,11 +171,12 @@ def ddp_overhead(ctx: Context, repeats: int = 9) -> dict[str, float]:
 
 
 MATMUL_SECONDS = (0.05, 0.3)
-"""_matmuls: warm up for the first, then time for the second. Eight matmuls of a few
-milliseconds each once read one rank alone 3.5x as slow as this process on a 2-core
-machine (a freshly spawned rank's first milliseconds), which would have priced every
-single-rank CPU strategy 3.5x too slow; ranks that time for a fixed while also overlap for
-all of it, where a fixed count lets the faster finish first."""
+"""_matmuls: warm up for the first, then time for the second. A fixed count of short
+matmuls falls within a freshly spawned rank's slow first milliseconds, and read one rank
+alone several times as slow as this process, which would have priced every single-rank
+CPU strategy as much too slow (docs/decisions.md, "CPU ranks share their cores"); ranks
+that time for a fixed while also overlap for all of it, where a fixed count lets the
+faster finish first."""
 
 
 def _matmuls(side: int = 384) -> float:
@@ -258,8 +259,8 @@ def shared_compute(
     progress: Callable[[str], None] | None = None,
 ) -> dict[int, float]:
     """For CPU ranks, with the model itself (the fixed matmul of cpu_compute is a poor
-    stand-in: on a 2-core machine it read 2.13x and 2.59x for 2 and 4 ranks, ResNet-18 on
-    CIFAR-10 shapes 1.85x and 3.84x, its convolutions using two threads better): n -> the
+    stand-in: n ranks at once slow it by other factors than they slow a model, whose
+    convolutions use two threads better; docs/decisions.md, "CPU ranks share their cores"): n -> the
     median over n gloo ranks, all computing at once (each with the runtime's threads), of
     the model's forward and backward at batch // n samples, over the same step in this
     process alone (at least 1). Counts below 2 are left out: one rank has the profiler's

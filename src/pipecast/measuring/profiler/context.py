@@ -42,8 +42,8 @@ class Context:
     def device_from(self, held: Context) -> Context:
         """These passes' host times with `held`'s device times, where `held` hid the host's
         issuing. Its own host times are not the host's alone: behind a held device CUDA's
-        launch queue fills and the host waits for room (4 x H100: the last stage of
-        VGG-16 read 1.8x the plain passes' host time)."""
+        launch queue fills and the host waits for room, reading well above the plain
+        passes' host time (docs/decisions.md, "Device times with the issuing hidden")."""
         if not held.issue_hidden:
             return self
         return replace(
@@ -241,10 +241,11 @@ class _Pass:
 
 def across_windows(windows: list[Context]) -> Context:
     """One context from plain passes taken in several windows spread over a profile: each
-    reading's median over the windows. A host runs in spells seconds long (4 x H200: a GPT
-    forward sat near 2.4, 3.1 or 4.1 ms of host for a few seconds at a time), and one
-    window's passes, a second or two, see one spell; the median of windows far apart sees
-    the level the host keeps. Blocks are marked in every window or the result has none."""
+    reading's median over the windows. A host runs in spells seconds long, a pass's host
+    time sitting at one level for a few seconds and then at another (docs/decisions.md,
+    "Windows of host readings"), and one window's passes, a second or two, see one spell;
+    the median of windows far apart sees the level the host keeps. Blocks are marked in
+    every window or the result has none."""
     if not windows:
         raise ValueError("across_windows() needs at least one context")
     if len(windows) == 1:

@@ -4,8 +4,8 @@ A graphed stage (`RunConfig.cuda_graphs`, pipecast.runtime.graphs) issues its fo
 its whole backward with one launch each, so its device runs them at its own pace however
 slowly the host issues ops. The eager profile's device times can't show that pace where
 the host binds: a block's kernels there run as fast as they are issued, and passes behind a
-hold (ProfileOptions.hide_issue) are given up where the host waits on its device (GPT,
-ResNet-50 and ResNet-152 on 4 x H100).
+hold (ProfileOptions.hide_issue) are given up where the host waits on its device, as it
+does for larger models (docs/decisions.md, "Device times with the issuing hidden").
 
 Here a module (one block, or the whole model) is captured through the runtime's own
 StageGraphs (one slot), so the graphs are the ones a stage of it replays: the input copied

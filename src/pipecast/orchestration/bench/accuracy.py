@@ -14,8 +14,9 @@ from pipecast.values.timeline import HOST_BOUND
 
 ROUNDS_AGREE = 0.10
 """Rounds of one configuration that lie within this fraction of their median measured it
-repeatably. On the lent 4 x H100 machines the same configuration measured minutes apart
-moved by up to 55%: no prediction can be nearer than the measurement's own spread."""
+repeatably. On the lent machines the same configuration measured minutes apart moved by as
+much as half its time (docs/decisions.md, "Rounds"): no prediction can be nearer than the
+measurement's own spread."""
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,10 @@
 """How long a measuring thread waited for a core while something was measured.
 
 [Note: a shared host] CPU ranks compute on the host's cores, and so does everything else the
-machine runs. On a 2-core machine where other processes kept 1.0-1.8 cores busy, two
-LeNet-5 ranks each stepped 2.2-2.8x as slowly as one rank alone, one rank's steps moved by
-30% from one to the next, and a profile taken a minute before the runs described another
-machine than the one they ran on. Such a row is not measured like its prediction's inputs.
+machine runs. Where other processes keep the cores busy, ranks step several times as slowly
+as one rank alone, one rank's steps move from one to the next, and a profile taken a minute
+before the runs describes another machine than the one they ran on (docs/decisions.md,
+"Rows that waited for a core"). Such a row is not measured like its prediction's inputs.
 The kernel counts, per thread, the time it was ready to run but waited for a core
 (/proc/thread-self/schedstat, the run-queue delay): the bench reads the computing thread's
 around every row in every rank and around the profile, and the report leaves out of its

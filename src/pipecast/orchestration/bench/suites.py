@@ -27,9 +27,9 @@ VGG16 = Workload(model="vgg16", dataset="imagenet")
 
 
 QUICK_WARMUP, QUICK_STEPS = 5, 40
-"""The quick suite's warm-up and timed steps per row: LeNet-5's steps of 10-40 ms on CPU
-ranks move by tens of per cent from one step to the next, and the first few pay for
-buffers and thread pools the rest reuse."""
+"""The quick suite's warm-up and timed steps per row: LeNet-5's short steps on CPU ranks
+move by tens of per cent from one step to the next (docs/decisions.md, "Rows that waited
+for a core"), and the first few pay for buffers and thread pools the rest reuse."""
 
 
 def quick() -> list[BenchConfig]:

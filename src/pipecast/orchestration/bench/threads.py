@@ -4,8 +4,9 @@
 cores // n threads each, so on 2 cores a suite's one-rank rows computed with 2 threads and
 its two-rank rows with 1 each, while the profile behind the predictions was taken with
 torch's own count. The rows then compared a 2-thread "device" with 1-thread ones, and on a
-machine whose cores are shared a second thread waits for a core at every parallel region:
-LeNet-5 at batch 32 stepped in 20 ms on 1 thread and 680 ms on 2 while other processes ran.
+machine whose cores are shared a second thread waits for a core at every parallel region,
+and a small model's step on 2 threads can take many times its step on 1 (docs/decisions.md,
+"Threads of a CPU rank").
 Every rank of a CPU suite (and the profile its predictions come from) takes the widest
 world's share instead, so that "one device" is the same share of the machine in every row.
 """

@@ -1,9 +1,10 @@
 """Run predicted strategies for real, so the recommendation can rest on measurement.
 
 A host's speed moves in spells of seconds to minutes (pipecast.measuring.hostspeed): the same
-configuration measured minutes apart on one 4 x H100 machine took 37.5 and 57.1 ms. So the
-candidates are measured in rounds, every candidate once per round (A, B, A, B), each compared
-with the others in the same spells, and each keeps the median of its rounds.
+configuration measured minutes apart on one machine can take half as long again
+(docs/decisions.md, "Rounds"). So the candidates are measured in rounds, every candidate
+once per round (A, B, A, B), each compared with the others in the same spells, and each
+keeps the median of its rounds.
 """
 
 from __future__ import annotations

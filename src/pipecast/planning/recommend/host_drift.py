@@ -3,8 +3,9 @@
 A host-bound step takes as long as its host needs to issue it, and the profile's host costs
 are what the host took when it was profiled. A cached profile may be minutes or days old, and
 on shared and virtual machines the host's speed moves in spells: a fixed pure-Python loop
-(hostspeed.reference) read 7 ms in one call and 13 ms in the next on one 4 x H200 machine
-(docs/decisions.md). The profile keeps that loop's reading; reading it again
+(hostspeed.reference) can read nearly twice as long in one call as in the next on the same
+machine (docs/decisions.md, "The host's spells"). The profile keeps that loop's reading;
+reading it again
 before recommending tells whether the host is in a slower spell now.
 
 On stored GPU runs, host-bound steps measured while the loop read 1.25x or more its

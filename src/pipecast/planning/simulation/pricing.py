@@ -103,8 +103,9 @@ LOSS_COPIES = 8
 """Bytes the loss holds per element of the model's output: it computes in fp32 (values/data/
 loss.py upcasts the output), and a cross-entropy keeps its fp32 log-probabilities for the
 backward beside the fp32 copy it made them from, then their gradient: about two fp32 copies
-of the output at once, 8 bytes an element. GPT (vocabulary 8192, 8 x 1024 tokens, bf16)
-peaked 526 MiB over a prediction without it, 512 MiB by this rule."""
+of the output at once, 8 bytes an element. Without it a GPT's measured peak lay above its
+prediction by about what this rule adds (docs/decisions.md, "What a graphed rank holds
+(memory)")."""
 
 
 def loss_bytes(profile: Profile, micro_batch: int) -> int:
@@ -119,8 +120,9 @@ def graph_pool_ratio(profile: Profile) -> float:
     (Profile.graph_pool, at its largest size measured) over the activations and transients
     the same stage takes eagerly: a private pool keeps every block it ever held, and a
     capture frees nothing for another graph to reuse, so it holds more than an eager step's
-    peak (1.04 to 1.61 over the transformer, GPT, ResNet-50, VGG-16 and ResNet-18 on an
-    H200). 1 where the profile has no graph pool (CPU, or taken without graph times)."""
+    peak, by a ratio that differs from model to model (docs/decisions.md, "What a graphed
+    rank holds (memory)"). 1 where the profile has no graph pool (CPU, or taken without
+    graph times)."""
     sizes = [s for s, pool in profile.graph_pool.items() if pool > 0]
     if not sizes:
         return 1.0

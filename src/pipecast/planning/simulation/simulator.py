@@ -276,8 +276,8 @@ def _finish_step(
     the backward. A device-bound backward leaves no such time and the all-reduce is paid in
     full after it; only the last bucket's share is always paid after it, as its gradients
     are the last computed. (Overlapped, a device's compute slows by about what the
-    all-reduce takes: DDP's device-bound rows were predicted fast by a median 4.7% over 28
-    GPU runs while the all-reduce ran beside the backward for free.)"""
+    all-reduce takes: priced as running beside the backward for free, DDP's device-bound
+    rows were predicted fast; docs/decisions.md, "The all-reduce beside the backward".)"""
     if plan.forward_only:
         return max((e.end for e in events), default=0.0)
     comm_free = [0.0] * plan.num_ranks

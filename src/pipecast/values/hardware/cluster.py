@@ -82,9 +82,9 @@ class Cluster:
     step_overhead: float = 0.0
     """Seconds pipecast's runtime adds to every step over several GPUs around its actions:
     agreeing on the batch with the other ranks, waiting for the last transfers, the loss,
-    the barrier between steps (on 4 x H200 the measured steps ran 0.6-1.2 ms past their last
-    action beyond the optimizer step; the probe read 1.51 and 1.66 ms on two 4 x H100
-    machines). One rank alone does none of it."""
+    the barrier between steps, which keep a measured step running a millisecond or two past
+    its last action and the optimizer step (docs/decisions.md, "The runtime's step
+    overhead"). One rank alone does none of it."""
     host_contention: dict[int, float] = field(default_factory=dict)
     """n -> how much slower a host issues work while n ranks of this node are busy than
     alone (profiles are taken alone); missing n: 1."""

@@ -2,12 +2,12 @@
 
 W re-enters the autograd graph once per node that feeds weights (runtime/backward.py), and
 each such call walks every node reachable below its entry point before it runs anything.
-Over one graph for a whole stage that walk grows with the square of the stage's depth: on
-4 x H100, W of 12 GPT-style layers cost the host 21-24 ms where the layers' W timed one at a
-time added up to 9-11 ms. Cut into segments, each its own graph, the walk stays inside a
-segment; each cut costs B one more autograd call. A segment closes once its blocks hold
-SEGMENT_PARAMS parameter tensors: one transformer layer (12 tensors) or ResNet bottleneck
-(9) per segment, four VGG convolutions (2 each) per segment.
+Over one graph for a whole stage that walk grows with the square of the stage's depth: W
+of a deep stage costs the host about twice what its layers' W timed one at a time add up to
+(docs/decisions.md, "A split backward cut into segments"). Cut into segments, each its own
+graph, the walk stays inside a segment; each cut costs B one more autograd call. A segment
+closes once its blocks hold SEGMENT_PARAMS parameter tensors: one transformer layer (12
+tensors) or ResNet bottleneck (9) per segment, four VGG convolutions (2 each) per segment.
 
 The runtime cuts its stages this way and the profile prices a stage's B calls the same way,
 so this rule is the one place both read.

@@ -64,8 +64,9 @@ class BlockCost:
     graph_pool: int = 0
     """Bytes the block's own slot pool reserved when it was captured alone as the runtime's
     graphs (0: not measured): what its forward, backward and transients take in a capture,
-    which the eager peak can undercount (GPT's attention backward takes a 132 MiB segment
-    of its own in a slot, against a 64 MiB eager transient)."""
+    which the eager peak can undercount (GPT's attention backward takes a segment of its own
+    in a slot, twice its eager transient; docs/decisions.md, "What a graphed rank holds
+    (memory)")."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
