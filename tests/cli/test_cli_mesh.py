@@ -15,7 +15,23 @@ def test_train_runs_a_sharded_and_split_mesh(capsys: pytest.CaptureFixture[str])
     argv = ["train", *GPT, *SMALL, "--gpus", "4", "--replicas", "2", "--shard", "full"]
     argv += ["--tensor-parallel", "2", "--micro-batches", "1", "--device", "cpu"]
     assert main(argv) == 0
-    assert "samples/s" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "samples/s" in out
+    assert "1f1b (FSDP x2 x TP x2) on 4 cpu rank(s)" in out  # the header names the mesh
+
+
+def test_sharding_without_replicas_is_refused_not_ignored(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--shard over one replica has nothing to shard over: run, it would quietly be a plain
+    pipeline of 2 stages. One line, exit 2, before anything starts."""
+    argv = ["train", *GPT, *SMALL, "--gpus", "2", "--shard", "full", "--device", "cpu"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "pipecast: error: --shard full shards the weights over data-parallel replicas, and "
+        "there is 1: add --replicas N (N of at least 2 dividing --gpus)"
+    )
 
 
 def test_a_model_without_a_plan_is_refused_before_anything_runs(

@@ -66,6 +66,8 @@ def test_simulate_writes_gantt_and_trace(
     assert code == 0
     out = capsys.readouterr().out
     assert "bubble" in out and "closed forms" in out
+    # no --cluster: it says which preset priced it, and how to price this machine instead
+    assert "cluster: the cpu preset (it counts no host cost per action)" in out
     png = tmp_path / "lenet5-zb-h1-2x4.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     trace = json.loads((tmp_path / "lenet5-zb-h1-2x4.trace.json").read_text())

@@ -223,6 +223,8 @@ class _Shown:
 
     def _calibrating(self, what: str) -> None:
         self._stop()
+        if not console.is_terminal:  # no spinner where output goes to a file or a pipe
+            console.print(f"calibrating: {what} (first use on this machine; cached after)")
         if what == "profiling":
             self.bar = self.stack.enter_context(progress())
             self.task = self.bar.add_task("calibrating: profiling", total=None)
@@ -238,6 +240,8 @@ class _Shown:
             self._stop()
             self.status = self.stack.enter_context(console.status("validating"))
         self.status.update(f"validating {pred.strategy.label()} (round {r + 1})")
+        if not console.is_terminal:
+            console.print(f"validating {pred.strategy.label()} (round {r + 1})")
 
     def _calibrated(self, profile: Profile, psource: str, cluster: Cluster, csource: str) -> None:
         self._stop()

@@ -109,6 +109,14 @@ def run(args: argparse.Namespace) -> int:
         optimizer=args.optimizer,
         memory_margin=args.memory_margin,
     )
+    if args.cluster:
+        console.print(f"cluster: {args.cluster}")
+    else:  # the CPU preset knows no host costs: CPU ranks are mostly host
+        unpriced = " (it counts no host cost per action)" if cluster.device == "cpu" else ""
+        console.print(
+            f"cluster: the {cluster.name} preset{unpriced}, not this machine's readings: "
+            "`pipecast probe -o c.json`, then --cluster c.json"
+        )
     print_prediction(pred)
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)

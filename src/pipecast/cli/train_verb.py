@@ -64,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
         args.batch, args.micro_batches = 1, 1
     _check_installed(getattr(args, "compare", []))
     _check_batch(args.batch, args.replicas, args.micro_batches)
+    _check_shard(getattr(args, "shard", "none"), args.replicas)
     if not under_torchrun():  # under torchrun the launcher made the ranks
         _check_ranks(args.gpus, args.device)
     if getattr(args, "data_dir", None) is not None:  # before the quick profile
@@ -95,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
         need = followed.peak_memory if followed is not None else _predicted_peak(args, job, profile)
         check_fits(need, devices.free_on_gpus(), job.world)
     console.print(
-        f"{schedule} on {job.world} {args.device} rank(s), partition "
+        f"{_layout(job, schedule)} on {job.world} {args.device} rank(s), partition "
         f"{job.partition.boundaries}, batch {job.batch} in "
         f"{job.plan.num_microbatches} micro-batches"
     )
@@ -144,6 +145,29 @@ def check_fits(need: int, free: list[int] | None, gpus: int) -> None:
             f"{human_bytes(f)} free: use more GPUs or micro-batches, recomputation, or "
             "`pipecast recommend --memory-limit` to plan for what is free"
         )
+
+
+def _check_shard(shard: str, replicas: int) -> None:
+    """FSDP shards over the data-parallel replicas: with one there is nothing to shard over,
+    and the run would quietly be a plain pipeline."""
+    if shard != "none" and replicas < 2:
+        raise ConfigError(
+            f"--shard {shard} shards the weights over data-parallel replicas, and there is "
+            f"{replicas}: add --replicas N (N of at least 2 dividing --gpus)"
+        )
+
+
+def _layout(job: TrainJob, schedule: str) -> str:
+    """How the job spreads the model, as recommend labels it: the schedule, with FSDP's or
+    tensor parallelism's dimensions where torch's engines run the blocks."""
+    dims = []
+    if job.shard != "none" and job.replicas > 1:
+        dims.append(f"FSDP x{job.replicas}" + (" (no reshard)" if job.shard == "grad" else ""))
+    elif job.replicas > 1:
+        dims.append(f"data parallel x{job.replicas}")
+    if job.tp > 1:
+        dims.append(f"TP x{job.tp}")
+    return schedule + (f" ({' x '.join(dims)})" if dims else "")
 
 
 def _predicted_peak(args: argparse.Namespace, job: TrainJob, profile: Profile | None) -> int:

@@ -195,6 +195,8 @@ def test_recommend_cli_calibrates_once_then_uses_the_cache(
     assert main(argv) == 0
     first = capsys.readouterr().out
     assert "profile: measured" in first and "recommendation:" in first
+    # no spinner into a pipe: each calibration step says itself in a line
+    assert "calibrating: profiling (first use on this machine; cached after)" in first
     assert "run it: pipecast train --recommendation" in first  # here, on this machine
     assert "peak memory/rank" in first and "/GPU" not in first  # CPU ranks, not GPUs
     # on a CPU, calibration also times the model in 2 ranks sharing the cores

@@ -65,6 +65,12 @@ class ProbeResult:
         }
 
 
+# torch 2.14 renamed the flat collectives FSDP runs (the old names warn that they are
+# deprecated); torch 2.11 may have only the old ones
+_ALL_GATHER: Any = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_REDUCE_SCATTER: Any = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+
 def _sizes(options: ProbeOptions) -> list[int]:
     sizes, s = [], options.min_bytes
     while s <= options.max_bytes:
@@ -111,9 +117,9 @@ def _collective(ctx: Context, kind: str, nbytes: int, n: int, group: Any, repeat
         if kind == "allreduce":
             dist.all_reduce(whole, group=group)
         elif kind == "allgather":
-            dist.all_gather_into_tensor(whole, share, group=group)
+            _ALL_GATHER(whole, share, group=group)
         else:
-            dist.reduce_scatter_tensor(share, whole, group=group)
+            _REDUCE_SCATTER(share, whole, group=group)
 
     once()  # warm-up
     times = []
