@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from pipecast.cli.main import main
@@ -43,3 +45,27 @@ def test_a_model_without_a_plan_is_refused_before_anything_runs(
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "in_proj" in err
+
+
+def test_each_strategy_writes_its_own_trace() -> None:
+    """Runs that differ only in replicas, sharding, tensor parallelism, offload or
+    recomputation get trace names of their own, so one does not overwrite another; a plain
+    pipeline keeps the plain name."""
+    from types import SimpleNamespace
+
+    from pipecast.cli.train_verb import _variant
+
+    def job(replicas: int = 1, shard: str = "none", tp: int = 1, **config: str) -> Any:
+        cfg = SimpleNamespace(offload="none", recompute="none")
+        for k, v in config.items():
+            setattr(cfg, k, v)
+        return SimpleNamespace(replicas=replicas, shard=shard, tp=tp, config=cfg)
+
+    names = [
+        _variant(job()),
+        _variant(job(replicas=2)),
+        _variant(job(replicas=2, shard="full", tp=2)),
+        _variant(job(offload="activations")),
+        _variant(job(replicas=2, recompute="all")),
+    ]
+    assert names == ["", "-dp2", "-fsdp2-tp2", "-offload-activations", "-dp2-recompute-all"]

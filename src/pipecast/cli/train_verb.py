@@ -275,7 +275,7 @@ def _write_traces(args: argparse.Namespace, result: JobResult, profile: Profile 
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model = file_stem(job.workload.model) if job.workload is not None else "model"
-    trace = out / f"{model}-{job.plan.name}-{job.world}.measured.trace.json"
+    trace = out / f"{model}-{job.plan.name}-{job.world}{_variant(job)}.measured.trace.json"
     timelines = [("measured", result.timeline())]
     # the quick profile's few repeats at one size are enough to balance the stages, not to
     # quote a step time: drawn beside the measurement in the trace, not printed
@@ -284,6 +284,21 @@ def _write_traces(args: argparse.Namespace, result: JobResult, profile: Profile 
         timelines.insert(0, ("predicted from the quick profile", predicted.timeline))
     write_trace(str(trace), *timelines)
     console.print(f"trace: {trace}")
+
+
+def _variant(job: TrainJob) -> str:
+    """What sets a run apart beyond its model, schedule and ranks, for its trace's name (so
+    runs of other strategies do not overwrite it): '' for a plain pipeline, else e.g.
+    '-fsdp2-tp2', '-dp2-offload-activations', '-recompute-all'."""
+    parts = []
+    if job.replicas > 1:
+        parts.append(("fsdp" if job.shard != "none" else "dp") + str(job.replicas))
+    if job.tp > 1:
+        parts.append(f"tp{job.tp}")
+    for name, value in (("offload", job.config.offload), ("recompute", job.config.recompute)):
+        if value != "none":
+            parts.append(f"{name}-{value}")
+    return "".join(f"-{p}" for p in parts)
 
 
 def _follow(args: argparse.Namespace, path: str, pick: int) -> Chosen:
