@@ -342,7 +342,7 @@ def print_validation(measured: list[Measured]) -> None:
                 f"[bold yellow]none measured fits:[/] every one reserved more than the "
                 f"{human_bytes(usable)} usable per GPU; the closest, "
                 f"{pick.prediction.strategy.label()}, reserved "
-                f"{human_bytes(max(pick.peak_reserved or pick.peak_allocated))}: give it more "
+                f"{human_bytes(pick.held)}: give it more "
                 "memory (--memory-limit, --memory-margin) or expect it to run out"
             )
         spread = too_close(measured)

@@ -158,16 +158,12 @@ def _check_shard(shard: str, replicas: int) -> None:
 
 
 def _layout(job: TrainJob, schedule: str) -> str:
-    """How the job spreads the model, as recommend labels it: the schedule, with FSDP's or
-    tensor parallelism's dimensions where torch's engines run the blocks."""
-    dims = []
-    if job.shard != "none" and job.replicas > 1:
-        dims.append(f"FSDP x{job.replicas}" + (" (no reshard)" if job.shard == "grad" else ""))
-    elif job.replicas > 1:
-        dims.append(f"data parallel x{job.replicas}")
-    if job.tp > 1:
-        dims.append(f"TP x{job.tp}")
-    return schedule + (f" ({' x '.join(dims)})" if dims else "")
+    """How the job spreads the model: the schedule, with the replicas' and tensor
+    parallelism's dimensions as recommend labels them (Strategy.mesh)."""
+    if job.replicas == 1 and job.tp == 1:
+        return schedule
+    mesh = Strategy(kind="hybrid", replicas=job.replicas, shard=job.shard, tp=job.tp).mesh()
+    return f"{schedule} ({mesh})"
 
 
 def _predicted_peak(args: argparse.Namespace, job: TrainJob, profile: Profile | None) -> int:

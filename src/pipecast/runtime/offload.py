@@ -50,6 +50,8 @@ class HostActivations:
             or tensor.device.type != self.device.type
         ):
             return tensor
+        nbytes = tensor.numel() * tensor.element_size()
+        self.moved_bytes += nbytes
         if self.stream is None:
             host = tensor.detach().clone()
         else:
@@ -58,9 +60,6 @@ class HostActivations:
             with torch.cuda.stream(self.stream):
                 host.copy_(tensor.detach(), non_blocking=True)
             tensor.record_stream(self.stream)  # freed only once the copy is done
-        nbytes = tensor.numel() * tensor.element_size()
-        self.moved_bytes += nbytes
-        if self.stream is not None:
             done = torch.cuda.Event()  # type: ignore[no-untyped-call]
             done.record(self.stream)
             self._under_way(done, nbytes)

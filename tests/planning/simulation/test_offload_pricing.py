@@ -13,7 +13,7 @@ from tests.planning.partition.test_partition import make_profile
 from pipecast.planning.recommend.predict import Prediction, predict
 from pipecast.planning.schedules.generators import make_plan
 from pipecast.planning.simulation.costs import Costs, StageTimes
-from pipecast.planning.simulation.memory import in_flight
+from pipecast.planning.simulation.memory import copies_under_way
 from pipecast.planning.simulation.simulator import simulate
 from pipecast.values.hardware.presets import describe
 from pipecast.values.strategy import Strategy
@@ -162,11 +162,11 @@ def test_a_forward_outrunning_the_link_holds_the_copies_under_way() -> None:
     assert simulate(plan, Costs(stages=(lagging,), offload="activations")).peak_memory[0] == 100
     assert simulate(plan, Costs(stages=(keeping_up,), offload="activations")).peak_memory[0] == 50
     huge = replace(lagging, activation_bytes=OFFLOAD_IN_FLIGHT * 4, input_bytes=0)
-    assert in_flight(huge) == OFFLOAD_IN_FLIGHT  # never more than the runtime lets pile up
+    assert copies_under_way(huge) == OFFLOAD_IN_FLIGHT  # never more than the runtime lets pile up
 
 
 def test_a_link_that_just_keeps_up_holds_no_copies_in_flight() -> None:
     """Copies out exactly as long as the forward (1 s each): each is done as the next tensor
     is saved, so none is held; a hair slower and the 90 bytes the stage saves pile up."""
-    assert in_flight(_stage(1.0)) == 0
-    assert in_flight(_stage(1.0 + 1e-9)) == 90
+    assert copies_under_way(_stage(1.0)) == 0
+    assert copies_under_way(_stage(1.0 + 1e-9)) == 90

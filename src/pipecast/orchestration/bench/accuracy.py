@@ -107,10 +107,10 @@ def unlike(row: Row) -> str | None:
     if shared or drift is None or 1 / HOST_DRIFT_LIKE <= drift <= HOST_DRIFT_LIKE:
         return shared
     how = f"{1 / drift:.2f}x as fast" if drift < 1 else f"{drift:.2f}x as slow"
+    profiled = predicted["host_reference"] * 1e3
     return (
         f"the host ran {how} as while its profile was taken (the reference loop: "
-        f"{statistics.median(row.measured['host_reference']) * 1e3:.1f} ms against "
-        f"{predicted['host_reference'] * 1e3:.1f} ms)"
+        f"{drift * profiled:.1f} ms against {profiled:.1f} ms)"
     )
 
 

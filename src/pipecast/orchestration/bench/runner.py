@@ -285,6 +285,13 @@ class _Suite:
         self.deadline = deadline
         self.systems = dict(systems or {})
         self.cpu_threads = rank_threads(configs)  # the whole suite's, resumed or not
+        self.settings: dict[str, tuple[Backend, dict[str, Any], int | None]] = {}
+        """_world_of per device, read once: the environment record reads the machine."""
+
+    def setting(self, device: str) -> tuple[Backend, dict[str, Any], int | None]:
+        if device not in self.settings:
+            self.settings[device] = _world_of(device, self.cpu_threads)
+        return self.settings[device]
 
     def progress(self) -> tuple[int, int]:
         """(configurations finished, configurations in the suite)."""
@@ -296,7 +303,7 @@ class _Suite:
     def _world(self, gpus: int, device: str, configs: list[BenchConfig], again: bool) -> None:
         """Spawn one world measuring `configs` (`again`: one more round of each);
         RankFailed when it dies."""
-        backend, env, threads = _world_of(device, self.cpu_threads)
+        backend, env, threads = self.setting(device)
         args = (
             configs,
             str(self.store.path),
@@ -331,7 +338,7 @@ class _Suite:
 
     def _fail_started(self, configs: list[BenchConfig], device: str, exc: RankFailed) -> None:
         """Record the configuration in progress when the world died as failed."""
-        env = _world_of(device, self.cpu_threads)[1]
+        env = self.setting(device)[1]
         for cfg in configs:
             if self.store.status(cfg.key) == "started":
                 error = str(exc).splitlines()[0][:300]

@@ -43,11 +43,15 @@ class Measured:
         return (self.prediction.step_time - self.step_time) / self.step_time
 
     @property
+    def held(self) -> int:
+        """The most any rank held: reserved where measured, which is what runs out first,
+        else allocated."""
+        return max(self.peak_reserved or self.peak_allocated, default=0)
+
+    @property
     def fits(self) -> bool:
-        """The measured peak stayed within the usable memory the prediction planned for
-        (reserved where measured, which is what runs out first)."""
-        peak = max(self.peak_reserved or self.peak_allocated, default=0)
-        return peak <= self.prediction.memory_limit
+        """The measured peak stayed within the usable memory the prediction planned for."""
+        return self.held <= self.prediction.memory_limit
 
     @property
     def memory_error(self) -> float | None:
@@ -171,7 +175,7 @@ def decide(measured: list[Measured]) -> Measured:
     than their error, measurement decides. Where none fit, the one that came closest."""
     fitting = [m for m in measured if m.fits]
     if not fitting:
-        return min(measured, key=lambda m: max(m.peak_reserved or m.peak_allocated, default=0))
+        return min(measured, key=lambda m: m.held)
     return min(fitting, key=lambda m: m.step_time)
 
 

@@ -30,7 +30,7 @@ def recomputed(mb: int, costs: Costs, plan: Plan) -> bool:
     )
 
 
-def in_flight(st: StageTimes) -> int:
+def copies_under_way(st: StageTimes) -> int:
     """Device bytes an offloading forward holds for copies still under way: where its copies
     out take longer than its compute, the backlog the runtime allows (OFFLOAD_IN_FLIGHT, or
     all it saves if less); where the link keeps up, each tensor's copy is done about as
@@ -192,7 +192,7 @@ class RankMemory:
         elif a.kind in ("B", "BW") and offloaded:
             transient += st.restored_bytes or st.offloaded_bytes  # brought back
         elif a.kind == "F" and offloaded:
-            transient += in_flight(st)
+            transient += copies_under_way(st)
         self.peak = max(self.peak, self.memory + transient)
         if offloaded:
             if a.kind == "F":
