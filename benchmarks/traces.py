@@ -32,6 +32,7 @@ from pipecast.orchestration.bench.config import BenchConfig
 from pipecast.orchestration.bench.suites import GPT, LENET, VGG16
 from pipecast.runtime import worker
 from pipecast.runtime.launch import Context, spawn
+from pipecast.values.models.workload import Workload
 
 _TRACE: dict[str, Any] = {}
 """The step to trace and the profiler running it, on this rank."""
@@ -412,6 +413,27 @@ def four_set() -> list[tuple[str, BenchConfig, bool]]:
     ]
 
 
+def stream_set() -> list[tuple[str, BenchConfig, bool]]:
+    """Streamed weights on one GPU (8 TransformerEncoderLayers, d=2048, batch 16, Adam, 4
+    micro-batches): the optimizer alone on the host, then activations, weights and both, to
+    see where the step time of streaming goes."""
+    w = Workload(
+        model="transformer", dataset="embeddings", seq_len=1024, width=2048, layers=8, heads=16
+    )
+    base = BenchConfig(
+        suite="traces", system="pipecast", workload=w, gpus=1, batch=16, schedule="1f1b",
+        microbatches=4, boundaries=(0, 8), steps=3, warmup=2, optimizer="adam",
+        offload="optimizer",
+    )  # fmt: skip
+    return [
+        ("stream_optimizer_m4", base, True),
+        ("stream_both_m4", replace(base, offload="both"), True),
+        ("stream_weights_m4", replace(base, offload="weights"), True),
+        ("stream_all_m4", replace(base, offload="all"), True),
+        ("stream_all_m8", replace(base, offload="all", microbatches=8), False),
+    ]
+
+
 def smoke_set() -> list[tuple[str, BenchConfig, bool]]:
     """LeNet-5 on 2 CPU ranks: the tool's own check, on any machine."""
     base = BenchConfig(
@@ -433,6 +455,7 @@ SETS = {
     "vgg-base": vgg_base_set,
     "vgg-policy": vgg_policy_set,
     "smoke": smoke_set,
+    "stream": stream_set,
     "four": four_set,
 }
 

@@ -72,6 +72,18 @@ def test_a_backward_brings_back_one_block_at_a_time() -> None:
     assert simulate(plan, Costs(stages=(st,), offload="activations")).peak_memory[0] == 50
 
 
+@pytest.mark.parametrize(("offload", "step"), [("weights", 1.5 + 2.0), ("all", 1.5 + 4.0)])
+def test_restored_activations_queue_behind_the_streamed_weights(offload: str, step: float) -> None:
+    """One micro-batch, weights streamed in 1.5 s an action. The forward takes the longest of
+    its 1 s, the weights' 1.5 s and the copies out's 0.25 s (the other way on the link).
+    Weights alone come in beside the 2 s backward; with activations restored too, the
+    restores (0.5 s, on the compute stream) wait behind the weights on the same link
+    direction, so the backward takes 2 + 0.5 + 1.5 = 4 s."""
+    plan = make_plan("1f1b", 1, 1)
+    st = replace(_stage(0.25), weights_in=1.5)
+    assert simulate(plan, Costs(stages=(st,), offload=offload)).step_time == pytest.approx(step)
+
+
 GPU_80 = describe(gpus_per_node=1, memory="80GiB")
 
 

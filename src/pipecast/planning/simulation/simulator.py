@@ -82,13 +82,15 @@ def _duration(action: Action, st: StageTimes, costs: Costs, plan: Plan) -> float
     )
     if plan.async_updates and action.kind == "BW":
         seconds += st.optimizer
-    if action.kind in ("F", "B", "BW"):  # streamed weights come in beside the compute
+    restores = offloads(action, costs, plan) and action.kind in ("B", "BW")
+    if restores:  # the copies back run before the ops that need them, on the compute
+        # stream, queued on the host link behind the streamed weights, which share its
+        # direction: compute, restores and weights add up
+        seconds += st.from_host + st.weights_in
+    elif action.kind in ("F", "B", "BW"):  # streamed weights come in beside the compute
         seconds = max(seconds, st.weights_in)
-    if offloads(action, costs, plan):
-        if action.kind == "F":  # the copies out run beside it; the slower of the two binds
-            seconds = max(seconds, st.to_host)
-        elif action.kind in ("B", "BW"):  # the copies back run before the ops that need them
-            seconds += st.from_host
+    if action.kind == "F" and offloads(action, costs, plan):
+        seconds = max(seconds, st.to_host)  # copies out run beside it, the other way
     return seconds
 
 
