@@ -52,12 +52,12 @@ from pipecast.values.data.loss import loss_for
 from pipecast.values.data.spec import DatasetSpec
 from pipecast.values.data.synthetic import synthetic_batch
 from pipecast.values.models.summary import block_name
+from pipecast.values.profile.host_readings import HostReadings
 from pipecast.values.profile.stats import robust
 from pipecast.values.profile.types import (
     SMALL_REQUEST,
     BlockCost,
     BlockProfile,
-    HostReadings,
     Profile,
 )
 
