@@ -19,6 +19,7 @@ from pipecast.runtime.worker import RankReport, run_rank
 from pipecast.values.data.loss import loss_for
 from pipecast.values.data.synthetic import synthetic_batch
 from pipecast.values.models import Workload
+from pipecast.values.plan.weight_groups import weight_groups
 
 PLACEMENT = {"interleaved": "loop", "zb-v": "v"}
 
@@ -62,8 +63,9 @@ def pipeline_job(
     model: nn.Sequential | None = None,
     capture: bool = True,
     device: str = "cpu",
+    weight_batch: int = 1,
 ) -> TrainJob:
-    plan = make_plan(schedule, ranks, microbatches)
+    plan = make_plan(schedule, ranks, microbatches, weight_batch=weight_batch)
     assert len(boundaries) - 1 == ranks * stages_per_rank(schedule)
     part = from_boundaries(
         boundaries,
@@ -151,11 +153,17 @@ def weightless_first() -> nn.Sequential:
 
 def graphs_per_step(result: JobResult, weightless_first: bool = False) -> dict[int, int]:
     """Graphs each pipeline rank replays in a graphed step: one per action, but the first
-    stage's W (its B is its whole backward) and, where it has no weights, its backward."""
+    stage's W (its B is its whole backward) and, where it has no weights, its backward; and
+    under a weight batch, one W per group of micro-batches."""
     plan = result.job.plan
     idle = ("W", "B", "BW") if weightless_first else ("W",)
+    groups = weight_groups(plan)
     return {
-        rank: sum(1 for a in actions if not (a.stage == 0 and a.kind in idle))
+        rank: sum(
+            1
+            for a in actions
+            if not (a.stage == 0 and a.kind in idle) and not (a.kind == "W" and not groups[a])
+        )
         for rank, actions in enumerate(plan.actions)
     }
 

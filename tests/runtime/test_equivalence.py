@@ -39,6 +39,8 @@ RECOMPUTE = [
     ("zb-v", "all", [0, 3, 6, 9, 12]),
 ]
 OPTIMIZERS = [("1f1b", "momentum"), ("zb-h1", "adam")]
+WEIGHT_BATCHES = [("zb-h1", [0, 5, 12], 2), ("zb-v", [0, 3, 6, 9, 12], 4)]
+"""W of 2 and of all 4 micro-batches as one (Plan.weight_batch)."""
 OFFLOAD = [
     ("1f1b", "none", [0, 6, 12], "activations"),
     ("zb-h1", "none", [0, 6, 12], "activations"),
@@ -105,6 +107,10 @@ def _jobs() -> dict[str, TrainJob]:
             LENET, schedule, ranks, m, bounds, batch=batch, steps=2
         )
     jobs["hybrid"] = pipeline_job(LENET, "1f1b", 2, 3, [0, 6, 12], batch=12, replicas=2)
+    for schedule, bounds, k in WEIGHT_BATCHES:
+        jobs[f"weight-batch-{schedule}-{k}"] = pipeline_job(
+            LENET, schedule, 2, 4, bounds, batch=12, steps=2, weight_batch=k
+        )
     for schedule, recompute, bounds in RECOMPUTE:
         config = RunConfig(lr=0.1, timeout_s=60, recompute=recompute)  # type: ignore[arg-type]
         jobs[f"recompute-{schedule}"] = pipeline_job(
@@ -183,6 +189,17 @@ def test_schedule_matches_single_process(
     assert_close(merged(result, "params"), want_params)
     losses = [s.loss for r in result.reports for s in r.steps if s.loss is not None]
     assert len(losses) == steps
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("schedule", "bounds", "k"), WEIGHT_BATCHES)
+def test_batched_weight_gradients_match_single_process(
+    schedule: str, bounds: list[int], k: int
+) -> None:
+    result = _results()[f"weight-batch-{schedule}-{k}"]
+    want_params, want_grads = _reference(12, steps=2)
+    assert_close(merged(result, "grads"), want_grads)
+    assert_close(merged(result, "params"), want_params)
 
 
 @pytest.mark.slow

@@ -97,6 +97,7 @@ GRAPHED = [
     ("zb-h1", 2, 4, [0, 5, 12], 1, 12, "none"),
     ("zb-h1", 2, 4, [0, 5, 12], 1, 12, "all"),
     ("zb-v", 2, 4, [0, 3, 6, 9, 12], 1, 12, "all"),
+    ("zb-h1", 2, 4, [0, 5, 12], 1, 12, "weight-batch-2"),
 ]
 STEPS = 3  # the first step eager, the next two replayed between the static buffers
 
@@ -106,12 +107,14 @@ def _results() -> list[JobResult]:
     """The graphed jobs (then one whose first stage has no weights, and one forward-only)
     in one world per world size."""
     jobs = []
-    for schedule, ranks, m, bounds, replicas, batch, recompute in GRAPHED:
+    for schedule, ranks, m, bounds, replicas, batch, how in GRAPHED:
+        batched = how.startswith("weight-batch")  # else how the forward is recomputed
+        recompute = "none" if batched else how
         config = RunConfig(lr=0.1, timeout_s=60, cuda_graphs=True, recompute=recompute)  # type: ignore[arg-type]
         jobs.append(
             pipeline_job(
                 LENET, schedule, ranks, m, bounds, batch=batch, steps=STEPS, replicas=replicas,
-                config=config,
+                config=config, weight_batch=int(how.rsplit("-", 1)[1]) if batched else 1,
             )
         )  # fmt: skip
     config = RunConfig(lr=0.1, timeout_s=60, cuda_graphs=True)

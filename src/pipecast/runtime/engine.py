@@ -24,10 +24,7 @@ import torch.distributed as dist
 
 from pipecast.errors import ConfigError
 from pipecast.runtime import allreduce, devices, graphs, microbatch, sharding, ties
-from pipecast.runtime.backward import (
-    Cut,
-    backward_weights,
-)
+from pipecast.runtime.backward import Cut
 from pipecast.runtime.channels import Channels, cached_group
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.events import ActionClock
@@ -41,6 +38,7 @@ from pipecast.runtime.shape_agreement import ShapeAgreement
 from pipecast.runtime.stage import StageModule
 from pipecast.runtime.step_result import StepResult, StepRun, charge, tick
 from pipecast.runtime.watchdog import Watchdog
+from pipecast.runtime.weight_batch import Deferred, run_group
 from pipecast.runtime.weight_stream import hooks_of
 from pipecast.values.plan.action import Action, Plan
 from pipecast.values.plan.validate import validate
@@ -285,6 +283,7 @@ class PipelineEngine:
         run = StepRun()
         state: dict[tuple[int, int], Micro] = {}
         local: dict[tuple[str, int, int], torch.Tensor] = {}
+        deferred = Deferred(plan)  # W held back for a batch of micro-batches
         since = tick()
         for position, a in enumerate(plan.actions[self.rank]):
             self.posting.at(position)
@@ -319,7 +318,7 @@ class PipelineEngine:
                     self.watchdog.at(a, "computing weight gradients")
                     if micro.mesh_weights is not None:
                         micro.mesh_weights.run()
-                    backward_weights(micro.works, self.device)
+                    run_group(deferred.take(a, micro.works), self.device)
                     del state[(a.stage, a.mb)]
                     self.clock.end(mark, self.global_rank, str(a), "W", a.stage, a.mb)
                 else:

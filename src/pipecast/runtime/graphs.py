@@ -45,7 +45,9 @@ from pipecast.runtime.backward import WeightWork, backward_full, backward_input,
 from pipecast.runtime.channels import MessageKey
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.stage import StageModule
+from pipecast.runtime.weight_batch import batched_weight
 from pipecast.values.plan.action import Action, Plan
+from pipecast.values.plan.weight_groups import weight_groups
 from pipecast.values.training import offloads_activations, offloads_weights
 
 STAND_IN_ENV = "PIPECAST_GRAPHS_STAND_IN"
@@ -177,6 +179,7 @@ class StepGraphs:
         caching allocator counts a pool's freed blocks as reserved, not allocated, though the
         graphs write there on every replay."""
         self._state: dict[tuple[int, int], Any] = {}
+        self._weight_groups = weight_groups(plan)
 
     # ---- buffers -----------------------------------------------------------------------
 
@@ -268,12 +271,17 @@ class StepGraphs:
 
             return forward
         if a.kind == "W":
-            if s == 0 or not st.params:  # the first stage's B is its whole backward
+            group = self._weight_groups.get(a, ())  # the micro-batches this W computes
+            if s == 0 or not st.params or not group:  # the first stage's B is its backward
                 return None
 
             def weights() -> None:
-                works: list[WeightWork] = self._state.pop((s, mb))
-                backward_weights(works, self.device, nest=False)
+                works: list[list[WeightWork]] = [self._state.pop((s, m)) for m in group]
+                if len(works) == 1:
+                    backward_weights(works[0], self.device, nest=False)
+                else:
+                    for segment in zip(*works, strict=True):
+                        batched_weight(segment)
 
             return weights
         if not differentiated:

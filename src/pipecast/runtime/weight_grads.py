@@ -38,7 +38,7 @@ Kind = Callable[[Node, torch.Tensor, Sequence[torch.Tensor]], list[torch.Tensor]
 """Each parameter's gradient from a node and the gradient into it, or None (the engine's)."""
 
 
-def _leaf(edge: tuple[Node | None, int]) -> torch.Tensor | None:
+def leaf(edge: tuple[Node | None, int]) -> torch.Tensor | None:
     """The parameter an edge leads straight to, or None."""
     fn = edge[0]
     if fn is None or type(fn).__name__ != _ACCUMULATE:
@@ -47,13 +47,13 @@ def _leaf(edge: tuple[Node | None, int]) -> torch.Tensor | None:
     return variable
 
 
-def _through_transpose(edge: tuple[Node | None, int]) -> torch.Tensor | None:
+def through_transpose(edge: tuple[Node | None, int]) -> torch.Tensor | None:
     """The parameter an edge reaches through one transpose (Linear's weight), or None."""
     fn = edge[0]
     if fn is None or type(fn).__name__ != _TRANSPOSE:
         return None
     (child,) = fn.next_functions
-    return _leaf(child)
+    return leaf(child)
 
 
 def _reduced(grad: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
@@ -88,12 +88,12 @@ def _matmul(
     mat1 = getattr(node, "_saved_mat1" if bias_slot is not None else "_saved_self", None)
     out: list[torch.Tensor] = []
     for p in params:
-        if bias_slot is not None and _leaf(edges[bias_slot]) is p:
+        if bias_slot is not None and leaf(edges[bias_slot]) is p:
             out.append(_reduced(grad, p))
-        elif mat1 is not None and _through_transpose(edges[mat2_slot]) is p:
+        elif mat1 is not None and through_transpose(edges[mat2_slot]) is p:
             transposed = _column_major(p.shape[::-1], p.stride()[::-1])
             out.append(_mat2_grad(grad, mat1, transposed).t())
-        elif mat1 is not None and _leaf(edges[mat2_slot]) is p:
+        elif mat1 is not None and leaf(edges[mat2_slot]) is p:
             out.append(_mat2_grad(grad, mat1, _column_major(p.shape, p.stride())))
         else:
             return None
@@ -120,7 +120,7 @@ def _add(
     if getattr(node, "_saved_alpha", None) != 1:
         return None
     edges = node.next_functions
-    if not all(_leaf(edges[0]) is p or _leaf(edges[1]) is p for p in params):
+    if not all(leaf(edges[0]) is p or leaf(edges[1]) is p for p in params):
         return None
     return [_reduced(grad, p) for p in params]
 
@@ -133,7 +133,7 @@ def _weight_and_bias(op: Callable[..., tuple[torch.Tensor, ...]], saved: tuple[s
         node: Node, grad: torch.Tensor, params: Sequence[torch.Tensor]
     ) -> list[torch.Tensor] | None:
         edges = node.next_functions
-        weight, bias = _leaf(edges[1]), _leaf(edges[2])
+        weight, bias = leaf(edges[1]), leaf(edges[2])
         if not all(p is weight or p is bias for p in params):
             return None
         mask = [False, any(p is weight for p in params), any(p is bias for p in params)]
@@ -166,7 +166,7 @@ _KINDS: dict[str, Kind] = {
 }
 
 
-def _hooked(p: torch.Tensor) -> bool:
+def hooked(p: torch.Tensor) -> bool:
     """Whether autograd's accumulation into `p` would run hooks (which this path skips)."""
     return bool(getattr(p, "_backward_hooks", None)) or bool(
         getattr(p, "_post_accumulate_grad_hooks", None)
@@ -193,11 +193,11 @@ def _into_matmul(node: Node, grad: torch.Tensor, params: Sequence[torch.Tensor])
         g = p.grad
         if g is None or g.dtype != grad.dtype or not g.is_contiguous() or g.shape != p.shape:
             return False
-        if bias_slot is not None and _leaf(edges[bias_slot]) is p and p.dim() == 1:
+        if bias_slot is not None and leaf(edges[bias_slot]) is p and p.dim() == 1:
             plan.append((p, "bias"))
-        elif _through_transpose(edges[mat2_slot]) is p:
+        elif through_transpose(edges[mat2_slot]) is p:
             plan.append((p, "transposed"))
-        elif _leaf(edges[mat2_slot]) is p:
+        elif leaf(edges[mat2_slot]) is p:
             plan.append((p, "plain"))
         else:
             return False
@@ -225,7 +225,7 @@ def accumulate(
     """Add `params`' gradients from `node` into their .grad, as the engine would have
     (Linear's weights within their matrix product), or False (nothing touched) where the
     engine must do it."""
-    if len(grad_outputs) != 1 or grad_outputs[0] is None or any(_hooked(p) for p in params):
+    if len(grad_outputs) != 1 or grad_outputs[0] is None or any(hooked(p) for p in params):
         return False
     if type(node).__name__ in ("AddmmBackward0", "MmBackward0") and _into_matmul(
         node, grad_outputs[0], params
@@ -246,7 +246,7 @@ def direct(
     kind = _KINDS.get(type(node).__name__)
     if kind is None or len(grad_outputs) != 1 or grad_outputs[0] is None:
         return None
-    if any(_hooked(p) for p in params):
+    if any(hooked(p) for p in params):
         return None
     grad = grad_outputs[0]
     with torch.no_grad():

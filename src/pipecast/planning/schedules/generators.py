@@ -9,11 +9,13 @@ list scheduler finds from the stages' own costs.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 
 from pipecast.errors import ConfigError, UnknownNameError
 from pipecast.planning.schedules.greedy import Durations, list_schedule
 from pipecast.values.plan.action import BW, Action, B, F, Kind, Plan, W
+from pipecast.values.plan.validate import validate
 
 
 def _check(ranks: int, microbatches: int) -> None:
@@ -287,16 +289,24 @@ def make_plan(
     *,
     chunks: int = 2,
     durations: Durations | None = None,
+    weight_batch: int = 1,
 ) -> Plan:
     """The named schedule for `ranks` pipeline ranks and `microbatches` micro-batches;
-    `durations` shape the schedules built from costs (zb-auto)."""
+    `durations` shape the schedules built from costs (zb-auto); `weight_batch`: the Ws of
+    that many micro-batches run as one (Plan.weight_batch; split backwards only)."""
     if name not in SCHEDULES:
         raise UnknownNameError("schedule", name, list(SCHEDULES))
     if name == "interleaved":
-        return interleaved_1f1b(ranks, microbatches, chunks)
-    if name == "zb-auto":
-        return zero_bubble_auto(ranks, microbatches, durations=durations)
-    return SCHEDULES[name](ranks, microbatches)
+        plan = interleaved_1f1b(ranks, microbatches, chunks)
+    elif name == "zb-auto":
+        plan = zero_bubble_auto(ranks, microbatches, durations=durations)
+    else:
+        plan = SCHEDULES[name](ranks, microbatches)
+    if weight_batch == 1:
+        return plan
+    batched = replace(plan, weight_batch=weight_batch)
+    validate(batched)
+    return batched
 
 
 def stages_per_rank(name: str, chunks: int = 2) -> int:

@@ -3,7 +3,8 @@
 An Action is (stage, kind, micro-batch). Its text is `{stage}{kind}{mb}`: `0F3` is stage 0's
 forward of micro-batch 3, `2B1` stage 2's input-gradient backward, `2W1` its weight-gradient
 backward, `1BW0` a whole backward. A Plan is one ordered action list per pipeline rank, plus
-the stage-to-rank placement; communication is implied by the placement.
+the stage-to-rank placement; communication is implied by the placement. A split-backward plan
+may batch its W actions (Plan.weight_batch): the header says `weight-batch=K`.
 """
 
 from __future__ import annotations
@@ -77,6 +78,9 @@ class Plan:
     forward_only: bool = False
     async_updates: bool = False
     """PipeDream: update weights after every micro-batch's backward, stashing versions."""
+    weight_batch: int = 1
+    """Split backward: the W of every `weight_batch` consecutive micro-batches of a stage
+    runs as one, at the place of the group's last W on its rank (values.plan.weight_groups)."""
     meta: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -105,6 +109,8 @@ class Plan:
         )
         if flags:
             head += " flags=" + ",".join(flags)
+        if self.weight_batch > 1:
+            head += f" weight-batch={self.weight_batch}"
         rows = [
             f"rank {r}: " + " ".join(str(a) for a in acts) for r, acts in enumerate(self.actions)
         ]
@@ -134,6 +140,7 @@ class Plan:
                 split_backward="split" in flags,
                 forward_only="forward-only" in flags,
                 async_updates="async" in flags,
+                weight_batch=int(fields.get("weight-batch", 1)),
             )
         except (KeyError, ValueError) as exc:
             raise PlanError(f"malformed plan header '{lines[0]}': {exc}") from None

@@ -49,6 +49,11 @@ def expected_actions(plan: Plan) -> Counter[Action]:
 
 def validate(plan: Plan) -> None:
     """Raise PlanError with the grid if `plan` is incomplete, misordered or deadlocks."""
+    if plan.weight_batch < 1 or (plan.weight_batch > 1 and not plan.split_backward):
+        raise PlanError(
+            f"a weight batch of {plan.weight_batch} needs a split backward (B then W) and "
+            "a size of at least 1: use zb-h1, zb-v or zb-auto"
+        )
     if len(plan.stage_to_rank) != plan.num_stages:
         raise PlanError(
             f"placement names {len(plan.stage_to_rank)} stages, plan has {plan.num_stages}"
