@@ -82,7 +82,7 @@ def make_job(
     spec = workload.spec if workload else get_spec(dataset or "mnist")
     stages = gpus // (replicas * tensor_parallel)
     if plan is None:
-        plan = make_plan(schedule, stages, microbatches)
+        plan = make_plan(schedule, stages, microbatches, weight_batch=config.weight_batch)
     elif (plan.num_ranks, plan.num_microbatches) != (stages, microbatches):
         raise ConfigError(
             f"the given plan runs {plan.num_ranks} ranks x {plan.num_microbatches} micro-batches"

@@ -227,3 +227,34 @@ def test_offloaded_copies_under_way_stay_within_the_bound_on_a_gpu() -> None:
     got = [p.grad for p in model.parameters() if p.grad is not None]
     for a, b in zip(got, want, strict=True):
         torch.testing.assert_close(a, b)
+
+
+@_needs(1)
+def test_batched_w_on_a_gpu_gives_one_autograd_calls_gradients() -> None:
+    """Four micro-batches of 256 rows through two Linears and a LayerNorm on a GPU: their W
+    run as one (runtime.weight_batch, from the autograd engine's thread as the runtime runs
+    it) gives the weight gradients of one backward over all four."""
+    from torch import nn
+
+    from pipecast.runtime.backward import backward_input
+    from pipecast.runtime.weight_batch import run_group
+
+    device = torch.device("cuda")
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(512, 1024), nn.GELU(), nn.LayerNorm(1024), nn.Linear(1024, 512))
+    model = model.to(device)
+    xs = [torch.randn(256, 512, device=device) for _ in range(4)]
+    seeds = [torch.randn(256, 512, device=device) for _ in range(4)]
+    sum((model(x) * g).sum() for x, g in zip(xs, seeds, strict=True)).backward()  # type: ignore[union-attr]
+    want = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+    model.zero_grad(set_to_none=True)
+    works = []
+    for x, g in zip(xs, seeds, strict=True):
+        leaf = x.clone().requires_grad_(True)
+        works.append([backward_input(model(leaf), g, leaf, list(model.parameters()))[1]])
+    run_group(works, device)
+    torch.cuda.synchronize()
+    got = [p.grad for p in model.parameters()]
+    for a, b in zip(got, want, strict=True):
+        assert a is not None
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)

@@ -144,6 +144,14 @@ def _add_memory_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
             "state there; both; weights: the optimizer and the weights on the host, streamed "
             "in a block at a time (eager, no recomputation); all: weights and activations",
         )
+    if not inference:
+        p.add_argument(
+            "--weight-batch",
+            type=count_arg("--weight-batch", 1),
+            default=1,
+            help="zb-h1, zb-v, zb-auto: compute the weight gradients of this many "
+            "micro-batches as one (one larger matrix product per weight)",
+        )
     p.add_argument(
         "--cuda-graphs",
         action=argparse.BooleanOptionalAction,

@@ -261,6 +261,7 @@ def _config(args: argparse.Namespace) -> RunConfig:
         offload=getattr(args, "offload", "none"),
         timeout_s=args.timeout,
         cuda_graphs=args.cuda_graphs,
+        weight_batch=getattr(args, "weight_batch", 1),
     )
 
 

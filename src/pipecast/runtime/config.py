@@ -63,6 +63,9 @@ class RunConfig:
     (pipecast.runtime.graphs): one launch per action where the host would issue every
     kernel. None (the default): wherever it can, on GPUs for every schedule but PipeDream's;
     True: insist (an error where it can't); False: eager."""
+    weight_batch: int = 1
+    """Split-backward schedules: the W of this many micro-batches as one, in the plan
+    pipecast makes for the job (Plan.weight_batch; a given plan carries its own)."""
     seed: int = 0
     bucket_bytes: int = 25 * 2**20
     """Gradient all-reduce bucket size for replicated stages."""

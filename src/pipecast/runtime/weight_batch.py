@@ -144,7 +144,8 @@ def _batched_matmul(
         raise RuntimeError("a matrix product saved no input for its weight's gradient")
     key = tuple((m.untyped_storage().data_ptr(), m.storage_offset(), tuple(m.shape)) for m in mat1s)  # type: ignore[union-attr]
     x = inputs.get(key)
-    if x is None:
+    if x is None:  # only the latest is kept: the products sharing it come one after another
+        inputs.clear()
         x = inputs[key] = torch.cat(mat1s)  # type: ignore[arg-type]
     dy = torch.cat(grads)  # type: ignore[arg-type]
     with torch.no_grad():

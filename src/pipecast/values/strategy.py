@@ -43,6 +43,9 @@ class Strategy:
     sharded by torch's FSDP (fully_shard), each unit of blocks gathered for its forward and
     again for its backward (ZeRO-3); 'grad', sharded, each unit kept gathered from its
     forward to its backward (reshard_after_forward=False: less traffic, more memory)."""
+    weight_batch: int = 1
+    """Split-backward schedules: the W of this many micro-batches runs as one
+    (Plan.weight_batch)."""
     tp: int = 1
     """Tensor-parallel degree: the GPUs each stage's transformer blocks are split over
     (Megatron's column/row plan, through torch's parallelize_module)."""
@@ -97,6 +100,8 @@ class Strategy:
             text += f", recompute {self.recompute}"
         if self.offload != "none":
             text += f", {HOSTED[self.offload]} on the host"
+        if self.weight_batch > 1:
+            text += f", W of {self.weight_batch} as one"
         if self.cuda_graphs:
             text += ", CUDA graphs"
         return text

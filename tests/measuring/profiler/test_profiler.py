@@ -396,13 +396,15 @@ def test_profile_prices_the_runtimes_own_backward_calls() -> None:
     """The profile times B, W and BW with the very functions the runtime's engine issues,
     so a change to how the runtime makes its autograd calls moves the prices with it."""
     from pipecast.measuring.profiler import measure
-    from pipecast.runtime import backward, engine, micro_backward
+    from pipecast.runtime import backward, engine, micro_backward, weight_batch
 
     for name in ("backward_full", "backward_input", "backward_weights"):
         assert getattr(measure, name) is getattr(backward, name)
     for name in ("backward_full", "backward_input_segments"):
         assert getattr(micro_backward, name) is getattr(backward, name)
-    assert engine.backward_weights is backward.backward_weights
+    # the engine's W goes through run_group, which runs one micro-batch's by backward_weights
+    assert engine.run_group is measure.run_group is weight_batch.run_group
+    assert weight_batch.backward_weights is backward.backward_weights
 
 
 def test_windows_take_each_readings_median_over_windows() -> None:

@@ -158,18 +158,23 @@ def test_batch_that_cannot_split() -> None:
 
 
 @pytest.mark.slow
-def test_accumulating_one_sample_micro_batches_is_predicted_over_2x_slower() -> None:
+def test_accumulating_one_sample_micro_batches_is_predicted_from_64_calls() -> None:
     """One rank, batch 64: whole batch at once against 64 micro-batches of 1, from a LeNet
     profiled here. Each of 64 calls pays a kernel launch and Python's dispatch the whole
-    batch pays once, so the simulator must say accumulation is over 2x slower (a LeNet
-    sample is a small fraction of a call's fixed cost on any host, busy or idle). Whether
+    batch pays once, so the simulator must price accumulation at 64 one-sample passes
+    against one 64-sample pass, as the profile read them: the predictions' ratio follows
+    the profile's own (within 10%), whatever the host's load was while it read them. A
+    simulator pricing the step by its samples alone would give a ratio near 1. Whether
     the runtime agrees is the accuracy suites' question (benchmarks/), not a timed test's."""
     w = Workload(model="lenet5", dataset="mnist")
     profile = profile_model(w.build(), w.spec, ProfileOptions(micro_batch_sizes=(1, 64), repeats=5))
     cpu = describe(gpus_per_node=1, memory="8GiB")
     fast = predict(profile, cpu, Strategy(kind="single", microbatches=1), 64)
     slow = predict(profile, cpu, Strategy(kind="single", microbatches=64), 64)
-    assert slow.step_time > 2 * fast.step_time
+    one, whole = profile.stage(0, profile.num_blocks, 1), profile.stage(0, profile.num_blocks, 64)
+    read = 64 * (one.forward + one.backward) / (whole.forward + whole.backward)
+    assert read > 1.5  # a LeNet sample is a small part of a call's fixed cost
+    assert slow.step_time / fast.step_time == pytest.approx(read, rel=0.1)
 
 
 @pytest.mark.slow

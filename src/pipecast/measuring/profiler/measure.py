@@ -18,8 +18,10 @@ from pipecast.measuring.profiler.options import ProfileOptions
 from pipecast.runtime import devices
 from pipecast.runtime.backward import WeightWork, backward_full, backward_input, backward_weights
 from pipecast.runtime.stage import needs_input_copy
+from pipecast.runtime.weight_batch import run_group
 from pipecast.values.models.summary import block_name
 from pipecast.values.profile.stats import robust
+from pipecast.values.profile.types import BATCHED_WEIGHT_GROUP
 
 
 @contextlib.contextmanager
@@ -168,15 +170,19 @@ def kept_workspace(run: BlockRun, dtype: torch.dtype) -> int | None:
             p.grad = g
 
 
-INNER = 4
+INNER = BATCHED_WEIGHT_GROUP
 """Ops timed back to back per measurement: the device runs them without waiting for the
 host between them, so launch and Python overheads of a lone op stay out of its time."""
 
 
 def measure_block(run: BlockRun, grad_out: torch.Tensor) -> dict[str, float]:
     """Device and host seconds of one block's F, B, W and BW, its relative spread, and the
-    bytes B holds for W."""
+    bytes B holds for W; on a GPU, also the W of INNER micro-batches as one ("wb", per
+    micro-batch; runtime.weight_batch): where a GPU computes small products below its speed,
+    the planner weighs batching them (CPU profiles leave it out: it would cost every CPU
+    profile a third more time for a gain GPUs show)."""
     dev, opts = run.device, run.options
+    batched = dev.type == "cuda" and run.stage_input() is not None
     device: dict[str, list[float]] = {"f": [], "b": [], "w": [], "bw": []}
     host: dict[str, list[float]] = {"f": [], "b": [], "w": [], "bw": []}
     held = 0
@@ -206,6 +212,8 @@ def measure_block(run: BlockRun, grad_out: torch.Tensor) -> dict[str, float]:
         _, t_bw, h_bw = devices.timed_with_host(dev, full)
         run.clear_grads()
         del outs2
+        if batched:
+            device.setdefault("wb", []).append(_batched_w(run, grad_out) / INNER)
         if rep >= opts.warmup:
             for key, t, h in (
                 ("f", t_f, h_f),
@@ -215,6 +223,8 @@ def measure_block(run: BlockRun, grad_out: torch.Tensor) -> dict[str, float]:
             ):
                 device[key].append(t / INNER)
                 host[key].append(h / INNER)
+    if "wb" in device:
+        device["wb"] = device["wb"][opts.warmup :]
     totals = [f + bw for f, bw in zip(device["f"], device["bw"], strict=True)]
     out = {k: robust(v).median for k, v in device.items()}
     # on a CPU the host does the work itself: there is no separate issue time to model
@@ -223,6 +233,16 @@ def measure_block(run: BlockRun, grad_out: torch.Tensor) -> dict[str, float]:
     out["spread"] = robust(totals).spread
     out["held"] = float(held)
     return out
+
+
+def _batched_w(run: BlockRun, grad_out: torch.Tensor) -> float:
+    """Device seconds of the W of INNER micro-batches run as one (after their untimed F and
+    B)."""
+    outs = [run.forward()[1] for _ in range(INNER)]
+    works = [[backward_input(o, grad_out, run.stage_input(), run.params)[1]] for o in outs]
+    _, seconds, _ = devices.timed_with_host(run.device, lambda: run_group(works, run.device))
+    run.clear_grads()
+    return seconds
 
 
 def measure_optimizer(block: nn.Module, device: torch.device, options: ProfileOptions) -> float:

@@ -280,6 +280,7 @@ class _Profiling:
             forward=m["f"],
             backward_input=b,
             backward_weight=w,
+            batched_weight=m.get("wb", 0.0) if w else 0.0,
             backward=m["bw"],
             output_bytes=out.numel() * out.element_size(),
             saved_bytes=saved_total - (in_bytes if shared else 0),

@@ -5,10 +5,24 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator, Sequence
 
+from pipecast.values.profile.types import Profile
 from pipecast.values.strategy import Kind, Shard, Strategy
 from pipecast.values.training import Recompute
 
 PIPELINE_SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "zb-auto")
+SPLIT_SCHEDULES = ("zb-h1", "zb-v", "zb-auto")
+"""The schedules whose backward is B then W."""
+WEIGHT_BATCHES = (1, 2, 4)
+"""Micro-batches whose W may run as one, where the profile read what that saves."""
+
+
+def batches_weights(profile: Profile) -> bool:
+    """Whether `profile` read a batched W (BlockCost.batched_weight) at its smallest size,
+    where batching helps most: without it, a batched W would be priced at no saving."""
+    size = min(profile.blocks[0].costs)
+    return any(b.costs[size].batched_weight > 0 for b in profile.blocks)
+
+
 ACCUMULATION = 8
 """Gradient accumulation counts up to this are always considered for one GPU and for data
 parallelism."""
@@ -59,6 +73,7 @@ def strategies(
     recompute: bool = True,
     serving: bool = False,
     tensor_parallel: Sequence[int] = (),
+    weight_batches: Sequence[int] = (1,),
 ) -> Iterator[Strategy]:
     """Every single-GPU, data-parallel (whole copies, or sharded by FSDP), pipeline and hybrid
     strategy on up to `gpus` GPUs, each also with its blocks split over each degree in
@@ -69,13 +84,18 @@ def strategies(
     of S stages. A pipeline's replicas shard its stages kept gathered through the step
     ('grad', as torchtitan runs them). `serving`: inference, every strategy running forward
     only (replicas each serve their share of the batch; no recomputation, nothing to
-    update)."""
+    update). Split-backward schedules also run with each of `weight_batches` (Plan.
+    weight_batch) that leaves at least two groups, without recomputation."""
     if serving:
         yield from _serving(gpus, batch, blocks, methods)
         return
     for g in gpu_counts(gpus):
         for tp in (1, *(t for t in tensor_parallel if t > 1 and g % t == 0)):
-            yield from _on(g // tp, batch, blocks, schedules, methods, recompute, tp)
+            for s in _on(g // tp, batch, blocks, schedules, methods, recompute, tp):
+                yield s
+                if s.schedule in SPLIT_SCHEDULES and s.stages > 1 and s.recompute == "none":
+                    for k in (k for k in weight_batches if k > 1 and 2 * k <= s.microbatches):
+                        yield Strategy(**{**s.to_dict(), "weight_batch": k})
 
 
 def _on(

@@ -155,9 +155,11 @@ def plan_for(strategy: Strategy, costs: Costs | None = None, memory_limit: float
     if strategy.kind in ("single", "data"):
         serving = strategy.schedule == "forward-only"
         return make_plan("forward-only" if serving else "1f1b", 1, strategy.microbatches)
+    k = strategy.weight_batch
     if strategy.schedule == "zb-auto" and costs is not None:
-        return auto_plan(strategy.stages, strategy.microbatches, costs, memory_limit)
-    return make_plan(strategy.schedule, strategy.stages, strategy.microbatches)
+        plan = auto_plan(strategy.stages, strategy.microbatches, costs, memory_limit)
+        return plan if k == 1 else replace(plan, weight_batch=k)
+    return make_plan(strategy.schedule, strategy.stages, strategy.microbatches, weight_batch=k)
 
 
 def predict(
@@ -203,6 +205,7 @@ def predict(
         clip=clip,
         offload=strategy.offload,
         runtime=runtime and not ddp,
+        weight_batch=strategy.weight_batch,
     )
     costs = with_tensor_parallel(costs, profile, part, size, cluster, strategy.tp)
     if strategy.sharded and strategy.stages > 1:

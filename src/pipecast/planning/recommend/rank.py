@@ -7,7 +7,13 @@ from dataclasses import dataclass, field, replace
 
 from pipecast.errors import ConfigError, PipecastError
 from pipecast.planning.partition.methods import check_margin, check_methods
-from pipecast.planning.recommend.enumerate import ACCUMULATION, graphed, strategies
+from pipecast.planning.recommend.enumerate import (
+    ACCUMULATION,
+    WEIGHT_BATCHES,
+    batches_weights,
+    graphed,
+    strategies,
+)
 from pipecast.planning.recommend.predict import Prediction, predict
 from pipecast.values.hardware.cluster import Cluster
 from pipecast.values.profile.types import Profile
@@ -96,6 +102,7 @@ def recommend(
 
     if not serving:
         kwargs["tensor_parallel"] = tuple(profile.tensor_parallel)
+        kwargs["weight_batches"] = WEIGHT_BATCHES if batches_weights(profile) else (1,)
     todo = strategies(gpus, batch, blocks=profile.num_blocks, methods=methods, **kwargs)  # type: ignore[arg-type]
     for strategy in graphed(todo) if cuda_graphs else todo:
         base = Strategy(**{**strategy.to_dict(), "recompute": "none"})

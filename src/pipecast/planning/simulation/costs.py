@@ -38,6 +38,13 @@ class StageTimes:
     """The last stage: what the loss holds on top while it runs (LOSS_COPIES)."""
     held_bytes: int = 0
     """Split backward: output gradients kept from B until W."""
+    weight_group: float = 0.0
+    """Plan.weight_batch > 1: device seconds of the W of one whole group of micro-batches
+    run as one (pricing.batched_weights; 0: the group's Ws one by one)."""
+    gather_bytes: int = 0
+    """A batched W's concatenated copies per micro-batch in its group, held while it runs:
+    the largest block's output gradients kept for W, twice (the products' inputs beside
+    them are about as large)."""
     batch_bytes: int = 0
     """Bytes of the step's batch the stage's rank holds through the step, per micro-batch:
     the inputs at the first stage, the targets at the last (the runtime's own_share)."""

@@ -165,12 +165,25 @@ class RankMemory:
     """Transfer buffers the host has let go of and NCCL still holds: (bytes, when the
     transfer completes on the device)."""
 
-    def tally(self, a: Action, st: StageTimes, costs: Costs, plan: Plan, issue: float) -> None:
+    def tally(
+        self,
+        a: Action,
+        st: StageTimes,
+        costs: Costs,
+        plan: Plan,
+        issue: float,
+        group: tuple[int, ...] | None = None,
+    ) -> None:
         """Count `a`'s memory on its rank, as the host issues it at `issue`: a micro-batch's
         activations live from its F to its last backward. The caching allocator counts a tensor
         from when the host allocates it to when the host drops it (the host's program order),
         except transfer buffers: NCCL keeps those until the transfer is done on the device, and
-        a host that runs ahead of its device meanwhile allocates the next actions' tensors."""
+        a host that runs ahead of its device meanwhile allocates the next actions' tensors.
+        A batched W (`group`: the micro-batches it computes) frees every one of them, and
+        holds their concatenated copies while it runs; the group's earlier Ws free nothing."""
+        if group is not None:
+            self._tally_group(a, st, costs, plan, issue, group)
+            return
         self.in_flight = [(b, t) for b, t in self.in_flight if t > issue]
         # a graphed rank's blocks keep their tensors in the graphs' pool, which holds more
         # than an eager step would (Costs.graph_pool_ratio)
@@ -206,6 +219,26 @@ class RankMemory:
             self.memory -= held + int(st.held_bytes * scale)
         elif a.kind == "BW":
             self.memory -= held
+
+    def _tally_group(
+        self,
+        a: Action,
+        st: StageTimes,
+        costs: Costs,
+        plan: Plan,
+        issue: float,
+        group: tuple[int, ...],
+    ) -> None:
+        self.in_flight = [(b, t) for b, t in self.in_flight if t > issue]
+        scale = costs.graph_pool_ratio if costs.cuda_graphs else 1.0
+        members = [Action(a.stage, "W", mb) for mb in group]
+        gathered = len(group) * st.gather_bytes if len(group) > 1 else 0
+        transient = int(st.workspace_bytes * scale) + sum(b for b, _ in self.in_flight)
+        self.peak = max(self.peak, self.memory + transient + gathered)
+        for m in members:
+            self.memory -= int(held_bytes(m, st, costs, plan) * scale) + int(st.held_bytes * scale)
+            if offloads(m, costs, plan):
+                self.host_memory -= st.offloaded_bytes
 
     def hold_transfers(
         self,

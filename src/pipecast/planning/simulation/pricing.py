@@ -11,7 +11,7 @@ from pipecast.planning.simulation.costs import BUCKET_BYTES, Costs, StageTimes
 from pipecast.planning.simulation.issue import fitted, span
 from pipecast.values.hardware.cluster import CPU_PROBE_RANKS, Cluster
 from pipecast.values.partition import Partition
-from pipecast.values.profile.types import BlockCost, Profile, StageCost
+from pipecast.values.profile.types import BATCHED_WEIGHT_GROUP, BlockCost, Profile, StageCost
 from pipecast.values.training import (
     Offload,
     Optimizer,
@@ -36,6 +36,7 @@ def costs_from_profile(
     clip: bool = False,
     offload: Offload = "none",
     runtime: bool = True,
+    weight_batch: int = 1,
 ) -> Costs:
     """Costs of `partition` at `micro_batch` on `cluster` (replica 0's devices carry the
     pipeline's transfers; each stage's replicas all-reduce its gradients), `cuda_graphs`:
@@ -49,7 +50,8 @@ def costs_from_profile(
     saved activations, gradients and weights copied to and from the host over
     `cluster.host_link`, the optimizer stepped at `cluster.host_optimizer_rate`. `runtime`:
     pipecast's runtime runs the actions (False: plain torch, one device or DDP, which pays
-    none of its work per action on CPU ranks)."""
+    none of its work per action on CPU ranks). `weight_batch`: the W of that many
+    micro-batches runs as one (batched_weights)."""
     busy = len({d for st in partition.stages for d in st.devices})
     cpu = profile.device == "cpu"
     host = _HostTerms(
@@ -72,7 +74,8 @@ def costs_from_profile(
     stages = []
     for index, st in enumerate(partition.stages):
         times = _stage_times(profile, partition, index, micro_batch, host, cuda_graphs)
-        stages.append(_offloaded(times, profile, st.start, st.stop, micro_batch, cluster, offload))
+        times = _offloaded(times, profile, st.start, st.stop, micro_batch, cluster, offload)
+        stages.append(batched_weights(times, profile, st.start, st.stop, micro_batch, weight_batch))
     fwd, bwd = _transfers(partition, stages, cluster)
     allreduce = tuple(
         cluster.allreduce_time(stages[i].param_bytes, st.devices)
@@ -201,6 +204,30 @@ def _stage_times(
         return times
     blocks = [profile.cost(i, micro_batch) for i in range(st.start, st.stop)]
     return _with_spans(times, blocks, hooks, slow, before, first=index == 0)
+
+
+def batched_weights(
+    times: StageTimes, profile: Profile, start: int, stop: int, micro_batch: int, k: int
+) -> StageTimes:
+    """`times` with the W of `k` micro-batches run as one (Plan.weight_batch): per
+    micro-batch, a W costs a part that batching shares out (each product's fixed cost, and
+    the speed a small product lacks) and a part it does not (the flops, the concatenation),
+    a + b / k of a lone W; the profile's W alone (k = 1) and its W of BATCHED_WEIGHT_GROUP
+    micro-batches as one fix a and b for the stage. Without that reading the group is priced
+    as its Ws one by one."""
+    if k <= 1:
+        return times
+    c = profile.stage(start, stop, micro_batch)
+    gather = 2 * max(profile.cost(i, micro_batch).held_bytes for i in range(start, stop))
+    if c.batched_weight <= 0 or c.backward_weight <= 0 or times.backward_weight <= 0:
+        return replace(times, gather_bytes=gather)
+    most = BATCHED_WEIGHT_GROUP
+    shared = (1 - c.batched_weight / c.backward_weight) * most / (most - 1)
+    return replace(
+        times,
+        weight_group=times.backward_weight * (k * (1 - shared) + shared),
+        gather_bytes=gather,
+    )
 
 
 def weight_bytes(profile: Profile) -> int:

@@ -31,6 +31,7 @@ from pipecast.planning.simulation.links import HeldSends, at, send
 from pipecast.planning.simulation.memory import RankMemory, fixed_memory, offloads, recomputed
 from pipecast.values.plan.action import Action, Plan
 from pipecast.values.plan.validate import dependencies
+from pipecast.values.plan.weight_groups import weight_groups
 from pipecast.values.timeline import Event, Timeline
 from pipecast.values.training import (
     offloads_activations,
@@ -75,11 +76,24 @@ def _by_kind(
     return base + extra
 
 
-def _duration(action: Action, st: StageTimes, costs: Costs, plan: Plan) -> float:
-    """Device seconds of `action`."""
+def _grouped(one: float, whole: float, n: int, plan: Plan) -> float:
+    """Seconds of a W that computes `n` micro-batches of a group of plan.weight_batch: none
+    before the group's last W, one W's alone, else the group's share of `whole` (the group
+    run as one; 0: priced as its Ws one by one)."""
+    if n <= 1:
+        return one * n
+    return (whole or one * plan.weight_batch) * n / plan.weight_batch
+
+
+def _duration(
+    action: Action, st: StageTimes, costs: Costs, plan: Plan, group: tuple[int, ...] | None
+) -> float:
+    """Device seconds of `action` (`group`: the micro-batches a batched W computes)."""
     seconds = _by_kind(
         action, costs, plan, st.forward, st.backward_input, st.backward_weight, st.backward
     )
+    if group is not None:
+        seconds = _grouped(st.backward_weight, st.weight_group, len(group), plan)
     if plan.async_updates and action.kind == "BW":
         seconds += st.optimizer
     restores = offloads(action, costs, plan) and action.kind in ("B", "BW")
@@ -104,7 +118,12 @@ backward")."""
 
 
 def _host(
-    action: Action, st: StageTimes, costs: Costs, plan: Plan, after_backward: bool = False
+    action: Action,
+    st: StageTimes,
+    costs: Costs,
+    plan: Plan,
+    after_backward: bool = False,
+    group: tuple[int, ...] | None = None,
 ) -> float:
     """Host seconds to issue `action`: its ops, and the runtime's own work per action (a
     graphed action's ops are one launch). `after_backward`: the rank's previous action was a
@@ -122,13 +141,15 @@ def _host(
     )
     if after_backward and action.kind == "F" and plan.num_stages > 1:
         ops += FORWARD_AFTER_BACKWARD * st.host_forward
+    if group is not None:
+        ops = _grouped(st.host_backward_weight, 0.0, len(group), plan)  # as many ops or more
     return ops + costs.host_overhead
 
 
 def _span(action: Action, st: StageTimes, costs: Costs, plan: Plan) -> float:
     """Seconds from when the host begins issuing `action` until its device can be done,
     block by block (StageTimes.*_span; 0: the totals alone)."""
-    if costs.cuda_graphs:
+    if costs.cuda_graphs or (action.kind == "W" and plan.weight_batch > 1):
         return 0.0
     return _by_kind(
         action,
@@ -158,6 +179,7 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
     last_backward: dict[int, Event] = {}
     last_device: dict[int, float] = {}  # device seconds of each stage's last backward
     remaining = sum(len(a) for a in plan.actions)
+    groups = weight_groups(plan) if plan.weight_batch > 1 else {}
     links = HeldSends(plan, costs, available, link_free, events) if costs.hold_sends else None
     pinned = offloads_activations(costs.offload) and not plan.forward_only
     queue = costs.launch_queue or (1 if pinned else 0)  # how far a host may run ahead
@@ -177,17 +199,18 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
                         if begun is None:
                             break
                         state.free, state.held_by = max(state.free, begun), None
+                group = groups.get(a)  # the micro-batches a batched W computes
                 deps = dependencies(plan, a)
                 if any(d not in available for d in deps):
                     break
                 ready = max((available[d] for d in deps), default=0.0)
                 st = costs.stages[a.stage]
                 after = state.head > 0 and actions[state.head - 1].kind in ("B", "W", "BW")
-                state.host = issue + _host(a, st, costs, plan, after)
+                state.host = issue + _host(a, st, costs, plan, after, group)
                 state.host_busy += state.host - issue
                 start = max(state.free, ready, issue)
                 finish = max(
-                    start + _duration(a, st, costs, plan),
+                    start + _duration(a, st, costs, plan, group),
                     state.host,
                     issue + _span(a, st, costs, plan),
                 )
@@ -195,10 +218,10 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
                 if state.first_start < 0:
                     state.first_start = start
                 state.busy += finish - start
-                state.mem.tally(a, st, costs, plan, issue)
+                state.mem.tally(a, st, costs, plan, issue, group)
                 if a.kind in ("W", "BW"):
                     last_backward[a.stage] = events[-1]
-                    last_device[a.stage] = _duration(a, st, costs, plan)
+                    last_device[a.stage] = _duration(a, st, costs, plan, group)
                 elif a.kind == "F" and plan.forward_only:
                     last_backward.setdefault(a.stage, events[-1])
                 state.free = finish

@@ -47,6 +47,7 @@ _DEVICE = (
     "forward",
     "backward_input",
     "backward_weight",
+    "batched_weight",
     "backward",
     "graph_forward",
     "graph_backward",

@@ -25,6 +25,8 @@ FORMAT_VERSION = jsonform.FORMAT_VERSION
 SMALL_REQUEST = 2**20
 """The largest request torch's caching allocator serves from its small (2 MiB) segments."""
 Dtype = Literal["fp32", "bf16", "fp16"]
+BATCHED_WEIGHT_GROUP = 4
+"""Micro-batches the profiler runs as one batched W (BlockCost.batched_weight)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -36,6 +38,9 @@ class BlockCost:
     """B: gradient with respect to the block's input only."""
     backward_weight: float
     """W: gradient with respect to the block's parameters, given the output gradient."""
+    batched_weight: float = 0.0
+    """W per micro-batch where BATCHED_WEIGHT_GROUP micro-batches' run as one
+    (Plan.weight_batch; 0: not measured, and 0 with the W of a first block)."""
     backward: float
     """The whole backward in one pass (what GPipe and 1F1B run); about B + W."""
     output_bytes: int
@@ -111,6 +116,8 @@ class StageCost:
     backward_input: float
     backward_weight: float
     backward: float
+    batched_weight: float = 0.0
+    """BlockCost.batched_weight summed (0 where any block lacks it)."""
     input_bytes: int
     """Bytes received from the previous stage (0 for the first stage)."""
     output_bytes: int
@@ -236,11 +243,13 @@ class Profile:
                 alone = self.loss_alone_cost(micro_batch)
                 df, db = alone if alone else (lf, lb)
                 gf, gb = gf + df, gb + db
+        batched = all(c.batched_weight > 0 or c.backward_weight <= 0 for c in costs[start:stop])
         return StageCost(
             forward=fwd,
             backward_input=b,
             backward_weight=w,
             backward=bw,
+            batched_weight=t["wb"][stop] - t["wb"][start] if batched else 0.0,
             input_bytes=in_bytes,
             output_bytes=costs[stop - 1].output_bytes if stop < len(self.blocks) else 0,
             activation_bytes=int(t["saved"][stop] - t["saved"][start]) + held,
@@ -352,6 +361,7 @@ class Profile:
                     "hbw",
                     "gf",
                     "gb",
+                    "wb",
                 )
             }
             inputs = [self.input_bytes_per_sample * micro_batch] + [
@@ -363,6 +373,7 @@ class Profile:
                     ("f", c.forward),
                     ("b", c.backward_input),
                     ("w", c.backward_weight),
+                    ("wb", c.batched_weight),
                     ("bw", c.backward),
                     ("saved", c.saved_bytes),
                     ("saved_large", c.saved_bytes if large else 0),
