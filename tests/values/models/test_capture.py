@@ -22,6 +22,7 @@ CASES = [
     (user_models.residual_net, IMAGES),
     (user_models.short_residual_net, IMAGES),
     (user_models.small_decoder, TOKENS),
+    (user_models.small_llama, TOKENS),  # its Linears called as nn.Linear modules again
 ]
 
 
