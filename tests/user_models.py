@@ -82,3 +82,26 @@ def small_decoder(spec: DatasetSpec) -> nn.Module:
         eos_token_id=0,
     )
     return LogitsOnly(GPT2LMHeadModel(config))
+
+
+def small_llama(spec: DatasetSpec) -> nn.Module:
+    """A 2-layer Llama from its config with grouped-query attention (4 query heads of 8, 2
+    key/value heads), untied: tensor parallelism splits it."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from pipecast.values.models.sources import LogitsOnly
+
+    config = LlamaConfig(
+        vocab_size=spec.num_classes,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=spec.sample_shape[0],
+        bos_token_id=0,
+        eos_token_id=0,
+        pad_token_id=0,
+    )
+    return LogitsOnly(LlamaForCausalLM(config))

@@ -47,6 +47,23 @@ def test_a_model_without_a_plan_is_refused_before_anything_runs(
     assert len(err.splitlines()) == 1 and "in_proj" in err
 
 
+def test_a_degree_the_key_value_heads_do_not_divide_is_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A captured Llama with grouped-query attention (4 query heads, 2 key/value heads):
+    4 ranks would each hold half a key/value head. One line, exit 2, before anything
+    starts."""
+    argv = ["train", "--model", "tests.user_models:small_llama", "--dataset", "tokens"]
+    argv += ["--seq-len", "8", "--vocab", "64", "--batch", "8", "--steps", "1", "--gpus", "4"]
+    argv += ["--tensor-parallel", "4", "--device", "cpu"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "pipecast: error: block 1 has 2 key/value heads (grouped-query attention, 4 query "
+        "heads), which 4 ranks cannot share: use a tensor-parallel degree that divides 2"
+    )
+
+
 def test_each_strategy_writes_its_own_trace() -> None:
     """Runs that differ only in replicas, sharding, tensor parallelism, offload or
     recomputation get trace names of their own, so one does not overwrite another; a plain

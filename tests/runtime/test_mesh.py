@@ -1,6 +1,7 @@
 """FSDP, tensor parallelism and their meshes, run by torch's own engines inside pipecast's
 runtime on CPU ranks (gloo): each trains to the weights one process reaches on the same
-batches. A small GPT (the zoo's: separate q, k and v projections), plain SGD."""
+batches. A small GPT (the zoo's: separate q, k and v projections), plain SGD; and a
+captured Hugging Face Llama with grouped-query attention split over 2 ranks."""
 
 from __future__ import annotations
 
@@ -18,14 +19,23 @@ from pipecast.values.models import Workload
 GPT = Workload(model="gpt", dataset="tokens", seq_len=8, vocab=64, width=32, layers=2, heads=4)
 BATCH, STEPS = 8, 2
 BLOCKS = 4  # embedding, two transformer blocks, head
+LLAMA = Workload(model="tests.user_models:small_llama", dataset="tokens", seq_len=8, vocab=64)
+LLAMA_BLOCKS = 7  # embedding, each layer's attention and MLP halves, norm, head
 
 
 def _job(
-    schedule: str, stages: int, microbatches: int, *, replicas: int = 1, **mesh: object
+    schedule: str,
+    stages: int,
+    microbatches: int,
+    *,
+    replicas: int = 1,
+    workload: Workload = GPT,
+    **mesh: object,
 ) -> TrainJob:
-    bounds = [0, BLOCKS] if stages == 1 else [0, 2, BLOCKS]
+    blocks = LLAMA_BLOCKS if workload is LLAMA else BLOCKS
+    bounds = [0, blocks] if stages == 1 else [0, 2, blocks]
     job = pipeline_job(
-        GPT,
+        workload,
         schedule,
         stages,
         microbatches,
@@ -48,6 +58,7 @@ CASES = {
     "FSDP x2 x zb-h1 2 stages": _job("zb-h1", 2, 4, replicas=2, shard="grad"),
     "1f1b 2 stages x TP x2": _job("1f1b", 2, 2, tp=2),
     "zb-h1 2 stages x TP x2": _job("zb-h1", 2, 2, tp=2),
+    "hf Llama TP x2": _job("1f1b", 1, 1, tp=2, workload=LLAMA),
 }
 
 
@@ -57,16 +68,19 @@ def results() -> dict[str, object]:
     return dict(zip(names, run_all([CASES[n] for n in names]), strict=True))
 
 
-def _reference() -> dict[str, torch.Tensor]:
+def _reference(workload: Workload) -> dict[str, torch.Tensor]:
     torch.manual_seed(0)
-    params, _ = reference_step(GPT.build(), GPT, BATCH, lr=0.1, steps=STEPS)
+    params, _ = reference_step(workload.build(), workload, BATCH, lr=0.1, steps=STEPS)
     return params
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
 def test_a_mesh_trains_to_one_process_weights(case: str, results: dict[str, object]) -> None:
-    assert_close(merged(results[case], "params"), _reference())  # type: ignore[arg-type]
+    job = CASES[case]
+    assert job.workload is not None
+    reference = _reference(job.workload)
+    assert_close(merged(results[case], "params"), reference)  # type: ignore[arg-type]
 
 
 def test_a_mesh_refuses_what_it_cannot_run() -> None:

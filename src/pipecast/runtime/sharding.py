@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from pipecast.runtime.layout import Layout
-from pipecast.values.models.tensor_plans import plan_of
+from pipecast.values.models.tensor_plans import local_shapes, plan_of
 from pipecast.values.strategy import Shard
 
 
@@ -62,7 +62,8 @@ def build_mesh(device: torch.device, layout: Layout, shard: Shard) -> StageMesh:
 
 
 def split_blocks(blocks: nn.Sequential, tp_mesh: Any) -> None:
-    """Each planned block's projections split column- or row-wise over `tp_mesh`."""
+    """Each planned block's projections split column- or row-wise over `tp_mesh`, a captured
+    block's shape literals made one rank's first (tensor_plans.local_shapes)."""
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
         ParallelStyle,
@@ -78,6 +79,7 @@ def split_blocks(blocks: nn.Sequential, tp_mesh: Any) -> None:
             name: ColwiseParallel() if split == "colwise" else RowwiseParallel()
             for name, split in plan.items()
         }
+        local_shapes(block, plan, tp_mesh.size())
         parallelize_module(block, tp_mesh, styles)
 
 

@@ -10,6 +10,7 @@ from pipecast.measuring.profiler.tensor_parallel import sharded_model
 from pipecast.values.models import Workload
 
 GPT = Workload(model="gpt", dataset="tokens", seq_len=8, vocab=64, width=32, layers=2, heads=4)
+LLAMA = Workload(model="tests.user_models:small_llama", dataset="tokens", seq_len=8, vocab=64)
 
 
 def test_a_planned_block_is_profiled_at_one_ranks_share() -> None:
@@ -26,6 +27,22 @@ def test_a_planned_block_is_profiled_at_one_ranks_share() -> None:
     assert rank.blocks[1].costs[2].forward > 0
     with pytest.raises(ConfigError, match="degree 4"):
         profile.at_tensor_parallel(4)
+
+
+def test_a_captured_llamas_halves_are_profiled_at_one_ranks_share() -> None:
+    """Width 32, 4 query heads and 2 key/value heads of 8, 2 ranks. The attention half keeps
+    16 of the query's 32 outputs (16 x 32), 8 of the key's and the value's 16 (8 x 32 each),
+    16 of the output projection's 32 inputs (32 x 16) and its whole norm (32): 1568 of its
+    3104 weights. The MLP half keeps 32 of the gate's and up's 64 outputs and of down's 64
+    inputs (3 x 1024) and its norm: 3104 of 6176. Timing it runs the block's graph at one
+    rank's head counts (repeat_kv's literals made one rank's)."""
+    options = ProfileOptions(micro_batch_sizes=(2,), warmup=0, repeats=1, tensor_parallel=(2,))
+    profile = profile_model(LLAMA.build(), LLAMA.spec, options, model_name="llama")
+    rank = profile.at_tensor_parallel(2)
+    assert [b.params for b in profile.blocks[1:5]] == [3104, 6176] * 2
+    assert [b.params for b in rank.blocks[1:5]] == [1568, 3104] * 2
+    assert rank.blocks[0] == profile.blocks[0] and rank.blocks[5:] == profile.blocks[5:]
+    assert rank.blocks[1].costs[2].forward > 0
 
 
 def test_a_model_no_plan_splits_is_refused() -> None:

@@ -22,6 +22,7 @@ CASES = [
     (user_models.residual_net, IMAGES),
     (user_models.short_residual_net, IMAGES),
     (user_models.small_decoder, TOKENS),
+    (user_models.small_llama, TOKENS),  # its Linears called as nn.Linear modules again
 ]
 
 
@@ -107,6 +108,16 @@ def test_hf_models_are_built_from_their_config() -> None:
     assert sum(label.startswith("model.transformer.h.") for label in labels) >= 3
     with pytest.raises(ConfigError, match="unknown Hugging Face model type"):
         Workload(model="hf:no-such-model", dataset="tokens").build()
+
+
+def test_hf_heads_follow_the_width_and_heads_given() -> None:
+    """Llama's config fixes head_dim (128): width 32 over 4 heads must give heads of 8, a
+    query projection 32 wide, not 4 x 128."""
+    llama = Workload(
+        model="hf:llama", dataset="tokens", seq_len=16, vocab=64, width=32, layers=1, heads=4
+    ).build("meta")
+    shapes = [tuple(p.shape) for n, p in llama.named_parameters() if n.endswith("q_proj.weight")]
+    assert shapes == [(32, 32)]
 
 
 def test_a_library_that_cannot_load_names_the_extra() -> None:

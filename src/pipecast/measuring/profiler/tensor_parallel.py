@@ -13,12 +13,13 @@ from dataclasses import replace
 
 from torch import nn
 
-from pipecast.values.models.tensor_plans import Plan, check_split, plan_of
+from pipecast.values.models.tensor_plans import Plan, check_split, local_shapes, plan_of
 from pipecast.values.profile.types import Profile
 
 
 def sharded_block(block: nn.Module, plan: Plan, degree: int) -> nn.Module:
-    """A copy of `block` whose planned projections hold one of `degree` shards."""
+    """A copy of `block` whose planned projections hold one of `degree` shards (a captured
+    block's shape literals one rank's too)."""
     local = copy.deepcopy(block)
     for name, split in plan.items():
         owner_name, _, attr = name.rpartition(".")
@@ -32,6 +33,7 @@ def sharded_block(block: nn.Module, plan: Plan, degree: int) -> nn.Module:
             ins //= degree
         shard = nn.Linear(ins, outs, bias=whole.bias is not None)
         setattr(owner, attr, shard.to(device=whole.weight.device, dtype=whole.weight.dtype))
+    local_shapes(local, plan, degree)
     return local
 
 

@@ -20,6 +20,7 @@ import torch
 from torch import fx, nn
 
 from pipecast.values.models.graph_cuts import GraphCuts, batch_symbol, is_batch
+from pipecast.values.models.graph_linears import linears_as_modules
 
 Slot = tuple[tuple[int, ...], str]
 """A tensor crossing a cut: its shape past the batch dimension, and its dtype's name."""
@@ -151,7 +152,8 @@ def _noop_cast(node: fx.Node) -> bool:
 
 def build_blocks(root: fx.GraphModule, cuts: GraphCuts) -> list[GraphBlock]:
     """One GraphBlock per run of heavy nodes between `cuts.cuts`, sharing `root`'s
-    parameters; parameters used by several blocks are named in each block's `tied`."""
+    parameters, its linear layers nn.Linear modules again (graph_linears); parameters used
+    by several blocks are named in each block's `tied`."""
     graph = root.graph
     inputs = [n for n in graph.nodes if n.op == "placeholder"]
     output = next(n for n in graph.nodes if n.op == "output")
@@ -168,6 +170,7 @@ def build_blocks(root: fx.GraphModule, cuts: GraphCuts) -> list[GraphBlock]:
         takes = inputs if start == 0 else cuts.crossing[start]
         gives = final if stop == n else cuts.crossing[stop]
         body = fx.GraphModule(root, _block_graph(cuts, start, stop, takes, gives))
+        linears_as_modules(body)
         slots = _slots(takes), _slots(gives)
         blocks.append(GraphBlock(body, cuts.labels[b], *slots, cuts.begins[b]))
     _mark_ties(blocks)

@@ -98,6 +98,8 @@ def hf_model(
         config.intermediate_size = 4 * width
     if heads and hasattr(config, "num_key_value_heads"):
         config.num_key_value_heads = heads
+    if (width or heads) and getattr(config, "head_dim", None):  # Llama's, Mistral's: fixed
+        config.head_dim = config.hidden_size // config.num_attention_heads
     for token in ("bos_token_id", "eos_token_id", "pad_token_id"):
         if getattr(config, token, None) is not None:
             setattr(config, token, 0)
