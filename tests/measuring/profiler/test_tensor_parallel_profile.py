@@ -25,6 +25,8 @@ def test_a_planned_block_is_profiled_at_one_ranks_share() -> None:
     assert [b.params for b in rank.blocks[1:3]] == [6448, 6448]
     assert rank.blocks[0] == profile.blocks[0] and rank.blocks[3] == profile.blocks[3]
     assert rank.blocks[1].costs[2].forward > 0
+    # all-reduces: the 2 row-wise outputs forward, the 4 column-wise inputs' gradients back
+    assert [b.tp_reduces for b in rank.blocks] == [None, (2, 4), (2, 4), None]
     with pytest.raises(ConfigError, match="degree 4"):
         profile.at_tensor_parallel(4)
 
@@ -43,6 +45,8 @@ def test_a_captured_llamas_halves_are_profiled_at_one_ranks_share() -> None:
     assert [b.params for b in rank.blocks[1:5]] == [1568, 3104] * 2
     assert rank.blocks[0] == profile.blocks[0] and rank.blocks[5:] == profile.blocks[5:]
     assert rank.blocks[1].costs[2].forward > 0
+    # attention: o_proj forward, q, k and v back; MLP: down forward, gate and up back
+    assert [b.tp_reduces for b in rank.blocks[1:5]] == [(1, 3), (1, 2)] * 2
 
 
 def test_a_model_no_plan_splits_is_refused() -> None:

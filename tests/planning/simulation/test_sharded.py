@@ -99,3 +99,26 @@ def test_tensor_parallelism_adds_two_all_reduces_a_pass_per_split_block() -> Non
     assert tp_collectives(profile, 0, 2, 8, cluster, 2) == pytest.approx(2 * one)
     assert tp_collectives(profile, 1, 2, 8, cluster, 2) == 0.0
     assert tp_collectives(profile, 0, 2, 8, cluster, 1) == 0.0
+
+
+def test_a_split_block_adds_an_all_reduce_per_row_wise_forward_and_column_wise_backward() -> None:
+    """A GPT layer's plan (q, k, v and MLP-in column-wise, attention-out and MLP-out
+    row-wise), recorded by the profiler: its forward all-reduces the 2 row-wise outputs, its
+    backward the 4 column-wise inputs' gradients (torch's ColwiseParallel, one each)."""
+    from dataclasses import replace
+
+    from tests.planning.partition.test_partition import make_profile
+
+    from pipecast.measuring.profiler.tensor_parallel import reduces
+    from pipecast.planning.recommend.mesh import tp_collectives
+    from pipecast.values.hardware.presets import describe
+    from pipecast.values.models.tensor_plans import GPT
+
+    assert reduces(GPT) == (2, 4)
+    profile = make_profile([1e-3], params=[4000])
+    split = replace(profile.blocks[0], param_bytes=2000, tp_reduces=reduces(GPT))
+    profile = replace(profile, tensor_parallel={2: (split,)})
+    cluster = describe(gpus_per_node=2, memory="80GiB")
+    one = cluster.allreduce_time(1000, range(2))
+    assert tp_collectives(profile, 0, 1, 8, cluster, 2) == pytest.approx(2 * one)
+    assert tp_collectives(profile, 0, 1, 8, cluster, 2, backward=True) == pytest.approx(4 * one)

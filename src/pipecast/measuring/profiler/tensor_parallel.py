@@ -53,7 +53,14 @@ def with_tensor_parallel(
     """`profile` with its blocks at `degree` (Profile.tensor_parallel): the planned ones from
     `rank` (a profile of sharded_model), the others its own."""
     blocks = tuple(
-        mine if plan_of(block) is None else theirs
+        mine if (plan := plan_of(block)) is None else replace(theirs, tp_reduces=reduces(plan))
         for mine, theirs, block in zip(profile.blocks, rank.blocks, model, strict=True)
     )
     return replace(profile, tensor_parallel={**profile.tensor_parallel, degree: blocks})
+
+
+def reduces(plan: Plan) -> tuple[int, int]:
+    """The all-reduces a block split by `plan` adds to its forward and to its backward
+    (BlockProfile.tp_reduces)."""
+    splits = list(plan.values())
+    return splits.count("rowwise"), splits.count("colwise")

@@ -34,18 +34,29 @@ def planned(profile: Profile, degree: int, block: int) -> bool:
 
 
 def tp_collectives(
-    profile: Profile, start: int, stop: int, size: int, cluster: Cluster, degree: int
+    profile: Profile,
+    start: int,
+    stop: int,
+    size: int,
+    cluster: Cluster,
+    degree: int,
+    backward: bool = False,
 ) -> float:
-    """Seconds of the all-reduces tensor parallelism adds to one pass (forward, or
-    backward) of blocks [start, stop) at micro-batch `size`."""
+    """Seconds of the all-reduces tensor parallelism adds to the forward (or `backward`) of
+    blocks [start, stop) at micro-batch `size`, each of a block's output's size: as many as
+    the block's split recorded (BlockProfile.tp_reduces), else ALL_REDUCES_PER_PASS."""
     if degree <= 1:
         return 0.0
     ranks = range(degree)
-    return sum(
-        ALL_REDUCES_PER_PASS * cluster.allreduce_time(profile.cost(i, size).output_bytes, ranks)
-        for i in range(start, stop)
-        if planned(profile, degree, i)
-    )
+    split = profile.at_tensor_parallel(degree).blocks
+    total = 0.0
+    for i in range(start, stop):
+        if not planned(profile, degree, i):
+            continue
+        counts = split[i].tp_reduces or (ALL_REDUCES_PER_PASS, ALL_REDUCES_PER_PASS)
+        seconds = cluster.allreduce_time(profile.cost(i, size).output_bytes, ranks)
+        total += counts[1 if backward else 0] * seconds
+    return total
 
 
 def with_tensor_parallel(
@@ -62,13 +73,14 @@ def with_tensor_parallel(
         return costs
     stages = []
     for times, st in zip(costs.stages, partition.stages, strict=True):
-        extra = tp_collectives(profile, st.start, st.stop, size, cluster, degree)
+        fwd = tp_collectives(profile, st.start, st.stop, size, cluster, degree)
+        bwd = tp_collectives(profile, st.start, st.stop, size, cluster, degree, backward=True)
         stages.append(
             replace(
                 times,
-                forward=times.forward + extra,
-                backward_input=times.backward_input + extra,
-                backward=times.backward + extra,
+                forward=times.forward + fwd,
+                backward_input=times.backward_input + bwd,
+                backward=times.backward + bwd,
             )
         )
     return replace(costs, stages=tuple(stages))
@@ -94,11 +106,12 @@ def sharded_timeline(
     costs = costs_from_profile(rank, units, size, cluster, optimizer=optimizer)
     steps = []
     for i, times in enumerate(costs.stages):
-        extra = tp_collectives(profile, i, i + 1, size, cluster, strategy.tp)
+        fwd = tp_collectives(profile, i, i + 1, size, cluster, strategy.tp)
+        bwd = tp_collectives(profile, i, i + 1, size, cluster, strategy.tp, backward=True)
         steps.append(
             Unit(
-                forward=max(times.forward, times.host_forward) + extra,
-                backward=max(times.backward, times.host_backward) + extra,
+                forward=max(times.forward, times.host_forward) + fwd,
+                backward=max(times.backward, times.host_backward) + bwd,
                 gather=cluster.allgather_time(times.param_bytes, replicas),
                 scatter=cluster.reduce_scatter_time(times.param_bytes, replicas),
                 optimizer=times.optimizer / strategy.replicas,

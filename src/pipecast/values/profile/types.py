@@ -97,6 +97,11 @@ class BlockProfile:
     large_param_bytes: int | None = None
     """Bytes of the parameters larger than the allocator's small requests
     (allocator.SMALL_REQUEST): their gradients take large segments (None: not measured)."""
+    tp_reduces: tuple[int, int] | None = None
+    """A block split by tensor parallelism (Profile.tensor_parallel): the all-reduces its
+    forward and its backward each add, one per row-wise projection in the forward (its
+    partial output) and one per column-wise projection in the backward (torch's
+    ColwiseParallel all-reduces each one's input gradient on its own); None: not recorded."""
 
     @property
     def large_params(self) -> int:
