@@ -21,6 +21,10 @@ BATCH, STEPS = 8, 2
 BLOCKS = 4  # embedding, two transformer blocks, head
 LLAMA = Workload(model="tests.user_models:small_llama", dataset="tokens", seq_len=8, vocab=64)
 LLAMA_BLOCKS = 7  # embedding, each layer's attention and MLP halves, norm, head
+_GPT_SPLIT = ("q", "k", "v", "proj", "up", "down")
+_LLAMA_SPLIT = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+PROJECTIONS = tuple(f"{p}.weight" for p in (*_GPT_SPLIT, *_LLAMA_SPLIT))
+"""The weights tensor parallelism splits, in the zoo's GPT and in Llama."""
 
 
 def _job(
@@ -81,6 +85,14 @@ def test_a_mesh_trains_to_one_process_weights(case: str, results: dict[str, obje
     assert job.workload is not None
     reference = _reference(job.workload)
     assert_close(merged(results[case], "params"), reference)  # type: ignore[arg-type]
+    # each rank holds its share, not the whole: a run that skipped the split or the shard
+    # would train to the same weights
+    for report in results[case].reports:  # type: ignore[attr-defined]
+        whole = {name: report.params[name].numel() for name in report.held}
+        assert sum(report.held.values()) < sum(whole.values()), case
+        if job.tp == 2 and job.shard == "none":  # every planned projection split in two
+            split = [n for n in report.held if n.endswith(PROJECTIONS)]
+            assert split and all(2 * report.held[n] == whole[n] for n in split), case
 
 
 def test_a_mesh_refuses_what_it_cannot_run() -> None:

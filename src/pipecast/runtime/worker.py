@@ -85,6 +85,9 @@ class RankReport:
     checkpoint it wrote."""
     graphs_captured: int = 0
     """This rank's actions captured as CUDA graphs (0: every step ran eagerly)."""
+    held: dict[str, int] = field(default_factory=dict)
+    """Elements of each parameter this rank holds at the end (its FSDP shard or its
+    tensor-parallel split; the whole where nothing divides it)."""
 
 
 class _Data:
@@ -230,6 +233,7 @@ def _capture(report: RankReport, stages: dict[int, StageModule]) -> None:
     for st in stages.values():  # slices of nn.Sequential keep global names
         with st.resident():
             for name, p in st.module.named_parameters():
+                report.held[name] = sharding.local(p.detach()).numel()
                 report.params[name] = sharding.full(p.detach()).cpu().clone()
                 if p.grad is not None:
                     report.grads[name] = sharding.full(p.grad.detach()).cpu().clone()
