@@ -25,6 +25,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from pipecast.values.training import Offload
+
 WORKLOADS = {
     "gpt": {"model": "gpt", "dataset": "tokens", "seq_len": 1024, "width": 1024, "layers": 8},
     "transformer": {
@@ -38,8 +40,24 @@ WORKLOADS = {
     "resnet50": {"model": "resnet50", "dataset": "imagenet"},
     "vgg16_cifar": {"model": "vgg16", "dataset": "cifar10"},
     "tv_resnet18": {"model": "torchvision:resnet18", "dataset": "cifar10"},
+    "hf_llama": {
+        "model": "hf:llama",
+        "dataset": "tokens",
+        "seq_len": 1024,
+        "width": 1024,
+        "layers": 8,
+        "heads": 16,
+        "vocab": 32000,
+    },
 }
-BATCH = {"gpt": 8, "transformer": 8, "resnet50": 64, "vgg16_cifar": 128, "tv_resnet18": 128}
+BATCH = {
+    "gpt": 8,
+    "transformer": 8,
+    "resnet50": 64,
+    "vgg16_cifar": 128,
+    "tv_resnet18": 128,
+    "hf_llama": 8,
+}
 RECORD_FROM, DUMP_AT = 0, 3
 """Record allocations from the first step (the eager step and the graphs' capture) and dump
 at the fourth's start, after two replayed steps."""
@@ -67,8 +85,14 @@ def record_hook(rank: int, step: int, *, path: str) -> None:
         torch.cuda.memory._record_memory_history(enabled=None)
 
 
-VARIANTS = {"graphed": (True, 1), "eager": (False, 1), "graphed_m4": (True, 4)}
-"""Name -> (CUDA graphs, micro-batches accumulated)."""
+VARIANTS: dict[str, tuple[bool, int, Offload]] = {
+    "graphed": (True, 1, "none"),
+    "eager": (False, 1, "none"),
+    "graphed_m4": (True, 4, "none"),
+    "host_optimizer": (True, 1, "optimizer"),
+    "host_both_m4": (False, 4, "both"),
+}
+"""Name -> (CUDA graphs, micro-batches accumulated, what waits on the host)."""
 
 
 def run(out: Path, names: list[str], variants: list[str]) -> list[dict[str, Any]]:
@@ -96,8 +120,8 @@ def run(out: Path, names: list[str], variants: list[str]) -> list[dict[str, Any]
         profile.save(str(out / f"profile_{name}.json"))
         took = time.time() - began
         for variant in variants:
-            graphed, m = VARIANTS[variant]
-            strategy = Strategy(kind="single", cuda_graphs=graphed, microbatches=m)
+            graphed, m, offload = VARIANTS[variant]
+            strategy = Strategy(kind="single", cuda_graphs=graphed, microbatches=m, offload=offload)
             pred = predict(profile, cluster, strategy, batch, optimizer="adam", uneven=True)
             snap = out / f"{name}_{variant}.pickle.gz"
             job = TrainJob(
@@ -105,7 +129,9 @@ def run(out: Path, names: list[str], variants: list[str]) -> list[dict[str, Any]
                 partition=from_boundaries([0, profile.num_blocks], ranks=1),
                 batch=batch,
                 workload=w,
-                config=RunConfig(dtype="bf16", optimizer="adam", cuda_graphs=graphed),
+                config=RunConfig(
+                    dtype="bf16", optimizer="adam", cuda_graphs=graphed, offload=offload
+                ),
                 device="cuda",
                 steps=DUMP_AT + 1,
                 warmup_steps=0,

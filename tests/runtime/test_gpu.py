@@ -258,3 +258,24 @@ def test_batched_w_on_a_gpu_gives_one_autograd_calls_gradients() -> None:
     for a, b in zip(got, want, strict=True):
         assert a is not None
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+@_needs(1)
+def test_a_captured_llama_runs_on_a_gpu_in_bf16_as_hugging_faces_does() -> None:
+    """Captured on the host in fp32 (its rotary step moves a buffer to the capture's
+    device, its norms cast up and back), moved to a GPU in bf16: the logits of the Hugging
+    Face module there in bf16."""
+    import copy
+
+    from tests import user_models
+
+    from pipecast.values.data.registry import get_spec
+    from pipecast.values.models.capture import capture
+
+    tokens = get_spec("tokens", seq_len=16, vocab=64, width=32)
+    torch.manual_seed(0)
+    model = user_models.small_llama(tokens)
+    reference = copy.deepcopy(model).to("cuda", torch.bfloat16)
+    blocks = capture(model, tokens, name="llama").to("cuda", torch.bfloat16)
+    x = torch.randint(0, 64, (2, 16), device="cuda")
+    torch.testing.assert_close(blocks(x), reference(x), rtol=2e-2, atol=2e-2)

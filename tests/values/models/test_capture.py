@@ -139,6 +139,24 @@ def test_blocks_captured_on_the_host_run_where_they_are_moved() -> None:
     assert out.device.type == "meta" and out.shape == (3, *TOKENS.sample_shape, 64)
 
 
+def test_a_captured_llama_in_bf16_computes_what_hugging_faces_does() -> None:
+    """Llama's RMSNorm and rotary embedding cast up to fp32 and back to the activations'
+    dtype: captured in fp32 both casts did nothing and name fp32, and the capture reused the
+    first for the residual. Cast to bf16, the blocks must cast up and back as the model
+    does, and leave the residual in bf16: the same logits as the Hugging Face module in
+    bf16, to the bit."""
+    import copy
+
+    torch.manual_seed(0)
+    model = user_models.small_llama(TOKENS)
+    reference = copy.deepcopy(model).to(torch.bfloat16)
+    blocks = capture(model, TOKENS, name="llama").to(torch.bfloat16)
+    x = _inputs(TOKENS, 2)
+    got, want = blocks(x), reference(x)
+    assert got.dtype == torch.bfloat16
+    assert torch.equal(got, want)
+
+
 def test_blocks_captured_in_fp32_run_in_bf16() -> None:
     """The decoder's graph casts position embeddings to fp32 (a no-op at capture) and asserts
     fp32: converted to bf16 as a bf16 run converts them, the blocks must compute in bf16."""

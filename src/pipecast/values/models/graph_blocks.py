@@ -14,11 +14,20 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import fx, nn
 
+from pipecast.values.models.graph_casts import (
+    cast_dtype,
+    follow,
+    noop_cast,
+    portable_nested,
+    round_trips,
+)
 from pipecast.values.models.graph_cuts import GraphCuts, batch_symbol, is_batch
 from pipecast.values.models.graph_linears import linears_as_modules
 
@@ -99,20 +108,51 @@ def _block_graph(
         env[node].meta = dict(node.meta)
     first = env[inputs[0]]
     device: fx.Node | None = None
+    back, began = round_trips(source)
+    starts = set(back.values())
+    upcast: dict[fx.Node, fx.Node] = {}
+    val = inputs[0].meta.get("val")
+    floating = isinstance(val, torch.Tensor) and val.dtype.is_floating_point
 
     def copy(node: fx.Node) -> fx.Node:
         """`node` in `graph`; a device the capture baked in (arange's) becomes the block
-        input's, and a cast that did nothing at capture keeps the value's dtype, so blocks
-        captured in fp32 on the host run where they are moved, in the dtype they are given."""
+        input's, a cast that did nothing at capture follows the dtype the block runs in
+        (graph_casts.round_trips), and what a nested graph returns is cast to it, so blocks
+        captured in fp32 on the host run where they are moved, in the dtype they are
+        given."""
         nonlocal device
-        made = graph.node_copy(node, lambda n: env[n])
-        if _noop_cast(node):
-            made.update_kwarg("dtype", None)
-        if isinstance(made.kwargs.get("device"), torch.device):
+
+        def value(n: fx.Node) -> fx.Node:
+            """A round trip's first cast does nothing in the copy (the capture may have used
+            it for its input elsewhere, a residual, or passed it on across a cut); the
+            trip's own nodes get a cast up of their own, once per block."""
+            if n not in starts or (began.get(node) is not n and back.get(node) is not n):
+                return env[n]
+            if n not in upcast:
+                dtype: Any = cast_dtype(n)
+                upcast[n] = graph.call_function(torch.ops.aten.to.dtype, (env[n], dtype))
+            return upcast[n]
+
+        made = graph.node_copy(node, value)
+        if noop_cast(node):
+            if node in back and floating:  # a round trip's end: the block's own dtype
+                follow(made, first)
+            else:  # a trip's start, or no trip: the value's own dtype
+                follow(made, made.args[0])  # type: ignore[arg-type]
+        moved = made.target is torch.ops.aten.to.device and len(made.args) > 1
+        if isinstance(made.kwargs.get("device"), torch.device) or (
+            moved and isinstance(made.args[1], torch.device)
+        ):
             if device is None:
                 device = graph.call_function(getattr, (first, "device"))
                 made.prepend(device)
-            made.update_kwarg("device", device)
+            if moved:  # aten.to.device names its device in its arguments
+                made.update_arg(1, device)
+            else:
+                made.update_kwarg("device", device)
+        if floating and _from_nested(node):
+            dtype = graph.call_function(getattr, (first, "dtype"))
+            return graph.call_function(torch.ops.aten.to.dtype, (made, dtype))
         return made
 
     def need(node: fx.Node) -> fx.Node:
@@ -140,20 +180,23 @@ def _block_graph(
     return graph
 
 
-_CASTS = (torch.ops.aten.to.dtype_layout, torch.ops.aten._to_copy.default)
-
-
-def _noop_cast(node: fx.Node) -> bool:
-    if node.target not in _CASTS or "dtype" not in node.kwargs:
-        return False
-    source = node.args[0].meta.get("val") if isinstance(node.args[0], fx.Node) else None
-    return isinstance(source, torch.Tensor) and source.dtype == node.kwargs["dtype"]
+def _from_nested(node: fx.Node) -> bool:
+    """Whether `node` is a floating value a higher-order operation's nested graph returned."""
+    source = node.args[0] if node.target is operator.getitem and node.args else None
+    val = node.meta.get("val")
+    return (
+        isinstance(source, fx.Node)
+        and isinstance(source.target, torch._ops.HigherOrderOperator)
+        and isinstance(val, torch.Tensor)
+        and val.dtype.is_floating_point
+    )
 
 
 def build_blocks(root: fx.GraphModule, cuts: GraphCuts) -> list[GraphBlock]:
     """One GraphBlock per run of heavy nodes between `cuts.cuts`, sharing `root`'s
     parameters, its linear layers nn.Linear modules again (graph_linears); parameters used
     by several blocks are named in each block's `tied`."""
+    portable_nested(root)
     graph = root.graph
     inputs = [n for n in graph.nodes if n.op == "placeholder"]
     output = next(n for n in graph.nodes if n.op == "output")
