@@ -9,6 +9,8 @@ from typing import Any
 from rich.table import Table
 
 from pipecast.cli.common import (
+    AUTOCAST_HELP,
+    OPTIMIZER_HELP,
     add_workload_args,
     count_arg,
     gib_arg,
@@ -68,7 +70,7 @@ def _add_target_args(p: argparse.ArgumentParser) -> None:
         choices=("fp32", "bf16", "fp16"),
         help="default: bf16 where the strategies run on GPUs, fp32 on CPU ranks",
     )
-    p.add_argument("--autocast", action="store_true")
+    p.add_argument("--autocast", action="store_true", help=AUTOCAST_HELP)
 
 
 def _add_calibration_args(p: argparse.ArgumentParser) -> None:
@@ -91,7 +93,9 @@ def _add_calibration_args(p: argparse.ArgumentParser) -> None:
 
 def _add_planning_args(p: argparse.ArgumentParser) -> None:
     """What the strategies are predicted for: optimizer, memory, serving, methods, graphs."""
-    p.add_argument("--optimizer", choices=("sgd", "momentum", "adam"), default="sgd")
+    p.add_argument(
+        "--optimizer", choices=("sgd", "momentum", "adam"), default="sgd", help=OPTIMIZER_HELP
+    )
     p.add_argument(
         "--memory-margin",
         type=margin_arg,
@@ -153,7 +157,14 @@ def _add_validation_args(p: argparse.ArgumentParser) -> None:
         help="with --validate: measure every candidate this many times, round-robin, and "
         "keep each one's median (the host's speed moves between runs; default 2)",
     )
-    p.add_argument("-o", "--output", type=output_file, default="pipecast-out/recommendation.json")
+    p.add_argument(
+        "-o",
+        "--output",
+        type=output_file,
+        default="pipecast-out/recommendation.json",
+        help="where to write the ranking and the pick as JSON, for `pipecast train "
+        "--recommendation` (default: pipecast-out/recommendation.json)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

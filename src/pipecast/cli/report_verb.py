@@ -30,7 +30,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "accuracy, per-block profiles and partition efficiency, communication "
         "against tensor size, and whether the background observations hold.",
     )
-    p.add_argument("--store", default="pipecast-out/bench.sqlite")
+    p.add_argument(
+        "--store",
+        default="pipecast-out/bench.sqlite",
+        help="the results store `pipecast bench` wrote (default: pipecast-out/bench.sqlite)",
+    )
     p.add_argument("--profile", action="append", default=[], help="profile JSON to include")
     p.add_argument("--probe", help="raw probe samples (pipecast probe --raw)")
     p.add_argument("--cluster", help="cluster for partition efficiency tables")
