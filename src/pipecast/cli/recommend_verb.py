@@ -26,6 +26,7 @@ from pipecast.planning.recommend.predict import Prediction
 from pipecast.planning.recommend.rank import Recommendation, samples_rate
 from pipecast.values.hardware.cluster import Cluster
 from pipecast.values.hardware.load import load_cluster
+from pipecast.values.hardware.units import per_rank
 from pipecast.values.profile.types import Profile
 
 
@@ -282,7 +283,8 @@ class _Shown:
         else:
             console.print(
                 f"cluster: {csource} {cluster.world} x {cluster.device}, "
-                f"{human_bytes(cluster.memory_bytes)} each"
+                f"{human_bytes(cluster.memory_bytes)}"
+                + (" of host memory each" if cluster.device == "cpu" else " each")
             )
 
 
@@ -351,7 +353,7 @@ def print_validation(measured: list[Measured]) -> None:
             usable = pick.prediction.memory_limit
             console.print(
                 f"[bold yellow]none measured fits:[/] every one reserved more than the "
-                f"{human_bytes(usable)} usable per GPU; the closest, "
+                f"{human_bytes(usable)} usable {per_rank(pick.prediction.cpu)}; the closest, "
                 f"{pick.prediction.strategy.label()}, reserved "
                 f"{human_bytes(pick.held)}: give it more "
                 "memory (--memory-limit, --memory-margin) or expect it to run out"

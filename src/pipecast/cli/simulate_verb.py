@@ -15,6 +15,7 @@ from pipecast.planning.recommend.rank import samples_rate
 from pipecast.planning.schedules.generators import SCHEDULES
 from pipecast.planning.simulation import closed_form
 from pipecast.report.trace import write_trace
+from pipecast.values.hardware.units import per_rank
 from pipecast.values.models.sources import file_stem
 from pipecast.values.strategy import Kind, Strategy
 
@@ -87,7 +88,7 @@ def print_prediction(pred: Prediction) -> None:
     if not pred.fits:
         console.print(
             f"[red]does not fit: {human_bytes(pred.peak_memory)} > "
-            f"{human_bytes(pred.memory_limit)} usable per GPU[/]"
+            f"{human_bytes(pred.memory_limit)} usable {per_rank(pred.cpu)}[/]"
         )
 
 
