@@ -22,7 +22,7 @@ from pipecast.extras import check_installed
 from pipecast.orchestration.recommend.session import MAX_CPU_RANKS
 from pipecast.planning.recommend.chosen import Chosen, chosen
 from pipecast.planning.recommend.predict import Prediction, predict
-from pipecast.report.trace import write_trace
+from pipecast.report.trace import QUICK_LABEL, write_trace
 from pipecast.runtime import checkpoint, devices, graphs
 from pipecast.runtime.checkpoint import Checkpointing
 from pipecast.runtime.config import RunConfig
@@ -278,7 +278,7 @@ def _write_traces(args: argparse.Namespace, result: JobResult, profile: Profile 
     # quote a step time: drawn beside the measurement in the trace, not printed
     predicted = _quick_prediction(args, job, profile)
     if predicted is not None:
-        timelines.insert(0, ("predicted from the quick profile", predicted.timeline))
+        timelines.insert(0, (QUICK_LABEL, predicted.timeline))
     write_trace(str(trace), *timelines)
     console.print(f"trace: {trace}")
 
