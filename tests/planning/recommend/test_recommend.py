@@ -58,6 +58,8 @@ def test_memory_drops_strategies_and_says_why() -> None:
     assert all(pred.strategy.stages >= 2 for pred in rec.ranked)
     assert any("GiB per GPU" in r.reason for r in rec.rejected)
     assert all(pred.peak_memory <= pred.memory_limit for pred in rec.ranked)
+    with pytest.raises(ConfigError, match="has 4: ask for 4 or fewer, or give a cluster with more"):
+        recommend(p, small, 32, gpus=8)
     tiny = describe(gpus_per_node=2, memory="1GiB")
     with pytest.raises(ConfigError, match="no strategy fits on 2 GPU") as none:
         recommend(p, tiny, 32)

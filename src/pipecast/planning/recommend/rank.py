@@ -86,7 +86,10 @@ def recommend(
         cuda_graphs = profile.device != "cpu"
     gpus = gpus or cluster.world
     if gpus > cluster.world:
-        raise ConfigError(f"{gpus} GPUs requested but the cluster has {cluster.world}")
+        raise ConfigError(
+            f"{gpus} GPUs requested but the cluster has {cluster.world}: ask for {cluster.world} "
+            "or fewer, or give a cluster with more"
+        )
     if batch < 1:
         raise ConfigError(f"batch must be at least 1, got {batch}")
     check_margin(memory_margin)
