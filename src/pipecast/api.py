@@ -86,7 +86,8 @@ def make_job(
     elif (plan.num_ranks, plan.num_microbatches) != (stages, microbatches):
         raise ConfigError(
             f"the given plan runs {plan.num_ranks} ranks x {plan.num_microbatches} micro-batches"
-            f", the job {stages} x {microbatches}"
+            f", the job {stages} x {microbatches}: make the plan for {stages} x {microbatches}"
+            ", or give the job the plan's counts (gpus, microbatches), or leave the plan out"
         )
     micro_batch = max(batch // (replicas * microbatches), 1)
     if sequential is not None:

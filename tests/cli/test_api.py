@@ -54,3 +54,28 @@ def test_recommend_takes_a_module_and_profiles_it_here() -> None:
     assert out.recommendation.ranked and out.to_dict()["workload"] is None
     with pytest.raises(ConfigError, match="need it by name"):
         pipecast.recommend(model, dataset="mnist", batch=16, gpus=2, device="cpu", validate=1)
+
+
+def test_a_job_the_api_refuses_says_what_to_give_instead(tmp_path: object) -> None:
+    """Issue 55: these named what was wrong, not what to pass instead."""
+    from pipecast.api import make_job
+    from pipecast.runtime.checkpoint import Checkpointing
+    from pipecast.runtime.job import TrainJob
+    from pipecast.values.partition import from_boundaries
+
+    lenet = Workload(model="lenet5", dataset="mnist")
+    with pytest.raises(ConfigError, match=r"the job 2 x 8: make the plan for 2 x 8, or give the"):
+        make_job(lenet, partition="0,6,12", plan=pipecast.make_plan("1f1b", 3, 4))
+    with pytest.raises(ConfigError, match=r"at least 4\): use a larger batch or fewer micro"):
+        make_job(lenet, partition="0,6,12", batch=3, microbatches=4)
+    job, _ = make_job(lenet, partition="0,6,12", microbatches=4)
+    other = TrainJob(**{**job.__dict__, "partition": from_boundaries([0, 5, 10])})
+    with pytest.raises(ConfigError, match="the model has 12: give boundaries that end at 12"):
+        other.check()
+    with pytest.raises(ConfigError, match="nothing to checkpoint: leave the checkpoint out"):
+        make_job(
+            lenet,
+            partition="0,6,12",
+            schedule="forward-only",
+            checkpoint=Checkpointing(str(tmp_path)),
+        )

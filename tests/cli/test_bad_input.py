@@ -288,3 +288,63 @@ def test_an_export_torch_cannot_run_the_same_way_is_refused(
     argv = ["partition", *PROFILE, "--stages", "2", "--schedule", schedule]
     check_refused([*argv, "--export", "torch", "--out-dir", "{tmp}/out"], "--export torch: ",
                   tmp_path, capsys)  # fmt: skip
+
+
+def _recommendation(tmp_path: Path) -> str:
+    """A recommendation for LeNet over 2 CPU ranks, as `pipecast recommend -o` writes one."""
+    from pipecast.values.models import Workload
+    from pipecast.values.strategy import Strategy
+
+    entry = {
+        "strategy": Strategy(kind="pipeline", stages=2, microbatches=4).to_dict(),
+        "partition": [0, 6, 12],
+        "label": "1f1b 2 stages, M=4",
+        "step_time": 0.01,
+    }
+    doc = {"batch": 8, "device": "cpu", "ranked": [entry],
+           "workload": Workload(model="lenet5", dataset="mnist").to_dict()}  # fmt: skip
+    path = tmp_path / "lenet-rec.json"
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("argv", "fix"),
+    [
+        (["train", *LENET, "--batch", "4"], "give --batch 8 or more, or fewer --micro-batches"),
+        (
+            ["train", *LENET, "--gpus", "2", "--partition", "0,4,8,12"],
+            "partition has 3 stages, plan 1f1b has 2: give the stages as many ranks (GPUs), "
+            "or boundaries for 2 stages",
+        ),
+        (
+            [
+                "train",
+                *LENET,
+                "--schedule",
+                "pipedream",
+                "--clip-grad-norm",
+                "1",
+                "--partition",
+                "0,6,12",
+            ],
+            "(leave clipping off, or use a schedule that updates once a step, such as 1f1b)",
+        ),
+        (
+            ["train", "--recommendation", "{rec}", "--model", "vgg11"],
+            "is for lenet5, not vgg11: leave --model out to run it, or `pipecast recommend "
+            "--model vgg11`",
+        ),
+        (
+            ["simulate", *PROFILE, "--cluster", "h100-nvlink", "--stages", "16"],
+            "needs 16 GPUs, the cluster has 8: use fewer stages or replicas, or a cluster with "
+            "more GPUs",
+        ),
+    ],
+)
+def test_an_error_says_how_to_fix_it(
+    argv: list[str], fix: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 55: these said what was wrong and stopped short of what to do."""
+    rec = _recommendation(tmp_path)
+    check_refused([a.replace("{rec}", rec) for a in argv], fix, tmp_path, capsys)

@@ -17,8 +17,9 @@ from pipecast.values.models import Workload
 
 @pytest.mark.slow
 def test_train_verb_runs_and_writes_both_traces(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.chdir(tmp_path)  # no results store here: the report is of the run alone
     code = main(
         [
             "train",
@@ -52,6 +53,11 @@ def test_train_verb_runs_and_writes_both_traces(
     assert any(lbl.startswith("measured") for lbl in labels)
     measured = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["pid"] >= 100]
     assert {e["name"] for e in measured} >= {"0F0", "1BW3"}
+    # what a user who just trained runs next (issue 55: it once wanted a bench store)
+    path = "lenet5-1f1b-2.measured.trace.json"
+    assert main(["report", "--trace", path, "-o", "report.html"]) == 0
+    md = (tmp_path / "report.md").read_text()
+    assert "## Run: lenet5-1f1b-2.measured" in md and "| measured | 2 |" in md
 
 
 @pytest.mark.slow

@@ -27,3 +27,19 @@ def test_human_bytes() -> None:
     assert human_bytes(512) == "512 B"
     assert human_bytes(229.14 * 2**20) == "229.14 MiB"
     assert human_bytes(80 * 2**30) == "80.00 GiB"
+
+
+@pytest.mark.parametrize(
+    ("n", "text"),
+    [
+        (0, "0 B"),
+        (1023, "1023 B"),
+        (1024, "1.00 KiB"),
+        (826.45 * 2**10, "826.45 KiB"),
+        (2**20 - 1, "1.00 MiB"),  # not "1024.00 KiB"
+        (0.001 * 2**30, "1.02 MiB"),  # a --memory-limit of 0.001 GiB, not "0.00 GiB"
+        (2**40, "1.00 TiB"),
+    ],
+)
+def test_human_bytes_picks_the_unit_that_shows_the_digits(n: float, text: str) -> None:
+    assert human_bytes(n) == text

@@ -27,7 +27,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "rerunning resumes where it stopped.",
     )
     p.add_argument("--suite", default="quick", help=", ".join(SUITES))
-    p.add_argument("--store", type=store_file, default="pipecast-out/bench.sqlite")
+    p.add_argument(
+        "--store",
+        type=store_file,
+        default="pipecast-out/bench.sqlite",
+        help="the SQLite results store each configuration's row goes to as it completes; "
+        "a suite rerun on it skips the rows it holds (default: pipecast-out/bench.sqlite)",
+    )
     p.add_argument("--cluster", help="cluster for the predicted columns (default: a preset)")
     p.add_argument(
         "--timeout",

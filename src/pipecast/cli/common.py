@@ -19,6 +19,18 @@ from pipecast.values.models.registry import get_entry, model_names
 from pipecast.values.models.sources import default_dataset, is_source_path
 from pipecast.values.models.workload import Workload
 
+DTYPE_HELP = "precision of the weights and the compute"
+AUTOCAST_HELP = "fp32 weights, the compute autocast to --dtype"
+OPTIMIZER_HELP = (
+    "sgd (no state), momentum (state: one copy of the weights) or adam (two copies); its "
+    "state counts in the memory per rank"
+)
+RECOMPUTE_HELP = (
+    "all: keep each stage's input alone and run its forward again in the backward (less "
+    "memory, more compute); all-but-last: every micro-batch of a step but the last"
+)
+MICRO_BATCHES_HELP = "micro-batches per step: the batch (a replica's share) split this many ways"
+
 
 def add_workload_args(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
     group = parser.add_argument_group("workload")

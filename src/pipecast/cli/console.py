@@ -15,6 +15,9 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+# re-exported: the verbs print sizes as the planning layer's messages do
+from pipecast.values.hardware.units import human_bytes as human_bytes
+
 # Piped into a file or a CI log there is no terminal to size to; rich would assume 80 columns
 # and wrap every strategy name, so such output gets room for a full table row.
 console = Console(width=None if sys.stdout.isatty() else 140)
@@ -36,14 +39,6 @@ def progress(*, note: bool = False) -> Progress:
         transient=not sys.stderr.isatty(),
         disable=False,
     )
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1024
-    return f"{n:.2f} TiB"
 
 
 def human_count(n: float) -> str:

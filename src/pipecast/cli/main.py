@@ -41,12 +41,20 @@ EXIT_CODES = (
 one (pipecast.runtime.launch.RankLost: 3), else EXIT_BAD_INPUT."""
 
 
+def refuse(message: str, prog: str = "pipecast") -> NoReturn:
+    """Bad input found by argparse, as pipecast's own errors read: one line, `pipecast:
+    error: ...`, exit 2; the usage argparse would print is left to `prog --help`, which the
+    line names (`pipecast train --help` for a verb's option)."""
+    print(f"pipecast: error: {message} ({prog} --help)", file=sys.stderr)
+    raise SystemExit(EXIT_BAD_INPUT)
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse, its errors one line (`pipecast <verb>: error: ...`) and exit code 2."""
+    """argparse, its errors one line (`refuse`); each verb's parser is one too (argparse
+    makes a verb's parser of its parent's class)."""
 
     def error(self, message: str) -> NoReturn:
-        print(f"{self.prog}: error: {message} (--help for usage)", file=sys.stderr)
-        raise SystemExit(2)
+        refuse(message, self.prog)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,7 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # the verb's parser leaves what it does not know to the top one, which would name
+    # `pipecast --help` for it: the verb's own help lists the options it meant
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        prog = f"pipecast {args.verb}" if getattr(args, "verb", None) else "pipecast"
+        refuse(f"unrecognized arguments: {' '.join(unknown)}", prog)
     func: Callable[[argparse.Namespace], int] | None = getattr(args, "func", None)
     if func is None:
         parser.print_help()

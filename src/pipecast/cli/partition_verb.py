@@ -34,7 +34,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "transfers and memory; --compare shows every method side by side.",
     )
     add_profile_args(p)
-    p.add_argument("--stages", type=count_arg("--stages", 1), required=True)
+    p.add_argument("--stages", type=count_arg("--stages", 1), required=True, help="pipeline stages")
     p.add_argument("--method", default="balanced", help=f"{', '.join(METHODS)} or pipedream")
     p.add_argument(
         "--micro-batch",

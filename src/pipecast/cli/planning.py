@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from pipecast.cli.common import margin_arg
+from pipecast.cli.common import OPTIMIZER_HELP, margin_arg
 from pipecast.values.hardware.cluster import Cluster
 from pipecast.values.hardware.load import default_cluster, load_cluster
 from pipecast.values.profile.types import Profile
@@ -17,7 +17,9 @@ def add_profile_args(parser: argparse.ArgumentParser) -> None:
         help="cluster JSON (probe or description) or preset name; "
         "default: a preset for the profile's device",
     )
-    parser.add_argument("--optimizer", choices=("sgd", "momentum", "adam"), default="sgd")
+    parser.add_argument(
+        "--optimizer", choices=("sgd", "momentum", "adam"), default="sgd", help=OPTIMIZER_HELP
+    )
     parser.add_argument(
         "--memory-margin", type=margin_arg, default=0.1, help="fraction of GPU memory kept free"
     )

@@ -32,17 +32,28 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=256 * 2**20,
         help="largest message (bytes)",
     )
-    p.add_argument("--repeats", type=count_arg("--repeats", 1), default=5)
+    p.add_argument(
+        "--repeats",
+        type=count_arg("--repeats", 1),
+        default=5,
+        help="timed repeats of each transfer and collective at each size",
+    )
     p.add_argument("--raw", type=output_file, help="also write the raw samples to this JSON file")
     d = p.add_argument_group("describe a machine instead of measuring")
-    d.add_argument("--describe", action="store_true")
-    d.add_argument("--nodes", type=count_arg("--nodes", 1), default=1)
-    d.add_argument("--gpus-per-node", type=count_arg("--gpus-per-node", 1), default=4)
+    d.add_argument(
+        "--describe",
+        action="store_true",
+        help="write a cluster of the figures below without measuring (for GPUs not here)",
+    )
+    d.add_argument("--nodes", type=count_arg("--nodes", 1), default=1, help="machines")
+    d.add_argument(
+        "--gpus-per-node", type=count_arg("--gpus-per-node", 1), default=4, help="GPUs in each"
+    )
     d.add_argument("--memory", default="80GiB", help="memory per GPU")
     d.add_argument("--intra-bw", default="150GB/s", help="GPU-to-GPU bandwidth in a node")
-    d.add_argument("--intra-latency", default="10us")
+    d.add_argument("--intra-latency", default="10us", help="GPU-to-GPU latency in a node")
     d.add_argument("--inter-bw", default="50GB/s", help="GPU-to-GPU bandwidth across nodes")
-    d.add_argument("--inter-latency", default="5us")
+    d.add_argument("--inter-latency", default="5us", help="GPU-to-GPU latency across nodes")
     p.add_argument("-o", "--output", type=output_file, help="where to write the Cluster JSON")
     p.set_defaults(func=run)
 

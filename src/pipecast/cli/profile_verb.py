@@ -7,6 +7,7 @@ import argparse
 from rich.table import Table
 
 from pipecast.cli.common import (
+    DTYPE_HELP,
     add_workload_args,
     count_arg,
     output_file,
@@ -36,7 +37,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="samples per micro-batch to measure at, e.g. 8,16,32",
     )
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
-    p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32")
+    p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32", help=DTYPE_HELP)
     p.add_argument("--autocast", action="store_true", help="fp32 parameters, autocast compute")
     p.add_argument(
         "--repeats", type=count_arg("--repeats", 1), default=7, help="timed repeats per measurement"

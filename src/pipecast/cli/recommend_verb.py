@@ -9,6 +9,8 @@ from typing import Any
 from rich.table import Table
 
 from pipecast.cli.common import (
+    AUTOCAST_HELP,
+    OPTIMIZER_HELP,
     add_workload_args,
     count_arg,
     gib_arg,
@@ -24,6 +26,7 @@ from pipecast.planning.recommend.predict import Prediction
 from pipecast.planning.recommend.rank import Recommendation, samples_rate
 from pipecast.values.hardware.cluster import Cluster
 from pipecast.values.hardware.load import load_cluster
+from pipecast.values.hardware.units import per_rank
 from pipecast.values.profile.types import Profile
 
 
@@ -68,7 +71,7 @@ def _add_target_args(p: argparse.ArgumentParser) -> None:
         choices=("fp32", "bf16", "fp16"),
         help="default: bf16 where the strategies run on GPUs, fp32 on CPU ranks",
     )
-    p.add_argument("--autocast", action="store_true")
+    p.add_argument("--autocast", action="store_true", help=AUTOCAST_HELP)
 
 
 def _add_calibration_args(p: argparse.ArgumentParser) -> None:
@@ -91,7 +94,9 @@ def _add_calibration_args(p: argparse.ArgumentParser) -> None:
 
 def _add_planning_args(p: argparse.ArgumentParser) -> None:
     """What the strategies are predicted for: optimizer, memory, serving, methods, graphs."""
-    p.add_argument("--optimizer", choices=("sgd", "momentum", "adam"), default="sgd")
+    p.add_argument(
+        "--optimizer", choices=("sgd", "momentum", "adam"), default="sgd", help=OPTIMIZER_HELP
+    )
     p.add_argument(
         "--memory-margin",
         type=margin_arg,
@@ -153,7 +158,14 @@ def _add_validation_args(p: argparse.ArgumentParser) -> None:
         help="with --validate: measure every candidate this many times, round-robin, and "
         "keep each one's median (the host's speed moves between runs; default 2)",
     )
-    p.add_argument("-o", "--output", type=output_file, default="pipecast-out/recommendation.json")
+    p.add_argument(
+        "-o",
+        "--output",
+        type=output_file,
+        default="pipecast-out/recommendation.json",
+        help="where to write the ranking and the pick as JSON, for `pipecast train "
+        "--recommendation` (default: pipecast-out/recommendation.json)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -271,7 +283,8 @@ class _Shown:
         else:
             console.print(
                 f"cluster: {csource} {cluster.world} x {cluster.device}, "
-                f"{human_bytes(cluster.memory_bytes)} each"
+                f"{human_bytes(cluster.memory_bytes)}"
+                + (" of host memory each" if cluster.device == "cpu" else " each")
             )
 
 
@@ -340,7 +353,7 @@ def print_validation(measured: list[Measured]) -> None:
             usable = pick.prediction.memory_limit
             console.print(
                 f"[bold yellow]none measured fits:[/] every one reserved more than the "
-                f"{human_bytes(usable)} usable per GPU; the closest, "
+                f"{human_bytes(usable)} usable {per_rank(pick.prediction.cpu)}; the closest, "
                 f"{pick.prediction.strategy.label()}, reserved "
                 f"{human_bytes(pick.held)}: give it more "
                 "memory (--memory-limit, --memory-margin) or expect it to run out"

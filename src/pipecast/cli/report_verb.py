@@ -1,4 +1,5 @@
-"""`pipecast report`: the results store as an HTML and Markdown report with plots."""
+"""`pipecast report`: the results store, or a run's trace, as an HTML and Markdown report
+with plots."""
 
 from __future__ import annotations
 
@@ -7,7 +8,14 @@ from pathlib import Path
 
 from pipecast.cli.common import output_file
 from pipecast.cli.console import console
+from pipecast.errors import DataError
+from pipecast.orchestration.bench.store import Store
 from pipecast.values.hardware.load import load_cluster
+
+DEFAULT_STORE = "pipecast-out/bench.sqlite"
+"""Where `pipecast bench` writes its store unless told otherwise."""
+TRACES = "pipecast-out"
+"""Where `pipecast train`, `infer` and `simulate` write their traces unless told otherwise."""
 
 
 def page_file(text: str) -> str:
@@ -28,13 +36,25 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Tables and plots from a benchmark store: speed-ups, the "
         "GPipe study's micro-batch figures, predicted against measured, training "
         "accuracy, per-block profiles and partition efficiency, communication "
-        "against tensor size, and whether the background observations hold.",
+        "against tensor size, and whether the background observations hold; and of "
+        "the runs whose traces --trace names (a Gantt chart each, with the prediction "
+        "beside it), which need no store.",
     )
-    p.add_argument("--store", default="pipecast-out/bench.sqlite")
+    p.add_argument(
+        "--store",
+        help="the results store `pipecast bench` wrote (default: pipecast-out/bench.sqlite "
+        "where it exists; without one the report holds the files named below)",
+    )
     p.add_argument("--profile", action="append", default=[], help="profile JSON to include")
     p.add_argument("--probe", help="raw probe samples (pipecast probe --raw)")
     p.add_argument("--cluster", help="cluster for partition efficiency tables")
-    p.add_argument("--trace", action="append", default=[], help="trace JSON to link")
+    p.add_argument(
+        "--trace",
+        action="append",
+        default=[],
+        help="a run's trace (`pipecast train` writes pipecast-out/MODEL-SCHEDULE-N.measured."
+        "trace.json) to chart and link; repeatable",
+    )
     p.add_argument(
         "-o",
         "--output",
@@ -47,9 +67,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipecast.orchestration.bench.store import Store
-
-    store = Store(args.store, read_only=True)  # a missing or foreign store: one line, here
+    store = _store(args)  # a missing or foreign store: one line, here
     cluster = load_cluster(args.cluster) if args.cluster else None
     from pipecast.report.html import build
 
@@ -63,3 +81,26 @@ def run(args: argparse.Namespace) -> int:
     )
     console.print(f"report: {page} and {md}")
     return 0
+
+
+def _store(args: argparse.Namespace) -> Store | None:
+    """The store named, else the default one where it exists; None where there is none and
+    the report has files of its own to show; else a one-line DataError saying what a report
+    needs and the command that makes it."""
+    if args.store is not None:
+        return Store(args.store, read_only=True)
+    if Path(DEFAULT_STORE).exists():
+        return Store(DEFAULT_STORE, read_only=True)
+    if args.trace or args.profile or args.probe:
+        return None
+    raise DataError(
+        f"nothing to report: no results store at {DEFAULT_STORE} and no --trace, --profile "
+        f"or --probe: report a run with `pipecast report --trace {_newest_trace()}`, or run "
+        "`pipecast bench` first (or name its store with --store)"
+    )
+
+
+def _newest_trace() -> str:
+    """The trace the last run here wrote, for the hint (a placeholder where there is none)."""
+    traces = sorted(Path(TRACES).glob("*.trace.json"), key=lambda p: p.stat().st_mtime)
+    return str(traces[-1]) if traces else f"{TRACES}/MODEL-SCHEDULE-N.measured.trace.json"

@@ -8,7 +8,17 @@ from __future__ import annotations
 
 import argparse
 
-from pipecast.cli.common import add_workload_args, count_arg, number_arg, output_dir
+from pipecast.cli.common import (
+    AUTOCAST_HELP,
+    DTYPE_HELP,
+    MICRO_BATCHES_HELP,
+    OPTIMIZER_HELP,
+    RECOMPUTE_HELP,
+    add_workload_args,
+    count_arg,
+    number_arg,
+    output_dir,
+)
 from pipecast.planning.schedules.generators import SCHEDULES
 from pipecast.values.training import LR_SCHEDULES, OFFLOADS
 
@@ -75,7 +85,12 @@ def _add_layout_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
     )
     if not inference:
         p.add_argument("--schedule", default="1f1b", help=", ".join(SCHEDULES))
-    p.add_argument("--micro-batches", type=count_arg("--micro-batches", 1), default=8)
+    p.add_argument(
+        "--micro-batches",
+        type=count_arg("--micro-batches", 1),
+        default=8,
+        help=MICRO_BATCHES_HELP,
+    )
     p.add_argument(
         "--batch", type=count_arg("--batch", 1), default=64, help="global batch per step"
     )
@@ -85,7 +100,12 @@ def _add_layout_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
         help="auto (quick profile + balanced), a method, or boundaries 0,4,10,40",
     )
     p.add_argument("--steps", type=count_arg("--steps", 1), default=10, help="timed steps")
-    p.add_argument("--warmup-steps", type=count_arg("--warmup-steps", 0), default=2)
+    p.add_argument(
+        "--warmup-steps",
+        type=count_arg("--warmup-steps", 0),
+        default=2,
+        help="untimed steps before the timed ones",
+    )
     p.add_argument(
         "--device",
         choices=("cpu", "cuda"),
@@ -97,12 +117,15 @@ def _add_layout_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
 def _add_optimizer_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
     """Precision, the optimizer and its learning rate (training's schedule, scaling,
     clipping)."""
-    p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32")
-    p.add_argument("--autocast", action="store_true")
-    p.add_argument("--optimizer", choices=("sgd", "momentum", "adam"), default="sgd")
-    p.add_argument("--lr", type=number_arg("--lr"), default=0.01)
-    if inference:
+    p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32", help=DTYPE_HELP)
+    p.add_argument("--autocast", action="store_true", help=AUTOCAST_HELP)
+    if inference:  # a forward-only run steps no optimizer
+        p.set_defaults(optimizer="sgd", lr=0.01)
         return
+    p.add_argument(
+        "--optimizer", choices=("sgd", "momentum", "adam"), default="sgd", help=OPTIMIZER_HELP
+    )
+    p.add_argument("--lr", type=number_arg("--lr"), default=0.01, help="learning rate")
     p.add_argument(
         "--lr-schedule",
         choices=LR_SCHEDULES,
@@ -115,7 +138,12 @@ def _add_optimizer_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
         default=0,
         help="steps over which the rate rises to --lr",
     )
-    p.add_argument("--lr-min", type=number_arg("--lr-min"), default=0.0)
+    p.add_argument(
+        "--lr-min",
+        type=number_arg("--lr-min"),
+        default=0.0,
+        help="the rate a linear or cosine --lr-schedule ends at",
+    )
     p.add_argument(
         "--loss-scale",
         type=number_arg("--loss-scale"),
@@ -133,8 +161,15 @@ def _add_optimizer_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
 
 def _add_memory_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
     """Recomputation, host offload and CUDA graphs."""
-    p.add_argument("--recompute", choices=("none", "all", "all-but-last"), default="none")
-    if not inference:
+    if inference:  # a forward-only run keeps nothing for a backward to recompute
+        p.set_defaults(recompute="none")
+    else:
+        p.add_argument(
+            "--recompute",
+            choices=("none", "all", "all-but-last"),
+            default="none",
+            help=RECOMPUTE_HELP,
+        )
         p.add_argument(
             "--offload",
             choices=OFFLOADS,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from pipecast.cli.common import count_arg, output_dir
+from pipecast.cli.common import MICRO_BATCHES_HELP, RECOMPUTE_HELP, count_arg, output_dir
 from pipecast.cli.console import console, human_bytes, human_seconds
 from pipecast.cli.planning import add_profile_args, default_batch, load_inputs
 from pipecast.planning.recommend.predict import Prediction, predict
@@ -15,6 +15,7 @@ from pipecast.planning.recommend.rank import samples_rate
 from pipecast.planning.schedules.generators import SCHEDULES
 from pipecast.planning.simulation import closed_form
 from pipecast.report.trace import write_trace
+from pipecast.values.hardware.units import per_rank
 from pipecast.values.models.sources import file_stem
 from pipecast.values.strategy import Kind, Strategy
 
@@ -30,7 +31,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_profile_args(p)
     p.add_argument("--stages", type=count_arg("--stages", 1), required=True, help="pipeline GPUs")
     p.add_argument("--schedule", default="1f1b", help=", ".join(SCHEDULES))
-    p.add_argument("--micro-batches", type=count_arg("--micro-batches", 1), default=8)
+    p.add_argument(
+        "--micro-batches",
+        type=count_arg("--micro-batches", 1),
+        default=8,
+        help=MICRO_BATCHES_HELP,
+    )
     p.add_argument(
         "--batch",
         type=count_arg("--batch", 1),
@@ -43,7 +49,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=1,
         help="data-parallel pipeline replicas",
     )
-    p.add_argument("--recompute", choices=("none", "all", "all-but-last"), default="none")
+    p.add_argument(
+        "--recompute", choices=("none", "all", "all-but-last"), default="none", help=RECOMPUTE_HELP
+    )
     p.add_argument(
         "--compare-closed-form",
         action="store_true",
@@ -80,7 +88,7 @@ def print_prediction(pred: Prediction) -> None:
     if not pred.fits:
         console.print(
             f"[red]does not fit: {human_bytes(pred.peak_memory)} > "
-            f"{human_bytes(pred.memory_limit)} usable per GPU[/]"
+            f"{human_bytes(pred.memory_limit)} usable {per_rank(pred.cpu)}[/]"
         )
 
 

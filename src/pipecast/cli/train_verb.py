@@ -22,7 +22,7 @@ from pipecast.extras import check_installed
 from pipecast.orchestration.recommend.session import MAX_CPU_RANKS
 from pipecast.planning.recommend.chosen import Chosen, chosen
 from pipecast.planning.recommend.predict import Prediction, predict
-from pipecast.report.trace import write_trace
+from pipecast.report.trace import QUICK_LABEL, write_trace
 from pipecast.runtime import checkpoint, devices, graphs
 from pipecast.runtime.checkpoint import Checkpointing
 from pipecast.runtime.config import RunConfig
@@ -214,9 +214,11 @@ def _check_batch(batch: int, replicas: int, microbatches: int) -> None:
     """The job's own rule (every replica gets an equal share, at least a sample per
     micro-batch), checked before the quick profile rather than after it."""
     if batch % replicas or batch // replicas < microbatches:
+        least = replicas * microbatches
         raise ConfigError(
             f"batch {batch} cannot feed {replicas} replica(s) x {microbatches} micro-batches "
-            f"(needs a multiple of {replicas} and at least {replicas * microbatches})"
+            f"(needs a multiple of {replicas} and at least {least}): give --batch {least} or "
+            "more, or fewer --micro-batches"
         )
 
 
@@ -278,7 +280,7 @@ def _write_traces(args: argparse.Namespace, result: JobResult, profile: Profile 
     # quote a step time: drawn beside the measurement in the trace, not printed
     predicted = _quick_prediction(args, job, profile)
     if predicted is not None:
-        timelines.insert(0, ("predicted from the quick profile", predicted.timeline))
+        timelines.insert(0, (QUICK_LABEL, predicted.timeline))
     write_trace(str(trace), *timelines)
     console.print(f"trace: {trace}")
 
@@ -312,7 +314,10 @@ def _follow(args: argparse.Namespace, path: str, pick: int) -> Chosen:
         raise ConfigError(f"{path} does not name its model: give --model")
     if c.workload is not None:
         if args.model not in (None, c.workload.model):
-            raise ConfigError(f"{path} is for {c.workload.model}, not {args.model}")
+            raise ConfigError(
+                f"{path} is for {c.workload.model}, not {args.model}: leave --model out to run "
+                f"it, or `pipecast recommend --model {args.model}` for a recommendation of that"
+            )
         for key, value in c.workload.to_dict().items():
             setattr(args, key, value)
     s = c.strategy

@@ -89,11 +89,19 @@ def gantt_pair(
 ) -> None:
     """The simulated step above the measured one, on one time axis: where they part is
     where a prediction missed (each rank's measured times run from its own step start)."""
-    ranks = max((e.rank for e in (*predicted, *measured)), default=0) + 1
-    span = max((e.end for e in (*predicted, *measured)), default=0.0)
-    scale, unit = _unit(span)
-    fig, axes = plt.subplots(2, 1, figsize=(12, 1.2 * ranks + 2.6), sharex=True)
-    for ax, events, what in ((axes[0], predicted, "predicted"), (axes[1], measured, "measured")):
+    gantt_stack([("predicted", predicted), ("measured", measured)], path, title=title)
+
+
+def gantt_stack(runs: Sequence[tuple[str, Sequence[Event]]], path: str, *, title: str) -> None:
+    """Each labelled run's ranks by time, one above the other on one time axis (one run:
+    one chart)."""
+    every = [e for _, events in runs for e in events]
+    ranks = max((e.rank for e in every), default=0) + 1
+    scale, unit = _unit(max((e.end for e in every), default=0.0))
+    fig, axes = plt.subplots(
+        len(runs), 1, figsize=(12, len(runs) * (0.6 * ranks + 1.3)), sharex=True, squeeze=False
+    )
+    for ax, (what, events) in zip(axes[:, 0], runs, strict=True):
         _draw(ax, events, ranks, scale, unit)
         end = max((e.end for e in events), default=0.0)
         ax.set_title(f"{what}: last action ends at {end * scale:.2f} {unit}", fontsize=9)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import html
 import json
-from collections.abc import Sequence
+import os
 from pathlib import Path
+from urllib.parse import quote
 
 from pipecast.orchestration.bench.accuracy import unlike
 from pipecast.orchestration.bench.config import BenchConfig
@@ -14,9 +15,12 @@ from pipecast.orchestration.bench.spread import Unsettled, step_spread, unsettle
 from pipecast.orchestration.bench.store import Row
 from pipecast.planning.partition import METHODS, Setting, analyze, partition
 from pipecast.report import observations, plots
+from pipecast.report.gantt import gantt_stack
 from pipecast.report.page import Section
+from pipecast.report.trace import QUICK_LABEL
 from pipecast.values.hardware.cluster import Cluster
 from pipecast.values.profile.types import Profile
+from pipecast.values.timeline import Event
 
 RESULTS_HEADER = [
     "suite",
@@ -153,12 +157,48 @@ def probe_section(probe: str, out: Path) -> Section:
     return section
 
 
-def traces_section(traces: Sequence[str]) -> Section:
-    """Links to trace files, to open in Perfetto."""
-    return Section(
-        "Traces",
+COMPUTE = ("F", "B", "W", "BW")
+
+
+def trace_section(path: str, runs: list[tuple[str, list[Event]]], page: Path, out: Path) -> Section:
+    """One run from its trace (`report.trace.read_trace`): each timeline in it (measured,
+    and the prediction beside it where one was made) as a Gantt chart and a row of figures,
+    and a link to the trace for Perfetto, relative to the page so that it opens from it."""
+    name = Path(path).name.removesuffix(".json").removesuffix(".trace")
+    link = Path(os.path.relpath(Path(path).resolve(), page.parent.resolve())).as_posix()
+    section = Section(
+        f"Run: {name}",
         [
-            f'<a href="{html.escape(t)}">{html.escape(t)}</a> (open in https://ui.perfetto.dev)'
-            for t in traces
+            f'<a href="{html.escape(quote(link))}">{html.escape(path)}</a> (open in '
+            "https://ui.perfetto.dev)",
+            "Busy: the time each rank computed (F, B, W, BW). Idle: the share of the ranks' "
+            "time to the last action that went without compute (the bubble, transfers and "
+            "waits). A measured rank's times run from its own step start.",
         ],
     )
+    section.table = [["timeline", "ranks", "last action ends", "busy per rank", "idle"]]
+    for label, events in runs:
+        ranks = max(e.rank for e in events) + 1
+        end = max(e.end for e in events)  # from the step's start (0), as the chart draws it
+        busy = [0.0] * ranks
+        for e in events:
+            if e.kind in COMPUTE:
+                busy[e.rank] += e.duration
+        idle = 1 - sum(busy) / (ranks * end) if end > 0 else 0.0
+        section.table.append(
+            [label, str(ranks), _ms(end), ", ".join(_ms(b) for b in busy), f"{idle:.0%}"]
+        )
+    if any(label.startswith(QUICK_LABEL) for label, _ in runs):
+        section.paragraphs.append(
+            "The prediction beside the measurement is the quick profile's that balanced the "
+            "stages; its few repeats at one size do not price a step, so read its times as a "
+            "sketch (`pipecast recommend` predicts from a full profile)."
+        )
+    chart = out / f"run_{name}.png"
+    gantt_stack(runs, str(chart), title=name)
+    section.images.append(str(chart))
+    return section
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.2f} ms" if seconds < 10 else f"{seconds:.2f} s"

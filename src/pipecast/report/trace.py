@@ -1,8 +1,9 @@
-"""Chrome / Perfetto trace export of a Timeline (simulated or measured).
+"""Chrome / Perfetto trace export of a Timeline (simulated or measured), and its reading back.
 
 One process per rank, a 'compute' and a 'comm' thread in each; open the JSON in
 chrome://tracing or https://ui.perfetto.dev. The runtime writes measured events in the same
-form, so a predicted and a measured run open side by side.
+form, so a predicted and a measured run open side by side. Each process is named
+'<label> rank <r>', which is how `read_trace` finds the timelines and ranks again.
 """
 
 from __future__ import annotations
@@ -12,9 +13,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from pipecast import jsonio
+from pipecast.errors import DataError
 from pipecast.values.timeline import Event, Timeline
 
 _THREADS = {"send": 2, "allreduce": 2}
+QUICK_LABEL = "predicted from the quick profile"
+"""How `pipecast train` labels the prediction it draws beside a measured step."""
 
 
 def trace_events(
@@ -62,3 +66,38 @@ def write_trace(path: str, *timelines: tuple[str, Timeline]) -> None:
         events += trace_events(timeline.events, pid_offset=offset, label=label)
         offset += 100
     jsonio.write_atomic(path, json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}))
+
+
+NOT_A_TRACE = "name a trace `pipecast train`, `infer` or `simulate` wrote (NAME.trace.json)"
+
+
+def read_trace(path: str) -> list[tuple[str, list[Event]]]:
+    """The labelled timelines of a trace `write_trace` wrote, in its order, each event back
+    on its own rank; a one-line DataError for a file that holds none."""
+    doc = jsonio.parse(jsonio.read_text(path), path)
+    events = doc.get("traceEvents") if isinstance(doc, dict) else None
+    if not isinstance(events, list):
+        raise DataError(f"{path} holds {jsonio.describe(doc)}, not a trace: {NOT_A_TRACE}")
+    ranks: dict[int, tuple[str, int]] = {}  # pid -> (label, rank)
+    for e in events:
+        if isinstance(e, dict) and e.get("ph") == "M" and e.get("name") == "process_name":
+            label, _, number = str(e.get("args", {}).get("name", "")).rpartition("rank ")
+            if number.isdigit():
+                ranks[int(e["pid"])] = (label.strip(), int(number))
+    runs: dict[str, list[Event]] = {}
+    try:
+        for e in events:
+            if e.get("ph") == "X" and e.get("pid") in ranks:
+                label, rank = ranks[e["pid"]]
+                start, args = e["ts"] / 1e6, e.get("args", {})
+                runs.setdefault(label, []).append(
+                    Event(rank, str(e["name"]), str(e["cat"]), start, start + e["dur"] / 1e6,
+                          int(args.get("stage", -1)), int(args.get("microbatch", -1)))
+                )  # fmt: skip
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise DataError(
+            f"{path} is a damaged trace ({type(exc).__name__}: {exc}): {NOT_A_TRACE}"
+        ) from None
+    if not runs:
+        raise DataError(f"{path} holds no ranks' actions: {NOT_A_TRACE}")
+    return list(runs.items())

@@ -97,7 +97,8 @@ class TrainJob:
         if self.partition.num_stages != self.plan.num_stages:
             raise ConfigError(
                 f"partition has {self.partition.num_stages} stages, plan "
-                f"{self.plan.name} has {self.plan.num_stages}"
+                f"{self.plan.name} has {self.plan.num_stages}: give the stages as many ranks "
+                f"(GPUs), or boundaries for {self.plan.num_stages} stages"
             )
         if self.model is not None:
             blocks = len(self.model)
@@ -106,14 +107,16 @@ class TrainJob:
             blocks = len(self.workload.build("meta"))
         if blocks != self.partition.num_blocks:
             raise ConfigError(
-                f"partition covers {self.partition.num_blocks} blocks, the model has {blocks}"
+                f"partition covers {self.partition.num_blocks} blocks, the model has {blocks}: "
+                f"give boundaries that end at {blocks}"
             )
         per_step = self.replicas * self.plan.num_microbatches
         if self.batch % self.replicas or self.batch // self.replicas < self.plan.num_microbatches:
             raise ConfigError(
                 f"batch {self.batch} cannot feed {self.replicas} replica(s) x "
                 f"{self.plan.num_microbatches} micro-batches (needs a multiple of "
-                f"{self.replicas} and at least {per_step})"
+                f"{self.replicas} and at least {per_step}): use a larger batch or fewer "
+                "micro-batches"
             )
         if self.steps < 1:
             raise ConfigError(f"steps must be at least 1, got {self.steps}")
@@ -125,7 +128,8 @@ class TrainJob:
         if self.config.clip_grad_norm > 0 and self.plan.async_updates:
             raise ConfigError(
                 "gradient clipping needs the whole model's gradients at once; PipeDream "
-                "updates each stage on its own after every micro-batch"
+                "updates each stage on its own after every micro-batch (leave clipping off, "
+                "or use a schedule that updates once a step, such as 1f1b)"
             )
         graphs.check(self.plan, self.config, self.device)
         if self.meshed:
@@ -174,7 +178,9 @@ class TrainJob:
         if cp is None:
             return None
         if self.plan.name == "forward-only":
-            raise ConfigError("a forward-only run trains nothing to checkpoint")
+            raise ConfigError(
+                "a forward-only run trains nothing to checkpoint: leave the checkpoint out"
+            )
         saved = latest(cp.dir)
         if saved is None:
             return None

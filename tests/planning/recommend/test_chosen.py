@@ -58,9 +58,9 @@ def test_the_choice_is_the_run_entry_else_the_first_ranked() -> None:
 def test_a_file_that_cannot_be_run_is_a_one_line_error() -> None:
     with pytest.raises(ConfigError, match="pick 1 to 2"):
         chosen(DOC, pick=3)
-    with pytest.raises(ConfigError, match="nothing fits"):
+    with pytest.raises(ConfigError, match=r"nothing fits to run \(recommend again with more GPUs"):
         chosen({"batch": 8, "ranked": []})
-    with pytest.raises(ConfigError, match="not a pipecast recommendation"):
+    with pytest.raises(ConfigError, match=r"no strategy and partition \(pass what `pipecast rec"):
         chosen({"batch": 8, "ranked": [{"label": "x"}]})
     old = chosen({k: v for k, v in DOC.items() if k != "workload"})
     assert old.workload is None  # the caller asks for --model

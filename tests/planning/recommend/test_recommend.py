@@ -25,6 +25,7 @@ from pipecast.planning.recommend.rank import (
 from pipecast.runtime.config import RunConfig
 from pipecast.values.hardware.cluster import Cluster
 from pipecast.values.hardware.presets import describe
+from pipecast.values.hardware.units import parse_bytes
 from pipecast.values.models import Workload
 from pipecast.values.profile.types import Profile
 from pipecast.values.strategy import Strategy
@@ -56,17 +57,21 @@ def test_memory_drops_strategies_and_says_why() -> None:
     assert all(pred.strategy.stages >= 2 for pred in rec.ranked)
     assert any("GiB per GPU" in r.reason for r in rec.rejected)
     assert all(pred.peak_memory <= pred.memory_limit for pred in rec.ranked)
+    with pytest.raises(ConfigError, match="has 4: ask for 4 or fewer, or give a cluster with more"):
+        recommend(p, small, 32, gpus=8)
     tiny = describe(gpus_per_node=2, memory="1GiB")
     with pytest.raises(ConfigError, match="no strategy fits on 2 GPU") as none:
         recommend(p, tiny, 32)
-    # it names how much memory the closest strategy lacks (issue 7: say what is missing)
+    # it names how much memory the closest strategy lacks (issue 7: say what is missing),
+    # each size in the unit that shows its digits (the 0.9 GiB usable as 921.60 MiB)
+    size = r"([\d.]+ [KMGT]?i?B)"
     said = re.search(
-        r"the closest, .+, needs ([\d.]+) GiB per GPU, ([\d.]+) GiB usable, ([\d.]+) GiB short",
-        str(none.value),
+        rf"the closest, .+, needs {size} per GPU, {size} usable, {size} short", str(none.value)
     )
     assert said is not None, str(none.value)
-    need, usable, short = (float(x) for x in said.groups())
-    assert short == pytest.approx(need - usable, abs=0.011) and short > 0
+    need, usable, short = (parse_bytes(x) for x in said.groups())
+    assert usable == pytest.approx(0.9 * 2**30, abs=0.01 * 2**20)
+    assert short == pytest.approx(need - usable, abs=0.011 * 2**30) and short > 0
 
 
 def test_nothing_fits_names_the_closest_strategy() -> None:
@@ -80,10 +85,34 @@ def test_nothing_fits_names_the_closest_strategy() -> None:
     ]
     gpus = describe(gpus_per_node=2, memory="1GiB")
     said = nothing_fits(rejected, 2, gpus)
-    assert f"the closest, {b.label()}, needs 1.50 GiB per GPU" in said and "0.50 GiB short" in said
+    assert f"the closest, {b.label()}, needs 1.50 GiB per GPU" in said
+    assert "512.00 MiB short" in said and "0.50 GiB" not in said
+    assert said.startswith("no strategy fits on 2 GPU(s) of 1.00 GiB each")
     only_blocks = nothing_fits(rejected[:1], 2, gpus)
     assert f"(e.g. {c.label()}: block 0 alone needs 9 GiB)" in only_blocks
     assert nothing_fits([], 2, gpus) == "no strategy to evaluate"
+
+
+def test_on_cpu_ranks_memory_is_the_hosts_and_never_reads_0_00_gib() -> None:
+    """CPU ranks plan in the host's memory, a share of it per rank, often KiB for a small
+    model: the reasons once read "needs 0.00 GiB per GPU, 0.00 GiB usable" (issue 55)."""
+    p = replace(make_profile([1e-3] * 4, params=[200 * 2**10] * 4), device="cpu")
+    small = replace(describe(gpus_per_node=2, memory=str(300 * 2**10)), device="cpu")
+    with pytest.raises(ConfigError) as none:
+        recommend(p, small, 8)
+    said = str(none.value)
+    assert said.startswith("no strategy fits on 2 CPU rank(s) with 300.00 KiB each"), said
+    assert "of host memory per rank" in said and "use more ranks" in said
+    assert "GPU" not in said and not re.search(r"(?<![\d.])0\.00 ", said)
+    roomy = replace(small, memory_bytes=2**20)  # two stages fit, one rank does not
+    rec = recommend(p, roomy, 8)
+    assert rec.rejected and rec.ranked
+    for r in rec.rejected:
+        if r.short:
+            need, usable = re.findall(r"[\d.]+ [KMGT]?i?B", r.reason)
+            assert r.reason == f"needs {need} of host memory per rank, {usable} usable"
+            assert usable == "921.60 KiB"  # 0.9 of 1 MiB
+            assert parse_bytes(need) > parse_bytes(usable)
 
 
 def test_recommend_rejects_an_unknown_method_or_a_margin_outside_0_1() -> None:

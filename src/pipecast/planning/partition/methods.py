@@ -19,6 +19,7 @@ from pipecast.errors import ConfigError, UnknownNameError
 from pipecast.planning.partition.balance import RowCost, additive_row, min_max_split
 from pipecast.planning.partition.memory import in_flight, static_bytes
 from pipecast.values.hardware.cluster import Cluster
+from pipecast.values.hardware.units import human_bytes
 from pipecast.values.partition import Partition, Placement, from_boundaries
 from pipecast.values.profile.types import Profile
 from pipecast.values.training import (
@@ -221,8 +222,8 @@ def _check_single_blocks(
         need = stage_memory_row(a, i + 1, 0, stages, setting)[i]
         if need > limit:
             raise ConfigError(
-                f"block {i} ({profile.blocks[i].name}) alone needs {need / 2**30:.2f} GiB at "
-                f"micro-batch {setting.micro_batch} but a device has {limit / 2**30:.2f} GiB "
+                f"block {i} ({profile.blocks[i].name}) alone needs {human_bytes(need)} at "
+                f"micro-batch {setting.micro_batch} but a device has {human_bytes(limit)} "
                 "usable: use smaller micro-batches or enable recomputation"
             )
 
@@ -232,8 +233,8 @@ def _nothing_fits(
 ) -> ConfigError:
     total = stage_memory_row(a, profile.num_blocks, 0, 1, setting)[0]
     return ConfigError(
-        f"no split into {stages} stages fits {limit / 2**30:.2f} GiB per device "
-        f"(the whole model needs {total / 2**30:.2f} GiB with {setting.schedule}'s in-flight "
+        f"no split into {stages} stages fits {human_bytes(limit)} per device "
+        f"(the whole model needs {human_bytes(total)} with {setting.schedule}'s in-flight "
         f"micro-batches): use more stages, smaller micro-batches, 1f1b instead of gpipe, or "
         "recomputation"
     )

@@ -67,9 +67,15 @@ def chosen(doc: dict[str, Any], pick: int = 0) -> Chosen:
     elif ranked:
         entry = ranked[0]
     else:
-        raise ConfigError("the recommendation ranks no strategy: nothing fits to run")
+        raise ConfigError(
+            "the recommendation ranks no strategy: nothing fits to run (recommend again with "
+            "more GPUs, a smaller batch or more memory)"
+        )
     if "strategy" not in entry or "partition" not in entry:
-        raise ConfigError("not a pipecast recommendation file: no strategy and partition")
+        raise ConfigError(
+            "not a pipecast recommendation file: no strategy and partition (pass what "
+            "`pipecast recommend -o` wrote)"
+        )
     workload = doc.get("workload")
     return Chosen(
         strategy=Strategy.from_dict(entry["strategy"]),

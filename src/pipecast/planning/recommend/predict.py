@@ -186,7 +186,8 @@ def predict(
     that does not divide into the micro-batches is priced at its largest micro-batch."""
     if strategy.gpus > cluster.world:
         raise ConfigError(
-            f"{strategy.label()} needs {strategy.gpus} GPUs, the cluster has {cluster.world}"
+            f"{strategy.label()} needs {strategy.gpus} GPUs, the cluster has {cluster.world}: "
+            "use fewer stages or replicas, or a cluster with more GPUs"
         )
     size = micro_batch_of(batch, strategy, uneven=uneven)
     rank = profile.at_tensor_parallel(strategy.tp)  # what one tensor-parallel rank computes

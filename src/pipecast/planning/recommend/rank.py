@@ -16,6 +16,7 @@ from pipecast.planning.recommend.enumerate import (
 )
 from pipecast.planning.recommend.predict import Prediction, predict
 from pipecast.values.hardware.cluster import Cluster
+from pipecast.values.hardware.units import human_bytes, per_rank
 from pipecast.values.profile.types import Profile
 from pipecast.values.strategy import Strategy
 from pipecast.values.training import OPTIMIZER_STATE, Optimizer, offloads_weights, why_not_streamed
@@ -85,7 +86,10 @@ def recommend(
         cuda_graphs = profile.device != "cpu"
     gpus = gpus or cluster.world
     if gpus > cluster.world:
-        raise ConfigError(f"{gpus} GPUs requested but the cluster has {cluster.world}")
+        raise ConfigError(
+            f"{gpus} GPUs requested but the cluster has {cluster.world}: ask for {cluster.world} "
+            "or fewer, or give a cluster with more"
+        )
     if batch < 1:
         raise ConfigError(f"batch must be at least 1, got {batch}")
     check_margin(memory_margin)
@@ -145,16 +149,16 @@ def recommend(
             if strategy.kind in ("single", "data"):
                 accumulated.add(whole)
         else:
-            need, have = pred.peak_memory / 2**30, pred.memory_limit / 2**30
+            need, have = human_bytes(pred.peak_memory), human_bytes(pred.memory_limit)
             rejected.append(
                 Rejected(
                     strategy=strategy,
-                    reason=f"needs {need:.2f} GiB per GPU, {have:.2f} GiB usable",
+                    reason=f"needs {need} {per_rank(pred.cpu)}, {have} usable",
                     short=pred.peak_memory - pred.memory_limit,
                 )
             )
     if not fits:
-        raise ConfigError(nothing_fits(rejected, gpus, cluster))
+        raise ConfigError(nothing_fits(rejected, gpus, cluster, cpu=profile.device == "cpu"))
     ranked = tuple(sorted(fits, key=lambda p: (p.step_time, p.strategy.gpus)))
     return Recommendation(
         ranked=ranked, rejected=tuple(rejected), batch=batch, epoch_samples=epoch_samples
@@ -180,13 +184,17 @@ def offloaded(strategy: Strategy, optimizer: Optimizer) -> list[Strategy]:
     return out
 
 
-def nothing_fits(rejected: list[Rejected], gpus: int, cluster: Cluster) -> str:
+def nothing_fits(
+    rejected: list[Rejected], gpus: int, cluster: Cluster, *, cpu: bool = False
+) -> str:
     """Why no strategy fits, naming the one closest to fitting and how much memory it lacks
-    (else the first rejected one and its reason)."""
+    (else the first rejected one and its reason). `cpu`: the ranks are CPU processes, whose
+    memory is the host's."""
     if not rejected:
         return "no strategy to evaluate"
-    head = f"no strategy fits on {gpus} GPU(s) of {cluster.memory_bytes / 2**30:.1f} GiB"
-    fix = "use more GPUs, a smaller batch, or a smaller model"
+    ranks = f"{gpus} CPU rank(s) with" if cpu else f"{gpus} GPU(s) of"
+    head = f"no strategy fits on {ranks} {human_bytes(cluster.memory_bytes)} each"
+    fix = f"use more {'ranks' if cpu else 'GPUs'}, a smaller batch, or a smaller model"
     measured = [r for r in rejected if r.short > 0]
     if not measured:
         first = rejected[0]
@@ -194,7 +202,7 @@ def nothing_fits(rejected: list[Rejected], gpus: int, cluster: Cluster) -> str:
     closest = min(measured, key=lambda r: r.short)
     return (
         f"{head}: the closest, {closest.strategy.label()}, {closest.reason}, "
-        f"{closest.short / 2**30:.2f} GiB short: {fix}"
+        f"{human_bytes(closest.short)} short: {fix}"
     )
 
 

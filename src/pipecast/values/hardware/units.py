@@ -1,4 +1,5 @@
-"""Parsing of sizes, rates and durations written by people: '80GiB', '300GB/s', '5us'."""
+"""Sizes, rates and durations as people write them ('80GiB', '300GB/s', '5us'), read and
+sizes written back."""
 
 from __future__ import annotations
 
@@ -59,3 +60,23 @@ def parse_seconds(text: str | int | float) -> float:
     if not m or m.group(2).lower() not in _SECONDS:
         raise ConfigError(f"'{text}' is not a duration: write e.g. 5us, 0.2ms or 1e-5")
     return float(m.group(1)) * _SECONDS[m.group(2).lower()]
+
+
+def human_bytes(n: float) -> str:
+    """Bytes in the largest binary unit under which the figure stays below 1024 as printed
+    ('512 B', '826.45 KiB', '80.00 GiB'): a size is never shown as 0.00 of a unit too large
+    for it (a CPU rank's few hundred KiB, a --memory-limit of 0.001 GiB), nor as 1024.00 of
+    one too small."""
+    if round(abs(n)) < 1024:
+        return f"{n:.0f} B"
+    for unit in ("KiB", "MiB", "GiB"):
+        n /= 1024
+        if round(abs(n), 2) < 1024:
+            return f"{n:.2f} {unit}"
+    return f"{n / 1024:.2f} TiB"
+
+
+def per_rank(cpu: bool) -> str:
+    """What a figure of memory per rank is of: a GPU's memory, or on CPU ranks the host's
+    memory, which the ranks share (a CPU rank has none of its own)."""
+    return "of host memory per rank" if cpu else "per GPU"
