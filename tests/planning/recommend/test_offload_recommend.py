@@ -49,6 +49,15 @@ def test_when_nothing_fits_as_it_is_activations_go_to_the_host() -> None:
     assert plain not in {p.strategy for p in ranked}
 
 
+def test_cpu_ranks_are_never_offered_the_host() -> None:
+    """The same squeeze on CPU ranks: their memory is the host's already, so nothing is
+    offered with its activations, optimizer or weights \"on the host\"."""
+    cluster = replace(preset("h200-nvlink"), memory_bytes=int(0.2 * 2**30))
+    profile = replace(shipped_profile("resnet18", "h200"), device="cpu")
+    ranked = recommend(profile, cluster, 256, gpus=2).ranked
+    assert ranked and all(p.strategy.offload == "none" for p in ranked)
+
+
 def test_a_memory_limit_that_is_not_a_size_stops_before_anything_runs() -> None:
     with pytest.raises(SystemExit) as stop:
         main(["recommend", "--model", "lenet5", "--memory-limit", "0"])

@@ -128,7 +128,8 @@ def recommend(
             rejected.append(Rejected(strategy=strategy, reason=str(exc).splitlines()[0]))
             pred = None
         plain = strategy.shard == "none" and strategy.tp == 1
-        if (pred is None or not pred.fits) and not serving and plain:
+        hosts = profile.device != "cpu"  # CPU ranks' memory is the host's already
+        if (pred is None or not pred.fits) and not serving and plain and hosts:
             # what does not fit (or finds no split that fits) may, with its saved
             # activations on the host, eagerly; streaming the weights only adds copies,
             # so only where nothing lighter fits
