@@ -29,9 +29,10 @@ def test_the_package_exports_the_loop() -> None:
 
 def test_recommend_for_a_named_gpu_node_ranks_from_the_shipped_profile() -> None:
     """Planning for GPUs this machine lacks predicts from pipecast's own profile of them:
-    the same ranking as the recommender fed that profile and the preset directly."""
+    the same ranking as the recommender fed that profile and the preset directly (on 4 of
+    the node's 8 GPUs: the same rule, with far fewer strategies to predict)."""
     out = pipecast.recommend(
-        "resnet50", dataset="imagenet", batch=256, gpus=8, cluster="h100-nvlink"
+        "resnet50", dataset="imagenet", batch=256, gpus=4, cluster="h100-nvlink"
     )
     assert out.profile_source == "shipped" and out.elsewhere
     cluster = PRESETS["h100-nvlink"]
@@ -39,7 +40,7 @@ def test_recommend_for_a_named_gpu_node_ranks_from_the_shipped_profile() -> None
         Workload(model="resnet50", dataset="imagenet"), "bf16", cluster.device
     )
     assert profile is not None
-    want = rank(profile, cluster, 256, gpus=8, epoch_samples=1_281_167)
+    want = rank(profile, cluster, 256, gpus=4, epoch_samples=1_281_167)
     got = out.recommendation
     assert [p.strategy for p in got.ranked] == [p.strategy for p in want.ranked]
     assert got.best.step_time == pytest.approx(want.best.step_time)

@@ -22,7 +22,7 @@ from pipecast.runtime.config import RunConfig
 from pipecast.runtime.engine import PipelineEngine
 from pipecast.runtime.env_defaults import QUIET_ENV
 from pipecast.runtime.job import TrainJob
-from pipecast.runtime.launch import Context, RankFailed, free_port, process_group
+from pipecast.runtime.launch import Context, RankFailed, free_port, process_group, spawn
 from pipecast.runtime.worker import own_share, run_rank
 from pipecast.values.data import load_digits_as_mnist
 from pipecast.values.data.loss import loss_for
@@ -215,13 +215,9 @@ def test_steps_report_the_hosts_time_per_action_kind() -> None:
             assert step.host_before + step.host_loop + step.host_after <= step.seconds
 
 
-def test_a_job_starts_after_the_last_jobs_engine_is_freed(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A finished job's engine (its stages, gradients, CUDA graphs) stays reachable from a
-    reference cycle until a full collection; the next job in the process frees it before it
-    builds its own, so that job's peak memory is its own. Automatic collection is off here:
-    only the runtime's own can free it."""
-    job = pipeline_job(LENET, "1f1b", 1, 2, [0, len(LENET.build("meta"))], steps=1)
-    ctx = Context(rank=0, world=1, local_rank=0, backend="gloo", device=torch.device("cpu"))
+def _two_jobs(ctx: Context, job: TrainJob) -> tuple[list[bool], float | None, float | None]:
+    """Runs `job` twice in this process with automatic collection off: whether the first
+    job's engine was still alive when the second built its own, and each job's loss."""
     engines: list[weakref.ref[PipelineEngine]] = []
     earlier_alive: list[bool] = []
     original = PipelineEngine.__init__
@@ -231,7 +227,7 @@ def test_a_job_starts_after_the_last_jobs_engine_is_freed(monkeypatch: pytest.Mo
         original(self, *args, **kwargs)
         engines.append(weakref.ref(self))
 
-    monkeypatch.setattr(PipelineEngine, "__init__", init)
+    PipelineEngine.__init__ = init  # type: ignore[method-assign]
     gc.collect()
     gc.disable()
     try:
@@ -239,8 +235,23 @@ def test_a_job_starts_after_the_last_jobs_engine_is_freed(monkeypatch: pytest.Mo
         second = run_rank(ctx, job)
     finally:
         gc.enable()
-    assert len(engines) == 2 and earlier_alive == [False]
-    assert first.steps[0].loss == pytest.approx(second.steps[0].loss)
+        PipelineEngine.__init__ = original  # type: ignore[method-assign]
+    return earlier_alive, first.steps[0].loss, second.steps[0].loss
+
+
+def test_a_job_starts_after_the_last_jobs_engine_is_freed() -> None:
+    """A finished job's engine (its stages, gradients, CUDA graphs) stays reachable from a
+    reference cycle until a full collection; the next job in the process frees it before it
+    builds its own, so that job's peak memory is its own. Automatic collection is off here:
+    only the runtime's own can free it. So too in a launched rank, which holds what it
+    started with frozen out of the collector (launch._worker): what its jobs make is not."""
+    job = pipeline_job(LENET, "1f1b", 1, 2, [0, len(LENET.build("meta"))], steps=1)
+    ctx = Context(rank=0, world=1, local_rank=0, backend="gloo", device=torch.device("cpu"))
+    here = _two_jobs(ctx, job)
+    (launched,) = spawn(_two_jobs, 1, (job,))
+    for earlier_alive, first, second in (here, launched):
+        assert earlier_alive == [False]
+        assert first == pytest.approx(second)
 
 
 def test_a_rank_keeps_only_its_share_of_the_batch() -> None:

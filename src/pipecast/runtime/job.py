@@ -104,7 +104,7 @@ class TrainJob:
             blocks = len(self.model)
         else:
             assert self.workload is not None
-            blocks = len(self.workload.build("meta"))
+            blocks = self.workload.block_count()
         if blocks != self.partition.num_blocks:
             raise ConfigError(
                 f"partition covers {self.partition.num_blocks} blocks, the model has {blocks}: "

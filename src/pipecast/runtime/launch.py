@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import gc
 import multiprocessing
 import os
 import pickle
@@ -211,6 +212,10 @@ def _worker(
     outdir: str,
     env: dict[str, str],
 ) -> None:
+    # what the rank holds before its first job (torch and the modules it imported, the
+    # arguments) lives as long as the rank: frozen out of the collector, each collection
+    # between jobs (runtime.worker.release_earlier_jobs) walks only what the jobs made
+    gc.freeze()
     # a rank forked from the server holds the server's environment, from when it started:
     # take the launcher's as it is now
     os.environ.clear()

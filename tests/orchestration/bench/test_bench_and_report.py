@@ -9,18 +9,27 @@ from tests.report.browser import chromium, load
 from tests.report.test_report_in_browser import PAGE_SCRIPT
 
 from pipecast.cli.main import main
+from pipecast.orchestration.bench import suites
 from pipecast.orchestration.bench.accuracy import Comparison, decisions, summary
 from pipecast.orchestration.bench.config import BenchConfig
 from pipecast.orchestration.bench.runner import run_suite
 from pipecast.orchestration.bench.store import Store
-from pipecast.orchestration.bench.suites import LENET, QUICK_STEPS, quick
+from pipecast.orchestration.bench.suites import LENET, quick
 from pipecast.orchestration.bench.threads import rank_threads
+
+WARMUP, STEPS = 1, 3
+"""The quick suite's warm-up and timed steps in these tests: what they assert of its rows
+(every configuration, its step count, its prediction and accuracy) holds at any count, and
+its own 5 and 40 steps are for figures read off the timings, which no test reads."""
 
 
 @pytest.fixture(scope="module")
 def quick_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("bench") / "bench.sqlite"
-    assert main(["bench", "--suite", "quick", "--store", str(path)]) == 0
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(suites, "QUICK_WARMUP", WARMUP)
+        patch.setattr(suites, "QUICK_STEPS", STEPS)
+        assert main(["bench", "--suite", "quick", "--store", str(path)]) == 0
     return path
 
 
@@ -49,7 +58,8 @@ def test_quick_suite_writes_every_configuration(quick_store: Path) -> None:
     assert threads == {rank_threads(quick())}
     assert all(str(r.environment["card"]).startswith("CPU ") for r in rows)
     timed = [r for r in rows if not r.config["accuracy_steps"]]
-    assert all(len(r.measured["step_times"]) == QUICK_STEPS for r in timed)
+    assert all(len(r.measured["step_times"]) == STEPS for r in timed)
+    assert {r.config["warmup"] for r in timed} == {WARMUP}
     assert {p.predicted["basis"]["cluster"] for p in predicted} == {
         f"probed in this launch: 2 CPU ranks, {rank_threads(quick())} thread(s) each"
     }

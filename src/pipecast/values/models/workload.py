@@ -7,6 +7,7 @@ benchmarks and caches are keyed by it.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 
 import torch
 from torch import nn
@@ -71,6 +72,12 @@ class Workload:
         options["ffn"] = self.ffn
         return build_zoo_model(self.model, spec, **options)
 
+    def block_count(self) -> int:
+        """How many blocks the model has: a shapes-only build, remembered per workload in
+        this process (a captured model's build exports it, seconds each time, and a job
+        counts its blocks in the launcher and again in every rank)."""
+        return _block_count(self)
+
     @property
     def key(self) -> str:
         """A stable, readable identity used for caches and result stores."""
@@ -92,3 +99,8 @@ class Workload:
     @classmethod
     def from_dict(cls, data: dict[str, object]) -> Workload:
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})  # type: ignore[arg-type]
+
+
+@lru_cache(maxsize=64)
+def _block_count(workload: Workload) -> int:
+    return len(workload.build("meta"))
