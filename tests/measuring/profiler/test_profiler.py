@@ -392,6 +392,32 @@ def test_rescale_shares_the_backward_as_marked_in_context() -> None:
     assert unmarked[0][8].backward == unmarked[1][8].backward == pytest.approx(4.0)
 
 
+def test_a_contextual_backward_shorter_than_the_loss_keeps_the_blocks_own() -> None:
+    """The loss's backward read at 10 s, the whole model's at 9 (the two read apart while
+    another process held the cores): nothing is left for the blocks, which keep their 2 s
+    each as timed alone (shared 3 : 1 as marked: 3 and 1), not 0."""
+    alone = BlockCost(
+        forward=1.0,
+        backward_input=0.5,
+        backward_weight=1.5,
+        backward=2.0,
+        output_bytes=1,
+        saved_bytes=1,
+    )
+    costs = [{8: alone}, {8: alone}]
+    ctx = Context(
+        forward=[1.0, 1.0],
+        backward=9.0,
+        host_forward=[0.0, 0.0],
+        host_backward=0.0,
+        backward_blocks=[3.0, 1.0],
+    )
+    rescale(costs, 8, ctx, loss_backward=10.0)
+    assert costs[0][8].backward == pytest.approx(3.0)
+    assert costs[1][8].backward == pytest.approx(1.0)
+    assert costs[1][8].backward_weight == pytest.approx(0.75)  # 3 : 1 W to B, as alone
+
+
 def test_profile_prices_the_runtimes_own_backward_calls() -> None:
     """The profile times B, W and BW with the very functions the runtime's engine issues,
     so a change to how the runtime makes its autograd calls moves the prices with it."""

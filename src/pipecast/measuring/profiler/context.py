@@ -308,9 +308,15 @@ def rescale(
     and the whole backward: a stage issues its blocks' backward in one autograd call, not
     one per block as they were timed alone. The split backward's host times stay as timed
     alone: its graph walk and per-weight calls cost per block wherever they run, and a
-    stage's B call pays its own fixed cost once (Profile.host_split_call)."""
-    total = max(context.backward - loss_backward, 0.0)
-    backward = shares(context.backward_blocks or [c[size].backward for c in costs], total)
+    stage's B call pays its own fixed cost once (Profile.host_split_call). A contextual
+    backward no longer than the loss's own (the two read apart while something else took
+    the cores) says nothing of the blocks: they keep their backward as timed alone rather
+    than none at all."""
+    isolated = [c[size].backward for c in costs]
+    total = context.backward - loss_backward
+    if total <= 0:
+        total = sum(isolated)
+    backward = shares(context.backward_blocks or isolated, total)
     host_isolated = sum(c[size].host_backward for c in costs)
     host_scale = context.host_backward / host_isolated if host_isolated > 0 else 1.0
     for c, f, hf, bw in zip(costs, context.forward, context.host_forward, backward, strict=True):
