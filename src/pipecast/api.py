@@ -90,11 +90,7 @@ def make_job(
             ", or give the job the plan's counts (gpus, microbatches), or leave the plan out"
         )
     micro_batch = max(batch // (replicas * microbatches), 1)
-    if sequential is not None:
-        blocks = sequential
-    else:
-        assert workload is not None
-        blocks = workload.build("meta")
+    blocks = sequential if sequential is not None else workload.build("meta")  # type: ignore[union-attr]
     bounds = None if partition == "auto" else parse_boundaries(partition, len(blocks))
     stage_count = stages * stages_per_rank(schedule)
     provisional = bounds or [round(len(blocks) * i / stage_count) for i in range(stage_count + 1)]
