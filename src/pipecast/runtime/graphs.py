@@ -41,11 +41,11 @@ from typing import Any, Protocol
 import torch
 
 from pipecast.errors import ConfigError, PipecastError
-from pipecast.runtime.backward import WeightWork, backward_full, backward_input, backward_weights
+from pipecast.runtime.backward import WeightWork, backward_full, backward_input
 from pipecast.runtime.channels import MessageKey
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.stage import StageModule
-from pipecast.runtime.weight_batch import batched_weight
+from pipecast.runtime.weight_batch import run_group
 from pipecast.values.plan.action import Action, Plan
 from pipecast.values.plan.weight_groups import weight_groups
 from pipecast.values.training import offloads_activations, offloads_weights
@@ -277,11 +277,7 @@ class StepGraphs:
 
             def weights() -> None:
                 works: list[list[WeightWork]] = [self._state.pop((s, m)) for m in group]
-                if len(works) == 1:
-                    backward_weights(works[0], self.device, nest=False)
-                else:
-                    for segment in zip(*works, strict=True):
-                        batched_weight(segment)
+                run_group(works, self.device, nest=False)
 
             return weights
         if not differentiated:

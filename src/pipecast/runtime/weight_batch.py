@@ -19,7 +19,7 @@ from torch.autograd.graph import Node
 
 from pipecast.runtime.autograd_calls import on_engine_thread
 from pipecast.runtime.backward import WeightWork, backward_weight, backward_weights
-from pipecast.runtime.weight_grads import hooked, leaf, through_transpose
+from pipecast.runtime.weight_grads import hooked, matmul_roles
 from pipecast.values.plan.action import Action, Plan
 from pipecast.values.plan.weight_groups import weight_groups
 
@@ -43,12 +43,14 @@ class Deferred:
         return [self.held.pop((a.stage, mb)) for mb in self.groups.get(a, ())]
 
 
-def run_group(groups: Sequence[Sequence[WeightWork]], device: torch.device) -> None:
+def run_group(
+    groups: Sequence[Sequence[WeightWork]], device: torch.device, *, nest: bool | None = None
+) -> None:
     """W of the micro-batches in `groups` (each one list of works per segment), the matrix
     products of several batched; on a GPU from the autograd engine's thread, as
-    backward_weights runs one micro-batch's."""
+    backward_weights runs one micro-batch's (`nest` forces the choice, as there)."""
     if len(groups) == 1:
-        backward_weights(groups[0], device)
+        backward_weights(groups[0], device, nest=nest)
         return
     if not groups:
         return
@@ -57,7 +59,9 @@ def run_group(groups: Sequence[Sequence[WeightWork]], device: torch.device) -> N
         for segment in zip(*groups, strict=True):
             batched_weight(segment)
 
-    if device.type == "cuda" and any(w.pending for g in groups for w in g):
+    if nest is None:
+        nest = device.type == "cuda" and any(w.pending for g in groups for w in g)
+    if nest:
         on_engine_thread(weights, device)
     else:
         weights()
@@ -87,32 +91,6 @@ def batched_weight(works: Sequence[WeightWork]) -> None:
         work.output = work.grad_output = None
 
 
-def _roles(node: Node, params: Sequence[torch.Tensor]) -> tuple[str, ...] | None:
-    """How each of `params` enters the matrix product `node`: 'bias', 'transposed' (a
-    Linear's weight) or 'plain'; None where it is no such product or any enters otherwise."""
-    name = type(node).__name__
-    if name not in ("AddmmBackward0", "MmBackward0"):
-        return None
-    bias_slot = 0 if name == "AddmmBackward0" else None
-    if bias_slot is not None and (
-        getattr(node, "_saved_alpha", None) != 1 or getattr(node, "_saved_beta", None) != 1
-    ):
-        return None
-    edges = node.next_functions
-    mat2 = 2 if bias_slot is not None else 1
-    roles = []
-    for p in params:
-        if bias_slot is not None and leaf(edges[bias_slot]) is p and p.dim() == 1:
-            roles.append("bias")
-        elif through_transpose(edges[mat2]) is p:
-            roles.append("transposed")
-        elif leaf(edges[mat2]) is p:
-            roles.append("plain")
-        else:
-            return None
-    return tuple(roles)
-
-
 def _batched_matmul(
     entries: Sequence[Entry],
     inputs: dict[tuple[tuple[int, int, tuple[int, ...]], ...], torch.Tensor],
@@ -121,14 +99,14 @@ def _batched_matmul(
     the same node of each one's graph) into .grad in one product; False, nothing touched,
     where they are not the same product of the same weights with gradients to add to."""
     params = entries[0][2]
-    roles = _roles(entries[0][0], params)
+    roles = matmul_roles(entries[0][0], params)
     grads = [e[1][0] if len(e[1]) == 1 else None for e in entries]
     if roles is None or any(hooked(p) for p in params):
         return False
     for node, _, ps in entries[1:]:
         if len(ps) != len(params) or any(a is not b for a, b in zip(ps, params, strict=True)):
             return False
-        if _roles(node, ps) != roles:
+        if matmul_roles(node, ps) != roles:
             return False
     if any(g is None or g.dim() != 2 for g in grads):
         return False

@@ -38,7 +38,7 @@ Kind = Callable[[Node, torch.Tensor, Sequence[torch.Tensor]], list[torch.Tensor]
 """Each parameter's gradient from a node and the gradient into it, or None (the engine's)."""
 
 
-def leaf(edge: tuple[Node | None, int]) -> torch.Tensor | None:
+def _leaf(edge: tuple[Node | None, int]) -> torch.Tensor | None:
     """The parameter an edge leads straight to, or None."""
     fn = edge[0]
     if fn is None or type(fn).__name__ != _ACCUMULATE:
@@ -47,13 +47,13 @@ def leaf(edge: tuple[Node | None, int]) -> torch.Tensor | None:
     return variable
 
 
-def through_transpose(edge: tuple[Node | None, int]) -> torch.Tensor | None:
+def _through_transpose(edge: tuple[Node | None, int]) -> torch.Tensor | None:
     """The parameter an edge reaches through one transpose (Linear's weight), or None."""
     fn = edge[0]
     if fn is None or type(fn).__name__ != _TRANSPOSE:
         return None
     (child,) = fn.next_functions
-    return leaf(child)
+    return _leaf(child)
 
 
 def _reduced(grad: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
@@ -88,12 +88,12 @@ def _matmul(
     mat1 = getattr(node, "_saved_mat1" if bias_slot is not None else "_saved_self", None)
     out: list[torch.Tensor] = []
     for p in params:
-        if bias_slot is not None and leaf(edges[bias_slot]) is p:
+        if bias_slot is not None and _leaf(edges[bias_slot]) is p:
             out.append(_reduced(grad, p))
-        elif mat1 is not None and through_transpose(edges[mat2_slot]) is p:
+        elif mat1 is not None and _through_transpose(edges[mat2_slot]) is p:
             transposed = _column_major(p.shape[::-1], p.stride()[::-1])
             out.append(_mat2_grad(grad, mat1, transposed).t())
-        elif mat1 is not None and leaf(edges[mat2_slot]) is p:
+        elif mat1 is not None and _leaf(edges[mat2_slot]) is p:
             out.append(_mat2_grad(grad, mat1, _column_major(p.shape, p.stride())))
         else:
             return None
@@ -120,7 +120,7 @@ def _add(
     if getattr(node, "_saved_alpha", None) != 1:
         return None
     edges = node.next_functions
-    if not all(leaf(edges[0]) is p or leaf(edges[1]) is p for p in params):
+    if not all(_leaf(edges[0]) is p or _leaf(edges[1]) is p for p in params):
         return None
     return [_reduced(grad, p) for p in params]
 
@@ -133,7 +133,7 @@ def _weight_and_bias(op: Callable[..., tuple[torch.Tensor, ...]], saved: tuple[s
         node: Node, grad: torch.Tensor, params: Sequence[torch.Tensor]
     ) -> list[torch.Tensor] | None:
         edges = node.next_functions
-        weight, bias = leaf(edges[1]), leaf(edges[2])
+        weight, bias = _leaf(edges[1]), _leaf(edges[2])
         if not all(p is weight or p is bias for p in params):
             return None
         mask = [False, any(p is weight for p in params), any(p is bias for p in params)]
@@ -173,37 +173,50 @@ def hooked(p: torch.Tensor) -> bool:
     )
 
 
+def matmul_roles(node: Node, params: Sequence[torch.Tensor]) -> tuple[str, ...] | None:
+    """How each of `params` enters the matrix product `node` (an AddmmBackward0 or
+    MmBackward0 with alpha and beta 1): 'bias', 'transposed' (a Linear's weight) or
+    'plain'; None where it is no such product or any of them enters otherwise."""
+    name = type(node).__name__
+    if name not in ("AddmmBackward0", "MmBackward0"):
+        return None
+    bias_slot = 0 if name == "AddmmBackward0" else None
+    if bias_slot is not None and (
+        getattr(node, "_saved_alpha", None) != 1 or getattr(node, "_saved_beta", None) != 1
+    ):
+        return None
+    edges = node.next_functions
+    mat2_slot = 2 if bias_slot is not None else 1
+    roles = []
+    for p in params:
+        if bias_slot is not None and _leaf(edges[bias_slot]) is p and p.dim() == 1:
+            roles.append("bias")
+        elif _through_transpose(edges[mat2_slot]) is p:
+            roles.append("transposed")
+        elif _leaf(edges[mat2_slot]) is p:
+            roles.append("plain")
+        else:
+            return None
+    return tuple(roles)
+
+
 def _into_matmul(node: Node, grad: torch.Tensor, params: Sequence[torch.Tensor]) -> bool:
     """Addmm/Mm whose weights already have gradients of their own dtype and layout: add
     each weight's gradient into its .grad inside the matrix product (beta = 1), which
     saves reading and writing the gradient once more per micro-batch; False (nothing
     touched) where any parameter can't be."""
-    name = type(node).__name__
-    bias_slot = 0 if name == "AddmmBackward0" else None
-    if bias_slot is not None and (
-        getattr(node, "_saved_alpha", None) != 1 or getattr(node, "_saved_beta", None) != 1
-    ):
+    roles = matmul_roles(node, params)
+    if roles is None or grad.dim() != 2:
         return False
-    edges = node.next_functions
-    mat2_slot = 2 if bias_slot is not None else 1
-    if grad.dim() != 2:
-        return False
-    plan: list[tuple[torch.Tensor, str]] = []
     for p in params:
         g = p.grad
         if g is None or g.dtype != grad.dtype or not g.is_contiguous() or g.shape != p.shape:
             return False
-        if bias_slot is not None and leaf(edges[bias_slot]) is p and p.dim() == 1:
-            plan.append((p, "bias"))
-        elif through_transpose(edges[mat2_slot]) is p:
-            plan.append((p, "transposed"))
-        elif leaf(edges[mat2_slot]) is p:
-            plan.append((p, "plain"))
-        else:
-            return False
+    plan = list(zip(params, roles, strict=True))
     # a saved tensor is read once (recomputation's checkpoints allow no second unpack):
     # only now, with every parameter known to take the fused path
-    mat1 = getattr(node, "_saved_mat1" if bias_slot is not None else "_saved_self", None)
+    addmm = type(node).__name__ == "AddmmBackward0"
+    mat1 = getattr(node, "_saved_mat1" if addmm else "_saved_self", None)
     if mat1 is None:
         return False
     with torch.no_grad():
