@@ -181,18 +181,17 @@ class RankMemory:
         a host that runs ahead of its device meanwhile allocates the next actions' tensors.
         A batched W (`group`: the micro-batches it computes) frees every one of them, and
         holds their concatenated copies while it runs; the group's earlier Ws free nothing."""
-        if group is not None:
-            self._tally_group(a, st, costs, plan, issue, group)
-            return
         self.in_flight = [(b, t) for b, t in self.in_flight if t > issue]
         # a graphed rank's blocks keep their tensors in the graphs' pool, which holds more
         # than an eager step would (Costs.graph_pool_ratio)
         scale = costs.graph_pool_ratio if costs.cuda_graphs else 1.0
+        transient = int(st.workspace_bytes * scale) + sum(b for b, _ in self.in_flight)
+        if group is not None:
+            self._tally_group(a, st, costs, plan, scale, transient, group)
+            return
         held = int(held_bytes(a, st, costs, plan) * scale)
         if a.kind == "F":
             self.memory += held
-        workspace = int(st.workspace_bytes * scale)
-        transient = workspace + sum(b for b, _ in self.in_flight)
         if a.kind != "W" and not plan.forward_only:
             transient += st.loss_bytes  # the last stage's loss, forward and backward
         if a.kind in ("B", "BW"):
@@ -226,14 +225,13 @@ class RankMemory:
         st: StageTimes,
         costs: Costs,
         plan: Plan,
-        issue: float,
+        scale: float,
+        transient: int,
         group: tuple[int, ...],
     ) -> None:
-        self.in_flight = [(b, t) for b, t in self.in_flight if t > issue]
-        scale = costs.graph_pool_ratio if costs.cuda_graphs else 1.0
+        """A batched W's memory (tally's `group`) on top of `transient`."""
         members = [Action(a.stage, "W", mb) for mb in group]
         gathered = len(group) * st.gather_bytes if len(group) > 1 else 0
-        transient = int(st.workspace_bytes * scale) + sum(b for b, _ in self.in_flight)
         self.peak = max(self.peak, self.memory + transient + gathered)
         for m in members:
             self.memory -= int(held_bytes(m, st, costs, plan) * scale) + int(st.held_bytes * scale)
