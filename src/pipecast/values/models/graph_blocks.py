@@ -22,11 +22,13 @@ import torch
 from torch import fx, nn
 
 from pipecast.values.models.graph_casts import (
+    baked_device,
     cast_dtype,
     follow,
     noop_cast,
     portable_nested,
     round_trips,
+    set_device,
 )
 from pipecast.values.models.graph_cuts import GraphCuts, batch_symbol, is_batch
 from pipecast.values.models.graph_linears import linears_as_modules
@@ -139,17 +141,11 @@ def _block_graph(
                 follow(made, first)
             else:  # a trip's start, or no trip: the value's own dtype
                 follow(made, made.args[0])  # type: ignore[arg-type]
-        moved = made.target is torch.ops.aten.to.device and len(made.args) > 1
-        if isinstance(made.kwargs.get("device"), torch.device) or (
-            moved and isinstance(made.args[1], torch.device)
-        ):
+        if baked_device(made):
             if device is None:
                 device = graph.call_function(getattr, (first, "device"))
                 made.prepend(device)
-            if moved:  # aten.to.device names its device in its arguments
-                made.update_arg(1, device)
-            else:
-                made.update_kwarg("device", device)
+            set_device(made, device)
         if floating and _from_nested(node):
             dtype = graph.call_function(getattr, (first, "dtype"))
             return graph.call_function(torch.ops.aten.to.dtype, (made, dtype))

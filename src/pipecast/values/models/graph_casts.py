@@ -76,6 +76,23 @@ def round_trips(graph: fx.Graph) -> tuple[dict[fx.Node, fx.Node], dict[fx.Node, 
     return pairs, {n: c for n, c in began.items() if c in started and n is not c}
 
 
+def baked_device(node: fx.Node) -> bool:
+    """Whether `node` names a device the capture baked in (as a keyword, or as
+    aten.to.device's second argument)."""
+    if isinstance(node.kwargs.get("device"), torch.device):
+        return True
+    moved = node.target is torch.ops.aten.to.device and len(node.args) > 1
+    return moved and isinstance(node.args[1], torch.device)
+
+
+def set_device(node: fx.Node, device: fx.Node) -> None:
+    """Make `node`, which baked_device, use `device` (a node giving one when it runs)."""
+    if isinstance(node.kwargs.get("device"), torch.device):
+        node.update_kwarg("device", device)
+    else:  # aten.to.device names its device in its arguments
+        node.update_arg(1, device)
+
+
 def portable_nested(root: fx.GraphModule) -> None:
     """The graphs nested in `root` (the bodies of higher-order operations), in place: the
     capture's dtype and device checks dropped, and devices the capture named taken from
@@ -92,16 +109,11 @@ def portable_nested(root: fx.GraphModule) -> None:
             if node.target is torch.ops.aten._assert_tensor_metadata.default:
                 graph.erase_node(node)
                 continue
-            positional = node.target is torch.ops.aten.to.device and len(node.args) > 1
-            baked = positional and isinstance(node.args[1], torch.device)
-            if first is None or not (baked or isinstance(node.kwargs.get("device"), torch.device)):
+            if first is None or not baked_device(node):
                 continue
             if device is None:
                 with graph.inserting_after(first):
                     device = graph.call_function(getattr, (first, "device"))
-            if baked:
-                node.update_arg(1, device)
-            else:
-                node.update_kwarg("device", device)
+            set_device(node, device)
         graph.lint()
         sub.recompile()
