@@ -364,9 +364,9 @@ def test_hidden_issue_is_cuda_only_and_recorded_in_the_profile() -> None:
     assert back.issue_hidden
 
 
-def test_rescale_shares_the_backward_as_marked_in_context() -> None:
-    """Alone the two blocks' backwards cost the same; in context the first took 3x the
-    second: the context's total is shared 3 : 1, each block keeping its own B : W ratio."""
+def _two_blocks_marked_3_to_1() -> tuple[BlockCost, Context]:
+    """A block costing 2 s of backward alone (B 0.5, W 1.5), and a context of two of them
+    whose whole backward took 9 s, the first marked at 3x the second."""
     alone = BlockCost(
         forward=1.0,
         backward_input=0.5,
@@ -375,7 +375,6 @@ def test_rescale_shares_the_backward_as_marked_in_context() -> None:
         output_bytes=1,
         saved_bytes=1,
     )
-    costs = [{8: alone}, {8: alone}]
     ctx = Context(
         forward=[1.0, 1.0],
         backward=9.0,
@@ -383,6 +382,14 @@ def test_rescale_shares_the_backward_as_marked_in_context() -> None:
         host_backward=0.0,
         backward_blocks=[3.0, 1.0],
     )
+    return alone, ctx
+
+
+def test_rescale_shares_the_backward_as_marked_in_context() -> None:
+    """Alone the two blocks' backwards cost the same; in context the first took 3x the
+    second: the context's total is shared 3 : 1, each block keeping its own B : W ratio."""
+    alone, ctx = _two_blocks_marked_3_to_1()
+    costs = [{8: alone}, {8: alone}]
     rescale(costs, 8, ctx, loss_backward=1.0)
     assert costs[0][8].backward == pytest.approx(6.0)
     assert costs[1][8].backward == pytest.approx(2.0)
@@ -396,22 +403,8 @@ def test_a_contextual_backward_shorter_than_the_loss_keeps_the_blocks_own() -> N
     """The loss's backward read at 10 s, the whole model's at 9 (the two read apart while
     another process held the cores): nothing is left for the blocks, which keep their 2 s
     each as timed alone (shared 3 : 1 as marked: 3 and 1), not 0."""
-    alone = BlockCost(
-        forward=1.0,
-        backward_input=0.5,
-        backward_weight=1.5,
-        backward=2.0,
-        output_bytes=1,
-        saved_bytes=1,
-    )
+    alone, ctx = _two_blocks_marked_3_to_1()
     costs = [{8: alone}, {8: alone}]
-    ctx = Context(
-        forward=[1.0, 1.0],
-        backward=9.0,
-        host_forward=[0.0, 0.0],
-        host_backward=0.0,
-        backward_blocks=[3.0, 1.0],
-    )
     rescale(costs, 8, ctx, loss_backward=10.0)
     assert costs[0][8].backward == pytest.approx(3.0)
     assert costs[1][8].backward == pytest.approx(1.0)
