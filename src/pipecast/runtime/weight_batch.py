@@ -31,7 +31,7 @@ class Deferred:
 
     def __init__(self, plan: Plan) -> None:
         self.batched = plan.weight_batch > 1
-        self.groups = weight_groups(plan)
+        self.groups = weight_groups(plan) if self.batched else {}  # per step: only if used
         self.held: dict[tuple[int, int], list[WeightWork]] = {}
 
     def take(self, a: Action, works: list[WeightWork]) -> list[list[WeightWork]]:
