@@ -105,3 +105,30 @@ def small_llama(spec: DatasetSpec) -> nn.Module:
         pad_token_id=0,
     )
     return LogitsOnly(LlamaForCausalLM(config))
+
+
+class MlpBlock(nn.Module):
+    """LayerNorm, two Linears and a residual: what a transformer's MLP half does."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(width)
+        self.up = nn.Linear(width, 2 * width)
+        self.down = nn.Linear(2 * width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = x + self.down(torch.tanh(self.up(self.norm(x))))
+        return out
+
+
+def residual_mlp(spec: DatasetSpec, width: int = 24) -> nn.Sequential:
+    """A flatten and input projection, six identical residual blocks (one compiled graph
+    serves them all), a head: the compiled-stage tests' model."""
+    features = 1
+    for d in spec.sample_shape:
+        features *= d
+    return nn.Sequential(
+        nn.Sequential(nn.Flatten(), nn.Linear(features, width)),
+        *[MlpBlock(width) for _ in range(6)],
+        nn.Linear(width, spec.num_classes),
+    )

@@ -12,6 +12,10 @@ schedules). The split works on the autograd graph, for any module:
 
 Parameters no captured node reaches are differentiated from the output in W (correct, slower).
 A stage whose input needs no gradient (the first) does its whole backward in B; W is empty.
+
+A compiled block (pipecast.runtime.compiled) is one node whose backward pipecast compiled
+split: B runs it inside `compiled.splitting()`, where it computes its input's gradient
+alone and leaves its weight-gradient code for W (`WeightWork.compiled`).
 """
 
 from __future__ import annotations
@@ -22,8 +26,9 @@ from dataclasses import dataclass, field
 import torch
 from torch.autograd.graph import GradientEdge, Node
 
-from pipecast.runtime import weight_grads
+from pipecast.runtime import compiled, weight_grads
 from pipecast.runtime.autograd_calls import accumulate_into, engine_call, on_engine_thread
+from pipecast.runtime.compiled import PendingWeights
 
 _ACCUMULATE = "AccumulateGrad"
 
@@ -38,23 +43,31 @@ class WeightWork:
 
     @property
     def held_bytes(self) -> int:
-        """Bytes of the output gradients B captured and W still needs."""
+        """Bytes of the output gradients B captured and W still needs (for a compiled block,
+        what its weight-gradient code reads that B computed)."""
         seen: dict[int, int] = {}
-        for _, grads, _ in self.captured:
-            for g in grads:
-                if g is not None:
-                    storage = g.untyped_storage()
-                    seen[storage.data_ptr()] = storage.nbytes()
+        held = [g for _, grads, _ in self.captured for g in grads]
+        held += [t for pending in self.compiled for t in pending.args]
+        for g in held:
+            if isinstance(g, torch.Tensor):
+                storage = g.untyped_storage()
+                seen[storage.data_ptr()] = storage.nbytes()
         return sum(seen.values())
 
     uncovered: list[torch.Tensor] = field(default_factory=list)
     output: torch.Tensor | None = None
     grad_output: torch.Tensor | None = None
+    compiled: list[PendingWeights] = field(default_factory=list)
+    """Compiled blocks' weight-gradient code, as B left it."""
 
     @property
     def pending(self) -> bool:
         """Whether W has anything left to compute."""
-        return bool(self.captured) or bool(self.uncovered and self.output is not None)
+        return (
+            bool(self.captured)
+            or bool(self.compiled)
+            or bool(self.uncovered and self.output is not None)
+        )
 
 
 def _children(root: Node) -> dict[Node, list[Node]]:
@@ -91,6 +104,7 @@ def _weight_nodes(
     params_below: dict[Node, dict[int, torch.Tensor]] = {}
     own: dict[Node, list[torch.Tensor]] = {}
     reused: set[int] = set()
+    split_compiled: set[int] = set()
     for node, children in _children(output.grad_fn).items():
         if not children and type(node).__name__ == _ACCUMULATE:
             variable = node.variable  # type: ignore[attr-defined]
@@ -114,12 +128,16 @@ def _weight_nodes(
                 side.update(found)
         leads_to_input[node] = on_path
         params_below[node] = below
+        if on_path and compiled.is_compiled_node(node):  # its own B leaves its W (module notes)
+            marked = {id(p) for p in (compiled.marked_params(node) or {}).values()}
+            split_compiled.update(i for i in side if i in marked)
+            side = {i: p for i, p in side.items() if i not in marked}
         if on_path and side:
             own[node] = list(side.values())
             reused.update(trunk.intersection(side))
     if reused:
         own = {n: kept for n, ps in own.items() if (kept := [p for p in ps if id(p) not in reused])}
-    covered = {id(p) for ps in own.values() for p in ps}
+    covered = {id(p) for ps in own.values() for p in ps} | split_compiled
     return own, [p for p in params if id(p) not in covered]
 
 
@@ -170,14 +188,20 @@ def backward_input(
 
     handles = [node.register_prehook(capture(node)) for node in own]  # type: ignore[arg-type]
     seed = _seed(output, grad_output)
+    # W re-enters the graph only for captured nodes or uncovered weights; a stage of
+    # compiled blocks alone frees what its forward saved as B goes, as a whole backward does
+    keep = bool(own) or bool(uncovered)
     try:
-        (grad_input,) = engine_call((output,), (seed,), (stage_input,), accumulate=False)
+        with compiled.splitting() as pending:
+            (grad_input,) = engine_call(
+                (output,), (seed,), (stage_input,), accumulate=False, keep=keep
+            )
     finally:
         for handle in handles:
             handle.remove()
     if grad_input is None:
         raise RuntimeError("the stage's output does not depend on its input")
-    work = WeightWork(uncovered=uncovered)
+    work = WeightWork(uncovered=uncovered, compiled=pending)
     for node, node_params in own.items():
         if node in captured:
             work.captured.append((node, captured[node], node_params))
@@ -228,6 +252,9 @@ def backward_weight(work: WeightWork, *, direct: bool | None = None) -> None:
     by an autograd call per node."""
     if direct is None:
         direct = _DIRECT_WEIGHTS
+    for pending in work.compiled:
+        pending.run()
+    work.compiled.clear()
     for node, grad_outputs, params in work.captured:
         if direct and weight_grads.accumulate(node, grad_outputs, params):
             continue

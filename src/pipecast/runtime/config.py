@@ -15,6 +15,8 @@ from pipecast.values.training import (
     why_not_streamed,
 )
 
+COMPILE_MODES = ("off", "blocks", "stage")
+
 
 @dataclass(frozen=True, kw_only=True)
 class RunConfig:
@@ -63,6 +65,11 @@ class RunConfig:
     (pipecast.runtime.graphs): one launch per action where the host would issue every
     kernel. None (the default): wherever it can, on GPUs for every schedule but PipeDream's;
     True: insist (an error where it can't); False: eager."""
+    compile: Literal["off", "blocks", "stage"] = "off"
+    """Run each stage as inductor-compiled code (pipecast.runtime.compiled): every block
+    with weights its own graph ('blocks', as torchtitan compiles each transformer block), or
+    the whole stage as one ('stage'); the loss compiled too. A split backward compiles each
+    graph's input and weight gradients apart. 'off': eager PyTorch."""
     weight_batch: int = 1
     """Split-backward schedules: the W of this many micro-batches as one, in the plan
     pipecast makes for the job (Plan.weight_batch; a given plan carries its own)."""
@@ -93,6 +100,8 @@ class RunConfig:
             raise ConfigError(f"the timeout must be above 0 seconds, got {self.timeout_s}")
         if self.bucket_bytes < 1:
             raise ConfigError(f"bucket_bytes must be at least 1, got {self.bucket_bytes}")
+        if self.compile not in COMPILE_MODES:
+            raise ConfigError(f"unknown compile mode {self.compile!r}: {', '.join(COMPILE_MODES)}")
         if why := why_not_streamed(self.offload, self.recompute, async_updates=False):
             raise ConfigError(why)
         if self.lr_warmup < 0 or self.lr_min < 0 or self.clip_grad_norm < 0:

@@ -78,7 +78,14 @@ def build_stages(
     stages = {}
     for s, blocks in _slices(job, ctx, job.plan.stages_of(pipeline_rank), model).items():
         stages[s] = StageModule(
-            s, blocks, ctx.device, job.config, first=s == 0, last=s == last, mesh=mesh
+            s,
+            blocks,
+            ctx.device,
+            job.config,
+            first=s == 0,
+            last=s == last,
+            mesh=mesh,
+            split=job.plan.split_backward and s > 0,
         )
         stages[s].start = job.partition.stages[s].start
         if job.plan.forward_only:  # inference: batch norm's running statistics, no dropout

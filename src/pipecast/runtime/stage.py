@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from pipecast.runtime import devices, sharding
+from pipecast.runtime import compiled, devices, sharding
 from pipecast.runtime.backward import Cut
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.sharding import StageMesh
@@ -68,7 +68,10 @@ class StageModule:
         first: bool,
         last: bool,
         mesh: StageMesh | None = None,
+        split: bool = False,
     ) -> None:
+        """`split`: the plan splits this stage's backward into B and W (its compiled code is
+        split to match, pipecast.runtime.compiled)."""
         self.index, self.first, self.last = index, first, last
         self.start = 0
         """Global index of the stage's first block."""
@@ -80,6 +83,10 @@ class StageModule:
         """How torch's FSDP and tensor parallelism split and shard the blocks
         (pipecast.runtime.sharding); empty: the blocks run whole."""
         sharding.apply(self.module, self.mesh)
+        if config.compile != "off":
+            compiled.compile_blocks(
+                self.module, split=split and not self.meshed, whole=config.compile == "stage"
+            )
         self.params = [p for p in self.module.parameters() if p.requires_grad]
         self.host_params: list[nn.Parameter] | None = None
         """With the optimizer on the host (RunConfig.offload): its copy of the weights, in
@@ -102,9 +109,12 @@ class StageModule:
         if offloads_weights(config.offload) and self.host_params is not None:
             self.streamed = WeightStream(list(self.module), self.params, self.host_params, device)
         self.copy_input = bool(len(blocks)) and needs_input_copy(blocks[0])
-        self.parts = [self.module] if self.meshed else _parts(self.module)
+        self.parts = (
+            [self.module] if self.meshed or config.compile != "off" else _parts(self.module)
+        )
         """The stage's segments (pipecast.values.profile.segments), each run as its own autograd
-        graph when the backward is split; a single part when there is nothing to cut."""
+        graph when the backward is split; a single part when there is nothing to cut, or when
+        the blocks are compiled (a compiled block's W walks no graph)."""
         self.part_params = [
             [p for p in part.parameters() if p.requires_grad] for part in self.parts
         ]

@@ -7,7 +7,8 @@ inputs and output gradients concatenated along their rows: one product sums over
 them, added into .grad as the k would have been. The same input feeding several products
 (a query, key and value projection) is concatenated once. Every other node (a LayerNorm, a
 bias alone, a convolution, whatever the engine must run) takes the micro-batches one by
-one, as W does. The gradients are the same sums, added in another order.
+one, as W does, and so does a compiled block's weight-gradient code (traced for one
+micro-batch's shapes). The gradients are the same sums, added in another order.
 """
 
 from __future__ import annotations
@@ -84,8 +85,10 @@ def batched_weight(works: Sequence[WeightWork]) -> None:
             uncovered=list(work.uncovered),
             output=work.output,
             grad_output=work.grad_output,
+            compiled=list(work.compiled),  # compiled blocks' W goes micro-batch by micro-batch
         )
         backward_weight(rest)
+        work.compiled.clear()
         work.captured.clear()
         work.uncovered.clear()
         work.output = work.grad_output = None

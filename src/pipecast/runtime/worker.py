@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 
 from pipecast.errors import PipecastError
-from pipecast.runtime import checkpoint, devices, sharding
+from pipecast.runtime import checkpoint, compiled, devices, sharding
 from pipecast.runtime.devices import DTYPES
 from pipecast.runtime.engine import PipelineEngine
 from pipecast.runtime.job import TrainJob
@@ -88,6 +88,9 @@ class RankReport:
     held: dict[str, int] = field(default_factory=dict)
     """Elements of each parameter this rank holds at the end (its FSDP shard or its
     tensor-parallel split; the whole where nothing divides it)."""
+    compiled: dict[str, int] = field(default_factory=dict)
+    """Compiled execution on this rank (RunConfig.compile): blocks compiled, and backwards
+    run whole and split (pipecast.runtime.compiled.counts), over the whole run."""
 
 
 class _Data:
@@ -141,9 +144,10 @@ def run_rank(ctx: Context, job: TrainJob) -> RankReport:
     own = job.plan.stages_of(pipeline_rank)
     spec = job.spec
     mesh = sharding.build_mesh(ctx.device, layout, job.shard)
+    counted = compiled.counts()  # this job's compiled backwards: those counted from here
     stages, tied = build_stages(job, ctx, pipeline_rank, replica, mesh)
     last = job.plan.num_stages - 1
-    loss_fn = loss_for(spec)
+    loss_fn = compiled.compile_loss(loss_for(spec), job.config.compile)
     engine = PipelineEngine(
         job.plan,
         stages,
@@ -224,6 +228,10 @@ def run_rank(ctx: Context, job: TrainJob) -> RankReport:
         engine.close()
     report.versions = {s: st.version_log for s, st in stages.items()}
     report.graphs_captured = engine.replay.captured if engine.replay is not None else 0
+    if job.config.compile != "off":
+        blocks = sum(compiled.compiled_blocks(st.module) for st in stages.values())
+        ran = {k: n - counted.get(k, 0) for k, n in compiled.counts().items()}
+        report.compiled = {"blocks": blocks, **ran}
     return report
 
 

@@ -1,0 +1,159 @@
+"""Compiled stages (pipecast.runtime.compiled) against one eager process.
+
+Inductor compiles on the CPU with the machine's C++ compiler, seconds a graph: the models
+here are small and made of identical blocks, so one compiled graph serves most of them, and
+every job of the module runs in one spawned world (helpers.run_all) sharing inductor's
+on-disk cache with the in-process tests.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+
+import pytest
+import torch
+import torch.fx as fx
+from tests.runtime.helpers import (
+    assert_close,
+    assert_replayed,
+    merged,
+    pipeline_job,
+    reference_step,
+    run_all,
+)
+from tests.user_models import MlpBlock
+from torch import nn
+
+from pipecast.runtime import compiled, graphs
+from pipecast.runtime.compile_split import split_backward
+from pipecast.runtime.config import RunConfig
+from pipecast.runtime.run import JobResult
+from pipecast.values.models import Workload
+
+MODEL = Workload(model="tests.user_models:residual_mlp", dataset="mnist")
+WIDTH = 24
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _shared_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """One inductor cache for the module's processes: spawned ranks find what the first
+    compile of each graph wrote."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv(compiled.CACHE_ENV, str(tmp_path_factory.mktemp("inductor")))
+    mp.setenv("TORCHINDUCTOR_COMPILE_THREADS", "1")
+    yield
+    mp.undo()
+
+
+def test_split_backward_computes_each_node_once_and_matches_the_whole() -> None:
+    """dI then dW give the whole backward's outputs, and no operation runs in both."""
+    seen: list[fx.GraphModule] = []
+
+    def keep(gm: fx.GraphModule, _: list[torch.Tensor]) -> fx.GraphModule:
+        seen.append(gm)
+        return gm
+
+    from functorch.compile import aot_function, make_boxed_compiler
+
+    block = MlpBlock(WIDTH)
+    params = [p.detach().requires_grad_(True) for p in block.parameters()]
+    names = [n for n, _ in block.named_parameters()]
+
+    def f(x: torch.Tensor, *ps: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = torch.func.functional_call(block, dict(zip(names, ps, strict=True)), (x,))
+        return out
+
+    fn = aot_function(
+        f, fw_compiler=make_boxed_compiler(keep), bw_compiler=make_boxed_compiler(keep)
+    )
+    x = torch.randn(4, WIDTH, requires_grad=True)
+    fn(x, *params).sum().backward()
+    bw = seen[-1]
+    parts = split_backward(bw, [0])
+    ops = lambda gm: {n.name for n in gm.graph.nodes if n.op == "call_function"}  # noqa: E731
+    assert ops(parts.di) and ops(parts.dw) and not ops(parts.di) & ops(parts.dw)
+    args = [torch.randn(n.meta["val"].shape) for n in bw.graph.nodes if n.op == "placeholder"]
+    whole = bw(*args)
+    first = parts.di(*args)
+    weights = parts.dw(*[args[i] for i in parts.dw_args], *first[len(parts.input_grads) :])
+    assert parts.input_grads == (0,) and len(parts.weight_grads) == len(params)
+    torch.testing.assert_close(first[0], whole[0])
+    for position, grad in zip(parts.weight_grads, weights, strict=True):
+        torch.testing.assert_close(grad, whole[position])
+
+
+def test_a_compiled_block_leaves_its_weight_gradients_for_w() -> None:
+    """Inside `splitting()` a compiled block gives its input's gradient and no weight's; W
+    then adds exactly the eager gradients."""
+    torch.manual_seed(0)
+    eager, block = MlpBlock(WIDTH), MlpBlock(WIDTH)
+    block.load_state_dict(eager.state_dict())
+    compiled.compile_blocks(nn.Sequential(block), split=True)
+    x, g = torch.randn(3, 5, WIDTH), torch.randn(3, 5, WIDTH)
+    x_eager = x.clone().requires_grad_(True)
+    eager(x_eager).backward(g)
+    x_in = x.clone().requires_grad_(True)
+    out = block(x_in)
+    with compiled.splitting() as pending:
+        (grad_in,) = torch.autograd.grad(out, x_in, g)
+    assert len(pending) == 1 and all(p.grad is None for p in block.parameters())
+    torch.testing.assert_close(grad_in, x_eager.grad)
+    pending[0].run()
+    for mine, want in zip(block.parameters(), eager.parameters(), strict=True):
+        torch.testing.assert_close(mine.grad, want.grad)
+
+
+CASES = {
+    "gpipe": ("gpipe", 2, 4, [0, 4, 8], {}),
+    "1f1b": ("1f1b", 2, 4, [0, 4, 8], {}),
+    "interleaved": ("interleaved", 2, 4, [0, 2, 4, 6, 8], {}),
+    "zb-h1": ("zb-h1", 2, 4, [0, 4, 8], {}),
+    "zb-v": ("zb-v", 2, 4, [0, 2, 4, 6, 8], {}),
+    "zb-h1-weight-batch": ("zb-h1", 2, 4, [0, 4, 8], {"weight_batch": 2}),
+    "zb-h1-recompute": ("zb-h1", 2, 4, [0, 4, 8], {"recompute": "all"}),
+    "zb-h1-offload": ("zb-h1", 2, 4, [0, 4, 8], {"offload": "activations"}),
+    "1f1b-stage": ("1f1b", 2, 4, [0, 4, 8], {"compile": "stage"}),
+    "zb-h1-graphed": ("zb-h1", 2, 4, [0, 4, 8], {"cuda_graphs": True}),
+}
+STEPS = 3  # graphed: the first eager, then two replays
+
+
+@functools.cache
+def _results() -> dict[str, JobResult]:
+    jobs = []
+    for schedule, ranks, m, bounds, extra in CASES.values():
+        options = {"compile": "blocks", "lr": 0.1, "timeout_s": 120, **extra}
+        weight_batch = int(options.pop("weight_batch", 1))
+        config = RunConfig(**options)  # type: ignore[arg-type]
+        jobs.append(
+            pipeline_job(
+                MODEL, schedule, ranks, m, bounds, batch=8, steps=STEPS, config=config,
+                weight_batch=weight_batch,
+            )
+        )  # fmt: skip
+    results = run_all(jobs, env={graphs.STAND_IN_ENV: "1"})
+    return dict(zip(CASES, results, strict=True))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(CASES))
+def test_compiled_schedules_train_to_one_process_weights(case: str) -> None:
+    result = _results()[case]
+    torch.manual_seed(0)
+    want_params, want_grads = reference_step(MODEL.build(), MODEL, 8, steps=STEPS, lr=0.1)
+    assert_close(merged(result, "grads"), want_grads, rtol=1e-4)
+    assert_close(merged(result, "params"), want_params, rtol=1e-4)
+    schedule, _, m, _, extra = CASES[case]
+    split = schedule.startswith("zb")
+    for report in result.reports:
+        counts = report.compiled
+        assert counts["blocks"] >= 1, report.global_rank  # every stage runs compiled code
+        # each micro-batch of each stage ran its compiled backward; a split one left its W
+        splits = split and report.stages != [0]  # the first stage's B is its whole backward
+        backwards = counts["split"] if splits else counts["whole"]
+        assert backwards >= m * STEPS, (report.global_rank, counts)
+        if splits:
+            assert counts["weights"] >= m * STEPS, (report.global_rank, counts)
+    if extra.get("cuda_graphs"):
+        assert_replayed(result)
