@@ -61,7 +61,9 @@ def test_split_backward_computes_each_node_once_and_matches_the_whole() -> None:
     names = [n for n, _ in block.named_parameters()]
 
     def f(x: torch.Tensor, *ps: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = torch.func.functional_call(block, dict(zip(names, ps, strict=True)), (x,))
+        out: torch.Tensor = torch.func.functional_call(
+            block, dict(zip(names, ps, strict=True)), (x,)
+        )
         return out
 
     fn = aot_function(

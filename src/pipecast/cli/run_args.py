@@ -20,7 +20,7 @@ from pipecast.cli.common import (
     output_dir,
 )
 from pipecast.planning.schedules.generators import SCHEDULES
-from pipecast.values.training import LR_SCHEDULES, OFFLOADS
+from pipecast.values.training import COMPILE_MODES, LR_SCHEDULES, OFFLOADS
 
 
 def add_run_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
@@ -187,6 +187,21 @@ def _add_memory_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
             help="zb-h1, zb-v, zb-auto: compute the weight gradients of this many "
             "micro-batches as one (one larger matrix product per weight)",
         )
+    p.add_argument(
+        "--compile",
+        choices=COMPILE_MODES,
+        default="off",
+        help="run the stages as inductor-compiled code: each block with weights its own "
+        "graph (blocks), or each stage as one (stage); split backwards compile the input "
+        "and weight gradients apart; compiled code is cached (TORCHINDUCTOR_CACHE_DIR, "
+        "default ~/.cache/pipecast/inductor)",
+    )
+    p.add_argument(
+        "--channels-last",
+        action="store_true",
+        help="convolutions in channels-last memory order (NHWC), which GPUs' tensor cores "
+        "read without a transpose",
+    )
     p.add_argument(
         "--cuda-graphs",
         action=argparse.BooleanOptionalAction,

@@ -263,6 +263,8 @@ def _config(args: argparse.Namespace) -> RunConfig:
         offload=getattr(args, "offload", "none"),
         timeout_s=args.timeout,
         cuda_graphs=args.cuda_graphs,
+        compile=args.compile,
+        channels_last=args.channels_last,
         weight_batch=getattr(args, "weight_batch", 1),
     )
 

@@ -7,15 +7,15 @@ from typing import Literal
 
 from pipecast.errors import ConfigError
 from pipecast.values.training import (
+    COMPILE_MODES,
     LR_SCHEDULES,
+    Compile,
     LrSchedule,
     Offload,
     Optimizer,
     Recompute,
     why_not_streamed,
 )
-
-COMPILE_MODES = ("off", "blocks", "stage")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,11 +65,15 @@ class RunConfig:
     (pipecast.runtime.graphs): one launch per action where the host would issue every
     kernel. None (the default): wherever it can, on GPUs for every schedule but PipeDream's;
     True: insist (an error where it can't); False: eager."""
-    compile: Literal["off", "blocks", "stage"] = "off"
+    compile: Compile = "off"
     """Run each stage as inductor-compiled code (pipecast.runtime.compiled): every block
     with weights its own graph ('blocks', as torchtitan compiles each transformer block), or
     the whole stage as one ('stage'); the loss compiled too. A split backward compiles each
     graph's input and weight gradients apart. 'off': eager PyTorch."""
+    channels_last: bool = False
+    """Convolutions' weights and 4-D activations in channels-last memory order (NHWC), the
+    order the GPU's tensor-core convolutions read: without it cuDNN transposes around each
+    convolution. The numbers are the same; only their order in memory changes."""
     weight_batch: int = 1
     """Split-backward schedules: the W of this many micro-batches as one, in the plan
     pipecast makes for the job (Plan.weight_batch; a given plan carries its own)."""

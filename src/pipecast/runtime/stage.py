@@ -79,6 +79,8 @@ class StageModule:
         if not config.autocast and config.dtype != "fp32":
             blocks = blocks.to(devices.DTYPES[config.dtype])
         self.module = blocks.to(device)
+        if config.channels_last:
+            self.module = self.module.to(memory_format=torch.channels_last)
         self.mesh = mesh or StageMesh()
         """How torch's FSDP and tensor parallelism split and shard the blocks
         (pipecast.runtime.sharding); empty: the blocks run whole."""
@@ -228,6 +230,8 @@ class StageModule:
         op no check could see makes the stage copy its input, and failing that (the op sat
         at a cut) stop cutting."""
         h = x.clone() if self.copy_input and isinstance(x, torch.Tensor) else x
+        if self.config.channels_last and isinstance(h, torch.Tensor) and h.dim() == 4:
+            h = h.contiguous(memory_format=torch.channels_last)
         cuts: list[Cut] = []
         try:
             with self._precision():

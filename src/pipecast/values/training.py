@@ -15,6 +15,10 @@ optimizer's state (stepped by the host on its own copy of the weights), or both;
 the optimizer and the weights, which stream in a block at a time as the blocks run
 (Harmony's swap); 'all': weights, optimizer and activations."""
 OFFLOADS: tuple[Offload, ...] = ("none", "activations", "optimizer", "both", "weights", "all")
+Compile = Literal["off", "blocks", "stage"]
+"""How a stage's code runs: eager PyTorch, each block with weights as its own inductor
+graph, or the whole stage as one (pipecast.runtime.compiled)."""
+COMPILE_MODES: tuple[Compile, ...] = ("off", "blocks", "stage")
 
 OFFLOAD_IN_FLIGHT = 256 * 2**20
 """Bytes of saved activations whose copies to the host may still be under way while the

@@ -1,0 +1,204 @@
+"""One GPU: pipecast's one-device plans beside torch's own ways, in one device call.
+
+    python -m benchmarks.one_gpu --set first --out DIR [--budget 540]
+
+Every run is a process of its own (compiled code and the allocator start fresh), one after
+another on the one GPU: torch's side is `anchors/one_gpu.py` (eager, compiled per block,
+compiled whole; copied from the project's shared anchors, run from the repository's root),
+pipecast's is the same zoo module trained by `run_job` on one rank, one micro-batch. Each
+prints one JSON line; DIR/runs.jsonl keeps them and the table comes last. A run past the
+budget is skipped, so a call always returns its table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ANCHOR = Path(".anchors/one_gpu.py")
+
+
+@dataclass(frozen=True)
+class Load:
+    model: str
+    dataset: str
+    batch: int
+    optim: str
+    width: int = 0
+    layers: int = 0
+    heads: int = 0
+    seq: int = 0
+
+    def anchor_args(self) -> list[str]:
+        out = ["--model", self.model, "--dataset", self.dataset, "--batch", str(self.batch)]
+        out += ["--optim", self.optim]
+        for flag, value in (("--width", self.width), ("--layers", self.layers),
+                            ("--heads", self.heads), ("--seq", self.seq)):  # fmt: skip
+            if value:
+                out += [flag, str(value)]
+        return out
+
+
+LOADS = {
+    "gpt2048": Load("gpt", "tokens", 8, "adam", 2048, 24, 16, 1024),
+    "gpt768": Load("gpt", "tokens", 8, "adam", 768, 12, 12, 1024),
+    "resnet50": Load("resnet50", "imagenet", 256, "sgd"),
+    "vgg16": Load("vgg16", "imagenet", 128, "sgd"),
+    "gpt1024": Load("gpt", "tokens", 4, "adam", 1024, 16, 16, 2048),
+}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A pipecast run: compile mode, graphs, channels-last, micro-batches."""
+
+    compile: str = "off"
+    graphs: bool = True
+    channels_last: bool = False
+    microbatches: int = 1
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        parts = [f"compile={self.compile}", "graphs" if self.graphs else "eager"]
+        if self.channels_last:
+            parts.append("channels-last")
+        if self.microbatches > 1:
+            parts.append(f"M={self.microbatches}")
+        return " ".join(parts)
+
+
+SETS: dict[str, list[tuple[str, list[str], list[Variant]]]] = {
+    "first": [
+        ("gpt768", ["eager", "compile", "compile-whole"], [
+            Variant("off", True), Variant("blocks", True), Variant("stage", True),
+            Variant("blocks", False),
+        ]),
+        ("resnet50", ["eager", "compile"], [
+            Variant("blocks", True), Variant("blocks", True, True), Variant("off", True, True),
+        ]),
+    ],
+    "large": [
+        ("gpt2048", ["eager", "compile"], [
+            Variant("blocks", False), Variant("blocks", True), Variant("off", False),
+        ]),
+        ("vgg16", ["eager", "compile"], [Variant("blocks", True, True)]),
+        ("gpt1024", ["eager", "compile", "compile-whole"], [Variant("blocks", True)]),
+    ],
+}  # fmt: skip
+
+
+def _pipecast(load: Load, variant: Variant) -> dict[str, Any]:
+    """One pipecast run in this process: median of 8 steps after 3 warm-ups."""
+    from pipecast.api import make_job
+    from pipecast.runtime.config import RunConfig
+    from pipecast.runtime.run import run_job
+    from pipecast.values.models.workload import Workload
+
+    workload = Workload(
+        model=load.model, dataset=load.dataset, width=load.width or 512,
+        layers=load.layers, heads=load.heads, seq_len=load.seq or 256,
+    )  # fmt: skip
+    blocks = workload.block_count()
+    cpu = os.environ.get("ONE_GPU_DEVICE") == "cpu"  # a dry run of the plumbing
+    config = RunConfig(
+        dtype="fp32" if cpu else "bf16", optimizer=load.optim, lr=1e-4, compile=variant.compile,  # type: ignore[arg-type]
+        cuda_graphs=variant.graphs, channels_last=variant.channels_last, **variant.extra,
+    )  # fmt: skip
+    job, _ = make_job(
+        workload, gpus=1, microbatches=variant.microbatches, batch=load.batch,
+        partition=f"0,{blocks}", steps=8, warmup_steps=3, config=config,
+        device=os.environ.get("ONE_GPU_DEVICE", "cuda"),
+    )  # fmt: skip
+    began = time.perf_counter()
+    result = run_job(job)
+    assert result is not None
+    s = result.summary
+    return {
+        "step_ms": round(s["step_time"] * 1e3, 2),
+        "peak_alloc_gib": round(s["peak_allocated"][0] / 2**30, 3),
+        "peak_reserved_gib": round(s["peak_reserved"][0] / 2**30, 3),
+        "wall_s": round(time.perf_counter() - began, 1),
+        "compiled": result.reports[0].compiled,
+    }
+
+
+def _child(args: argparse.Namespace) -> None:
+    load = LOADS[args.load]
+    variant = Variant(**json.loads(args.variant))
+    row = {"load": args.load, "side": "pipecast", "mode": variant.name, **_pipecast(load, variant)}
+    print("ROW " + json.dumps(row), flush=True)
+
+
+def _run(cmd: list[str], timeout: float) -> tuple[dict[str, Any] | None, str]:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return None, "timeout"
+    for line in p.stdout.splitlines():
+        if line.startswith("ROW "):
+            return json.loads(line[4:]), ""
+        if line.startswith("{"):
+            return json.loads(line), ""
+    return None, (p.stderr or p.stdout)[-1500:]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--set", default="first")
+    ap.add_argument("--out", default="one-gpu-out")
+    ap.add_argument("--budget", type=float, default=540.0)
+    ap.add_argument("--child", action="store_true")
+    ap.add_argument("--load")
+    ap.add_argument("--variant")
+    args = ap.parse_args()
+    if args.child:
+        _child(args)
+        return
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    began = time.monotonic()
+    rows: list[dict[str, Any]] = []
+    for load_name, modes, variants in SETS[args.set]:
+        load = LOADS[load_name]
+        todo: list[tuple[str, list[str]]] = [
+            (f"torch {m}", [sys.executable, str(ANCHOR), "--mode", m, *load.anchor_args()])
+            for m in modes
+        ]
+        todo += [
+            (
+                f"pipecast {v.name}",
+                [sys.executable, "-m", "benchmarks.one_gpu", "--child", "--load", load_name,
+                 "--variant", json.dumps(v.__dict__)],
+            )
+            for v in variants
+        ]  # fmt: skip
+        for name, cmd in todo:
+            left = args.budget - (time.monotonic() - began)
+            if left < 20:
+                print(f"skipped {load_name} {name}: budget spent", flush=True)
+                continue
+            t0 = time.monotonic()
+            row, why = _run(cmd, left)
+            took = time.monotonic() - t0
+            if row is None:
+                print(f"FAILED {load_name} {name} ({took:.0f} s): {why}", flush=True)
+                continue
+            row.update(load=load_name, run=name, process_s=round(took, 1))
+            rows.append(row)
+            with (out / "runs.jsonl").open("a") as f:
+                f.write(json.dumps(row) + "\n")
+            print(f"{load_name:9} {name:44} {row['step_ms']:>9} ms  "
+                  f"{row.get('peak_alloc_gib', 0):>7} GiB  ({took:.0f} s)", flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
