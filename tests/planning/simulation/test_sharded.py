@@ -158,12 +158,13 @@ def test_fsdp_collects_and_steps_each_replicas_shard() -> None:
     assert t.step_time == pytest.approx(step.end)
 
 
-def test_a_sharded_pipeline_stage_reduce_scatters_its_gradients() -> None:
+def test_a_sharded_pipeline_stage_reduce_scatters_and_steps_its_shard() -> None:
     """FSDP x2 x 2 stages of two 3 GB blocks, on one node (10 us, 150 GB/s, no collective
     readings: a ring, half an all-reduce each way). After its last backward each stage
     reduce-scatters its 6 GB over 2 replicas: 10 us + 1/2 x 6e9 / 150e9 = 20.01 ms (an
     all-reduce would take twice that); before its first forward it gathers its first block:
-    10 us + 1/2 x 3e9 / 150e9 = 10.01 ms."""
+    10 us + 1/2 x 3e9 / 150e9 = 10.01 ms; and each replica steps its half of the stage's
+    2 x 8 ms of optimizer."""
     profile = _fsdp_profile()
     cluster = describe(gpus_per_node=4, memory="80GiB")
     part = Partition(stages=(Stage(0, 2, (0, 2)), Stage(2, 4, (1, 3))), num_blocks=4)
@@ -171,3 +172,4 @@ def test_a_sharded_pipeline_stage_reduce_scatters_its_gradients() -> None:
     assert costs.allreduce == pytest.approx((20.01e-3, 20.01e-3))
     assert costs.lead == pytest.approx((10.01e-3, 10.01e-3))
     assert costs.shards == (2, 2)
+    assert [st.optimizer for st in costs.stages] == pytest.approx([8e-3, 8e-3])

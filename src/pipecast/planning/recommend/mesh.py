@@ -136,10 +136,15 @@ def sharded_timeline(
 def sharded_stages(costs: Costs, rank: Profile, partition: Partition, cluster: Cluster) -> Costs:
     """A pipeline's `costs` with each stage sharded over its replicas (FSDP kept gathered
     through the step, as torchtitan runs pipelines): the weights' all-gather before the
-    stage's first forward (its first block's; the rest come while it computes), and a
-    reduce-scatter instead of the all-reduce after its last backward."""
+    stage's first forward (its first block's; the rest come while it computes), a
+    reduce-scatter instead of the all-reduce after its last backward, and each replica's
+    optimizer stepping its shard (1/R of the stage's), as on one stage (sharded_timeline)."""
     return replace(
         costs,
+        stages=tuple(
+            replace(times, optimizer=times.optimizer / st.replicas)
+            for times, st in zip(costs.stages, partition.stages, strict=True)
+        ),
         allreduce=tuple(
             cluster.reduce_scatter_time(times.param_bytes, st.devices)
             for times, st in zip(costs.stages, partition.stages, strict=True)
