@@ -76,3 +76,16 @@ def test_the_pool_ratio_is_the_profiles_own_measurement() -> None:
     assert graph_pool_ratio(profile) == 1.0
     assert graph_pool_ratio(replace(profile, graph_pool={8: 3000})) == pytest.approx(1.5)
     assert graph_pool_ratio(replace(profile, graph_pool={8: 1500})) == 1.0
+
+
+def test_the_last_micro_batch_is_not_recomputed_in_its_backward() -> None:
+    """'all-but-last', 1F1B on one stage saving 1000 bytes a micro-batch, 2 micro-batches:
+    micro-batch 0 keeps nothing (a first stage's input is the data) and its backward runs
+    its forward again (1000); micro-batch 1 keeps its 1000 and its backward recomputes
+    nothing: 1000, as without recomputation, not 2000."""
+    plan = make_plan("1f1b", 1, 2)
+    st = StageTimes(
+        forward=1, backward_input=1, backward_weight=1, backward=2, activation_bytes=1000
+    )
+    assert simulate(plan, Costs(stages=(st,), recompute="all-but-last")).peak_memory == (1000,)
+    assert simulate(plan, Costs(stages=(st,))).peak_memory == (1000,)
