@@ -90,10 +90,11 @@ def test_a_sharded_pipeline_stage_holds_whole_weights_beside_its_shards() -> Non
     assert t.step_time == pytest.approx(3.75)
 
 
-def test_tensor_parallelism_adds_two_all_reduces_a_pass_per_split_block() -> None:
-    """Two blocks, one split over 2 ranks (its weights halve in the rank's profile), the
-    other whole: the split one adds 2 all-reduces of its 1000-byte output to each stage's
-    forward and backward, the whole one none."""
+def test_a_split_block_without_its_counts_is_priced_as_a_gpt_block() -> None:
+    """Two blocks, one split over 2 ranks (its weights halve in the rank's profile) in a
+    profile that did not record its all-reduces, the other whole: the split one adds a GPT
+    block's 2 all-reduces of its 1000-byte output to the forward and 4 to the backward, the
+    whole one none."""
     from dataclasses import replace
 
     from tests.planning.partition.test_partition import make_profile
@@ -106,7 +107,9 @@ def test_tensor_parallelism_adds_two_all_reduces_a_pass_per_split_block() -> Non
     profile = replace(profile, tensor_parallel={2: (halved, profile.blocks[1])})
     cluster = describe(gpus_per_node=2, memory="80GiB")
     one = cluster.allreduce_time(1000, range(2))
+    assert halved.tp_reduces is None
     assert tp_collectives(profile, 0, 2, 8, cluster, 2) == pytest.approx(2 * one)
+    assert tp_collectives(profile, 0, 2, 8, cluster, 2, backward=True) == pytest.approx(4 * one)
     assert tp_collectives(profile, 1, 2, 8, cluster, 2) == 0.0
     assert tp_collectives(profile, 0, 2, 8, cluster, 1) == 0.0
 
