@@ -121,3 +121,12 @@ def test_three_micro_batches_in_groups_of_two_leave_the_last_alone() -> None:
     plan = make_plan("zb-h1", 2, 3, weight_batch=2)
     ws = {a.mb: g for a, g in weight_groups(plan).items() if a.stage == 1}
     assert ws == {0: (), 1: (0, 1), 2: (2,)}
+
+
+def test_a_run_refuses_a_weight_batch_below_one() -> None:
+    from pipecast.errors import ConfigError
+    from pipecast.runtime.config import RunConfig
+
+    assert RunConfig(weight_batch=1).weight_batch == 1
+    with pytest.raises(ConfigError, match="a weight batch is at least 1 micro-batch, got 0"):
+        RunConfig(weight_batch=0)

@@ -102,6 +102,11 @@ class RunConfig:
             raise ConfigError(f"the learning rate must be 0 or more, got {self.lr}")
         if not self.timeout_s > 0:
             raise ConfigError(f"the timeout must be above 0 seconds, got {self.timeout_s}")
+        if self.weight_batch < 1:
+            raise ConfigError(
+                f"a weight batch is at least 1 micro-batch, got {self.weight_batch}: "
+                "1 runs each W on its own"
+            )
         if self.bucket_bytes < 1:
             raise ConfigError(f"bucket_bytes must be at least 1, got {self.bucket_bytes}")
         if self.compile not in COMPILE_MODES:

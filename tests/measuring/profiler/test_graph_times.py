@@ -4,6 +4,7 @@ them."""
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -68,9 +69,10 @@ def test_graph_times_take_the_median_of_the_kept_passes() -> None:
     g = graph_times(slow, torch.randn(4, 8), True, torch.device("cpu"), options)
     # one pass to size the output's gradient, then warm-up and kept passes (on CPU no hold
     # is needed, so one batch of them)
-    assert slow.calls == 1 + 2 + 3
-    assert 0.02 <= g.forward < 1.0  # the sleep, read as the forward's time
-    assert g.backward < g.forward  # the backward never runs the forward again
+    assert slow.calls == 1 + 2 + 3  # and the backward never runs the forward again
+    assert g.forward >= 0.02  # the sleep, read as the forward's time (a lower bound only:
+    # a busy machine can stretch any reading)
+    assert 0 < g.backward < math.inf
 
 
 def test_profile_has_graph_times_only_where_graphs_run(stand_in: None) -> None:

@@ -1,7 +1,12 @@
 from __future__ import annotations
 
+import math
+import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
@@ -36,13 +41,15 @@ def test_robust_drops_outliers() -> None:
 
 
 def test_profile_measures_every_block_and_size() -> None:
+    """Every block at every size gets positive, finite times and the bytes its shapes give;
+    no assertion compares two measured times, which a busy machine can reorder."""
     w = Workload(model="lenet5", dataset="mnist")
     p = profile_model(w.build(), w.spec, FAST, model_name="lenet5")
     assert p.num_blocks == 12 and p.micro_batch_sizes == (2, 4)
     for i, block in enumerate(p.blocks):
         for mb in (2, 4):
             c = block.costs[mb]
-            assert c.forward > 0 and c.backward > 0
+            assert 0 < c.forward < math.inf and 0 < c.backward < math.inf
             assert c.output_bytes > 0
         assert block.costs[4].output_bytes == 2 * block.costs[2].output_bytes
         if i == 0:
@@ -51,9 +58,9 @@ def test_profile_measures_every_block_and_size() -> None:
     assert p.blocks[0].costs[4].saved_bytes == 4 * 28 * 28 * 4
     assert p.param_bytes == 61_706 * 4
     assert p.loss[4][0] > 0
-    assert p.host.reference > 0  # how fast the host ran while profiling
+    assert 0 < p.host.reference < math.inf  # how fast the host ran while profiling
     assert Profile.from_json(p.to_json()).host.reference == p.host.reference
-    assert 0 < p.host.issue < p.host.reference  # torch's host work on a tiny model, timed
+    assert 0 < p.host.issue < math.inf  # torch's host work on a tiny model, timed
     assert Profile.from_json(p.to_json()).host.issue == p.host.issue
     # where it was taken, as the probe names its machine
     assert p.host.machine == hostspeed.machine() != ""
@@ -62,10 +69,8 @@ def test_profile_measures_every_block_and_size() -> None:
     assert p.host.cpu == hostspeed.cpu_model() != ""
     assert Profile.from_json(p.to_json()).host.cpu == p.host.cpu
     # the host's speed beside each size's host costs, a reading of the same kind
-    assert sorted(p.host.size_issue) == [2, 4] and all(v > 0 for v in p.host.size_issue.values())
-    assert (
-        min(p.host.size_issue.values()) < 10 * p.host.issue < 100 * max(p.host.size_issue.values())
-    )
+    assert sorted(p.host.size_issue) == [2, 4]
+    assert all(0 < v < math.inf for v in p.host.size_issue.values())
     assert Profile.from_json(p.to_json()).host.size_issue == p.host.size_issue
     # tensors torch's DDP handles one by one: LeNet-5's 5 layers x (weight, bias), no buffers
     assert [b.param_tensors for b in p.blocks if b.param_tensors] == [2] * 5
@@ -221,41 +226,77 @@ def test_split_call_is_only_measured_where_the_host_is_modelled() -> None:
     assert split_call(torch.device("cpu"), torch.float32, options) == 0.0
 
 
-def test_hostspeed_reference_times_the_fixed_loop() -> None:
-    """The reading is the loop's time: four times the loop reads well over twice as long.
-    Each length is read five times, interleaved, and the fastest kept: a busy machine only
-    adds time, so the fastest readings are the loops' own."""
-    saved = hostspeed.ITERATIONS
-    once, four = [], []
-    try:
-        for _ in range(5):
-            hostspeed.ITERATIONS = saved
-            once.append(hostspeed.reference(repeats=1))
-            hostspeed.ITERATIONS = 4 * saved
-            four.append(hostspeed.reference(repeats=1))
-    finally:
-        hostspeed.ITERATIONS = saved
-    assert min(four) > 2 * min(once) > 0
+def test_hostspeed_reference_is_the_median_time_of_the_fixed_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The reading is the loop's time, the median of its repeats. On a clock that moves only
+    while the loop runs, 1, 5 and 2 s an iteration in three repeats of 10 iterations, the
+    repeats read 10, 50 and 20 s and the reading is 20 s (not their mean, 26.7, nor the
+    fastest, 10), whatever else the machine is doing."""
+    clock = [0.0]
+    per_iteration = iter([1.0, 5.0, 2.0])
+
+    def ticking(n: int) -> Iterator[int]:
+        tick = next(per_iteration)
+        for i in range(n):
+            clock[0] += tick
+            yield i
+
+    def counted(n: int) -> Iterator[int]:  # the loop's 10 iterations tick; the repeats not
+        return ticking(n) if n == 10 else iter(range(n))
+
+    monkeypatch.setattr(hostspeed, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    monkeypatch.setattr(hostspeed, "range", counted, raising=False)
+    monkeypatch.setattr(hostspeed, "ITERATIONS", 10)
+    assert hostspeed.reference(repeats=3) == 20.0
+
+
+class _SlowBackward(torch.autograd.Function):
+    """The identity, whose backward sleeps `delay` seconds (a sleep is never shorter)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, delay: float) -> torch.Tensor:
+        ctx.delay = delay
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        time.sleep(ctx.delay)
+        return grad, None
+
+
+class _Slow(nn.Module):
+    """A Linear whose backward takes at least `delay` seconds."""
+
+    def __init__(self, n_in: int, n_out: int, delay: float) -> None:
+        super().__init__()
+        self.linear, self.delay = nn.Linear(n_in, n_out), delay
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = _SlowBackward.apply(self.linear(x), self.delay)
+        return out
 
 
 def test_in_context_backward_is_marked_block_by_block() -> None:
     """Gradient hooks mark each block's backward inside one whole backward, in-place ReLUs
-    included: every block gets a time, and the wide Linear takes the largest."""
+    included: every block gets a time, and each block's sleep falls in its own: at least
+    20 ms in the first Linear's, 40 ms in the second's, 60 ms in the whole backward. Only
+    lower bounds, which a busy machine cannot break."""
     torch.manual_seed(0)
     blocks = [
-        nn.Linear(64, 64),
+        _Slow(16, 16, 0.02),
         nn.ReLU(inplace=True),
-        nn.Linear(64, 1024),
+        _Slow(16, 64, 0.04),
         nn.ReLU(inplace=True),
-        nn.Linear(1024, 10),
+        nn.Linear(64, 10),
     ]
-    x, target = torch.randn(256, 64), torch.randint(0, 10, (256,))
-    options = ProfileOptions(device="cpu", micro_batch_sizes=(256,), warmup=1, repeats=5)
+    x, target = torch.randn(8, 16), torch.randint(0, 10, (8,))
+    options = ProfileOptions(device="cpu", micro_batch_sizes=(8,), warmup=0, repeats=2)
     ctx = in_situ(blocks, x, target, nn.functional.cross_entropy, torch.device("cpu"), options)
     assert ctx.backward_blocks is not None and len(ctx.backward_blocks) == 5
-    assert all(t > 0 for t in ctx.backward_blocks)
-    assert max(range(5), key=lambda i: ctx.backward_blocks[i]) in (2, 4)
-    assert sum(ctx.backward_blocks) <= 1.5 * ctx.backward
+    assert all(0 < t < math.inf for t in ctx.backward_blocks)
+    assert ctx.backward_blocks[0] >= 0.02 and ctx.backward_blocks[2] >= 0.04
+    assert ctx.backward >= 0.06
 
 
 def test_hold_before_a_hidden_pass_grows_until_it_outlasts_the_hosts_issuing() -> None:

@@ -17,6 +17,7 @@ from pipecast.planning.recommend.predict import CPU_ERROR_RANGE, ERROR_RANGE, er
 from pipecast.planning.recommend.rank import (
     Rejected,
     explain,
+    fastest_first,
     nothing_fits,
     quoted,
     recommend,
@@ -41,6 +42,19 @@ def test_enumerates_every_kind_and_ranks_by_time() -> None:
     times = [pred.step_time for pred in rec.ranked]
     assert times == sorted(times)
     assert rec.reason().startswith(rec.best.strategy.label())
+
+
+def test_at_equal_step_time_fewer_gpus_rank_first() -> None:
+    """A model with nothing to compute, move or hold: every strategy's step takes 0 s, on 1,
+    2 or 4 GPUs. The same speed on fewer GPUs leaves the rest free, so those rank first:
+    one device wins, and the ranking never goes back to fewer GPUs, in whatever order the
+    strategies come."""
+    nothing = make_profile([0.0] * 4, out_bytes=[0] * 4, params=[0] * 4)
+    ranked = recommend(nothing, describe(gpus_per_node=4, memory="80GiB"), 8).ranked
+    assert {pred.step_time for pred in ranked} == {0.0}
+    gpus = [pred.strategy.gpus for pred in ranked]
+    assert gpus[0] == 1 and gpus[-1] == 4 and gpus == sorted(gpus)
+    assert [pred.strategy.gpus for pred in fastest_first(reversed(ranked))] == gpus
 
 
 def test_memory_drops_strategies_and_says_why() -> None:

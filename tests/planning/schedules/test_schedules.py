@@ -134,3 +134,15 @@ def test_bad_schedule_inputs() -> None:
         make_plan("interleaved", 4, 6)
     with pytest.raises(ConfigError, match="at least 1 micro-batch"):
         make_plan("gpipe", 4, 0)
+
+
+def test_a_weight_batch_fits_the_plans_micro_batches_and_a_split_backward() -> None:
+    """ZB-H1 over 4 micro-batches groups its Ws by 1 to 4 (4: all of them as one); 0 or 5
+    is refused naming the range, and a weight batch on a schedule without W by naming the
+    ones that have it."""
+    assert make_plan("zb-h1", 2, 4, weight_batch=4).weight_batch == 4
+    for k in (0, 5, 100):
+        with pytest.raises(PlanError, match=f"weight batch of {k} .* choose 1 to 4$"):
+            make_plan("zb-h1", 2, 4, weight_batch=k)
+    with pytest.raises(PlanError, match=r"1f1b does not run: use zb-h1, zb-v or zb-auto$"):
+        make_plan("1f1b", 2, 4, weight_batch=2)

@@ -76,3 +76,41 @@ def test_the_pool_ratio_is_the_profiles_own_measurement() -> None:
     assert graph_pool_ratio(profile) == 1.0
     assert graph_pool_ratio(replace(profile, graph_pool={8: 3000})) == pytest.approx(1.5)
     assert graph_pool_ratio(replace(profile, graph_pool={8: 1500})) == 1.0
+
+
+def test_the_last_micro_batch_is_not_recomputed_in_its_backward() -> None:
+    """'all-but-last', 1F1B on one stage saving 1000 bytes a micro-batch, 2 micro-batches:
+    micro-batch 0 keeps nothing (a first stage's input is the data) and its backward runs
+    its forward again (1000); micro-batch 1 keeps its 1000 and its backward recomputes
+    nothing: 1000, as without recomputation, not 2000."""
+    plan = make_plan("1f1b", 1, 2)
+    st = StageTimes(
+        forward=1, backward_input=1, backward_weight=1, backward=2, activation_bytes=1000
+    )
+    assert simulate(plan, Costs(stages=(st,), recompute="all-but-last")).peak_memory == (1000,)
+    assert simulate(plan, Costs(stages=(st,))).peak_memory == (1000,)
+
+
+@pytest.mark.parametrize(
+    ("recompute", "peaks"), [("none", (4010, 4010)), ("all-but-last", (2030, 2040))]
+)
+def test_all_but_last_keeps_only_the_last_micro_batch_whole(
+    recompute: str, peaks: tuple[int, int]
+) -> None:
+    """GPipe, 2 stages saving 1000 bytes a micro-batch, 10 bytes crossing between them, 4
+    micro-batches, every forward before any backward; the host, costing nothing, issues
+    ahead, so the gradients each backward received stay until their receives are done.
+    Without recomputation each rank keeps 4 x 1000, and its first backward holds a
+    10-byte gradient on top: 4010. 'all-but-last' keeps micro-batch 3 whole (1000) and of
+    micro-batches 0-2 only what they received: nothing on the first stage, 10 each on the
+    second (1030). Rank 0 peaks in the backward of micro-batch 2, the last it recomputes:
+    1000 kept + 1000 recomputed + its 10-byte gradient + the 2 x 10 still in flight = 2030;
+    rank 1 in its first backward: 1030 + 1000 recomputed + the 10-byte gradient it sends =
+    2040."""
+    first = StageTimes(
+        forward=1, backward_input=1, backward_weight=1, backward=2, activation_bytes=1000,
+        output_bytes=10,
+    )  # fmt: skip
+    last = replace(first, output_bytes=0, input_bytes=10)
+    costs = Costs(stages=(first, last), recompute=recompute)  # type: ignore[arg-type]
+    assert simulate(make_plan("gpipe", 2, 4), costs).peak_memory == peaks

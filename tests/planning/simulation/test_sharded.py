@@ -3,9 +3,19 @@ memory worked out by hand from the rules in planning/simulation/sharded.py."""
 
 from __future__ import annotations
 
-import pytest
+from dataclasses import replace
 
+import pytest
+from tests.planning.partition.test_partition import make_profile
+
+from pipecast.planning.recommend.mesh import sharded_stages
+from pipecast.planning.recommend.predict import predict
+from pipecast.planning.simulation.pricing import costs_from_profile
 from pipecast.planning.simulation.sharded import ShardedStep, Unit, sharded_step
+from pipecast.values.hardware.presets import describe
+from pipecast.values.partition import Partition, Stage
+from pipecast.values.profile.types import Profile
+from pipecast.values.strategy import Strategy
 
 
 def _units(gather: float, scatter: float) -> list[Unit]:
@@ -80,10 +90,11 @@ def test_a_sharded_pipeline_stage_holds_whole_weights_beside_its_shards() -> Non
     assert t.step_time == pytest.approx(3.75)
 
 
-def test_tensor_parallelism_adds_two_all_reduces_a_pass_per_split_block() -> None:
-    """Two blocks, one split over 2 ranks (its weights halve in the rank's profile), the
-    other whole: the split one adds 2 all-reduces of its 1000-byte output to each stage's
-    forward and backward, the whole one none."""
+def test_a_split_block_without_its_counts_is_priced_as_a_gpt_block() -> None:
+    """Two blocks, one split over 2 ranks (its weights halve in the rank's profile) in a
+    profile that did not record its all-reduces, the other whole: the split one adds a GPT
+    block's 2 all-reduces of its 1000-byte output to the forward and 4 to the backward, the
+    whole one none."""
     from dataclasses import replace
 
     from tests.planning.partition.test_partition import make_profile
@@ -96,7 +107,9 @@ def test_tensor_parallelism_adds_two_all_reduces_a_pass_per_split_block() -> Non
     profile = replace(profile, tensor_parallel={2: (halved, profile.blocks[1])})
     cluster = describe(gpus_per_node=2, memory="80GiB")
     one = cluster.allreduce_time(1000, range(2))
+    assert halved.tp_reduces is None
     assert tp_collectives(profile, 0, 2, 8, cluster, 2) == pytest.approx(2 * one)
+    assert tp_collectives(profile, 0, 2, 8, cluster, 2, backward=True) == pytest.approx(4 * one)
     assert tp_collectives(profile, 1, 2, 8, cluster, 2) == 0.0
     assert tp_collectives(profile, 0, 2, 8, cluster, 1) == 0.0
 
@@ -122,3 +135,44 @@ def test_a_split_block_adds_an_all_reduce_per_row_wise_forward_and_column_wise_b
     one = cluster.allreduce_time(1000, range(2))
     assert tp_collectives(profile, 0, 1, 8, cluster, 2) == pytest.approx(2 * one)
     assert tp_collectives(profile, 0, 1, 8, cluster, 2, backward=True) == pytest.approx(4 * one)
+
+
+def _fsdp_profile() -> Profile:
+    """Four blocks of 3 GB of weights each, 1 ms forward, and an optimizer step of 8 ms a
+    block (nothing fixed on top)."""
+    profile = make_profile([1e-3] * 4, params=[3_000_000_000] * 4)
+    return replace(profile, blocks=tuple(replace(b, optimizer_step=8e-3) for b in profile.blocks))
+
+
+def test_fsdp_collects_and_steps_each_replicas_shard() -> None:
+    """FSDP x4 on one node (10 us, 150 GB/s, no collective readings: a ring, half an
+    all-reduce each): each 3 GB block is gathered and reduce-scattered in 3 x 10 us +
+    3/4 x 3e9 / 150e9 = 15.03 ms, and each replica steps a quarter of the weights, so the
+    step ends with 4 x 8 ms / 4 = 8 ms of optimizer, not 32."""
+    fsdp = Strategy(kind="data", replicas=4, shard="full")
+    cluster = describe(gpus_per_node=4, memory="80GiB")
+    t = predict(_fsdp_profile(), cluster, fsdp, 32, optimizer="adam").timeline
+    collectives = [e.duration for e in t.events if e.kind in ("allgather", "reduce_scatter")]
+    assert len(collectives) == 4 + 3 + 4  # gathers for the forward and again for the
+    # backward (the last block's kept), a reduce-scatter each
+    assert collectives == pytest.approx([15.03e-3] * 11)
+    [step] = [e for e in t.events if e.kind == "optimizer"]
+    assert step.duration == pytest.approx(8e-3)
+    assert t.step_time == pytest.approx(step.end)
+
+
+def test_a_sharded_pipeline_stage_reduce_scatters_and_steps_its_shard() -> None:
+    """FSDP x2 x 2 stages of two 3 GB blocks, on one node (10 us, 150 GB/s, no collective
+    readings: a ring, half an all-reduce each way). After its last backward each stage
+    reduce-scatters its 6 GB over 2 replicas: 10 us + 1/2 x 6e9 / 150e9 = 20.01 ms (an
+    all-reduce would take twice that); before its first forward it gathers its first block:
+    10 us + 1/2 x 3e9 / 150e9 = 10.01 ms; and each replica steps its half of the stage's
+    2 x 8 ms of optimizer."""
+    profile = _fsdp_profile()
+    cluster = describe(gpus_per_node=4, memory="80GiB")
+    part = Partition(stages=(Stage(0, 2, (0, 2)), Stage(2, 4, (1, 3))), num_blocks=4)
+    costs = sharded_stages(costs_from_profile(profile, part, 8, cluster), profile, part, cluster)
+    assert costs.allreduce == pytest.approx((20.01e-3, 20.01e-3))
+    assert costs.lead == pytest.approx((10.01e-3, 10.01e-3))
+    assert costs.shards == (2, 2)
+    assert [st.optimizer for st in costs.stages] == pytest.approx([8e-3, 8e-3])

@@ -80,3 +80,19 @@ def test_without_a_batched_reading_no_batch_is_offered() -> None:
     assert batched and all(s.schedule in ("zb-h1", "zb-v", "zb-auto") for s in batched)
     assert all(s.recompute == "none" and s.microbatches >= 2 * s.weight_batch for s in batched)
     assert {s.weight_batch for s in batched} == {2, 4}
+
+
+TWO_GROUPS = """plan hand stages=1 microbatches=4 placement=0 flags=split{batch}
+rank 0: 0F0 0B0 0F1 0B1 0W0 0W1 0F2 0B2 0F3 0B3 0W2 0W3"""
+
+
+@pytest.mark.parametrize("batch", ["", " weight-batch=2"])
+def test_a_batched_w_frees_its_groups_activations_on_the_host(batch: str) -> None:
+    """Activations offloaded, 90 bytes a micro-batch on the host (100 saved, less the 10
+    received): micro-batches 0 and 1 are on the host (180) until their Ws, one by one or as
+    one group at W1, free them; 2 and 3 then take the same 180. The host's peak is 180, not
+    the 360 of four micro-batches."""
+    plan = Plan.from_text(TWO_GROUPS.format(batch=batch))
+    st = replace(_stage(), input_bytes=10)
+    t = simulate(plan, Costs(stages=(st,), offload="activations"))
+    assert t.peak_host_memory == (180,)

@@ -3,7 +3,8 @@ built unit by unit from the profile.
 
 Tensor parallelism: each of t ranks computes its share of a planned block (the profile's
 costs at the sharded shapes, Profile.tensor_parallel) and the ranks all-reduce the block's
-output twice per forward and twice per backward, on the critical path
+output once per row-wise projection in the forward and its input's gradient once per
+column-wise projection in the backward (2 and 4 in a GPT block), on the critical path
 (values/models/tensor_plans.py). Unplanned blocks run whole on every rank.
 
 FSDP: every block is a unit of its own (fully_shard per block, as torchtitan wraps each
@@ -19,7 +20,7 @@ from pipecast.planning.simulation.costs import Costs
 from pipecast.planning.simulation.pricing import costs_from_profile
 from pipecast.planning.simulation.sharded import ShardedStep, Unit, sharded_step
 from pipecast.values.hardware.cluster import Cluster
-from pipecast.values.models.tensor_plans import ALL_REDUCES_PER_PASS
+from pipecast.values.models.tensor_plans import FALLBACK_REDUCES
 from pipecast.values.partition import Partition, Stage
 from pipecast.values.profile.types import Profile
 from pipecast.values.strategy import Strategy
@@ -44,7 +45,8 @@ def tp_collectives(
 ) -> float:
     """Seconds of the all-reduces tensor parallelism adds to the forward (or `backward`) of
     blocks [start, stop) at micro-batch `size`, each of a block's output's size: as many as
-    the block's split recorded (BlockProfile.tp_reduces), else ALL_REDUCES_PER_PASS."""
+    the block's split recorded (BlockProfile.tp_reduces), else a GPT block's
+    (FALLBACK_REDUCES)."""
     if degree <= 1:
         return 0.0
     ranks = range(degree)
@@ -53,7 +55,7 @@ def tp_collectives(
     for i in range(start, stop):
         if not planned(profile, degree, i):
             continue
-        counts = split[i].tp_reduces or (ALL_REDUCES_PER_PASS, ALL_REDUCES_PER_PASS)
+        counts = split[i].tp_reduces or FALLBACK_REDUCES
         seconds = cluster.allreduce_time(profile.cost(i, size).output_bytes, ranks)
         total += counts[1 if backward else 0] * seconds
     return total
@@ -136,10 +138,15 @@ def sharded_timeline(
 def sharded_stages(costs: Costs, rank: Profile, partition: Partition, cluster: Cluster) -> Costs:
     """A pipeline's `costs` with each stage sharded over its replicas (FSDP kept gathered
     through the step, as torchtitan runs pipelines): the weights' all-gather before the
-    stage's first forward (its first block's; the rest come while it computes), and a
-    reduce-scatter instead of the all-reduce after its last backward."""
+    stage's first forward (its first block's; the rest come while it computes), a
+    reduce-scatter instead of the all-reduce after its last backward, and each replica's
+    optimizer stepping its shard (1/R of the stage's), as on one stage (sharded_timeline)."""
     return replace(
         costs,
+        stages=tuple(
+            replace(times, optimizer=times.optimizer / st.replicas)
+            for times, st in zip(costs.stages, partition.stages, strict=True)
+        ),
         allreduce=tuple(
             cluster.reduce_scatter_time(times.param_bytes, st.devices)
             for times, st in zip(costs.stages, partition.stages, strict=True)

@@ -199,7 +199,7 @@ class RankMemory:
             # for its input, held until its send completes
             transient += st.output_bytes + st.input_bytes
         offloaded = offloads(a, costs, plan)
-        if a.kind in ("B", "BW") and costs.recompute != "none":
+        if a.kind in ("B", "BW") and recomputed(a.mb, costs, plan):  # its forward again
             transient += int(st.activation_bytes * scale)
         elif a.kind in ("B", "BW") and offloaded:
             transient += st.restored_bytes or st.offloaded_bytes  # brought back

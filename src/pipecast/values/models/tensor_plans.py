@@ -3,9 +3,11 @@
 In attention the query, key and value projections split column-wise (each rank computes its
 own heads) and the output projection row-wise (each rank's heads' share, summed across the
 ranks); in the MLP the first projection splits column-wise and the second row-wise. A block's
-forward then needs one all-reduce after attention and one after the MLP, and its backward
-the same two. The runtime hands the plan to torch's parallelize_module; the profiler times
-a block at its sharded shapes from the same plan.
+forward then needs one all-reduce after attention and one after the MLP (one per row-wise
+projection), and its backward one per column-wise projection (torch's ColwiseParallel
+all-reduces each one's input gradient on its own): four in GPT's (q, k, v, MLP-in). The
+runtime hands the plan to torch's parallelize_module; the profiler times a block at its
+sharded shapes from the same plan.
 
 A captured model's blocks (an `hf:` Llama, Mistral or Qwen2) hold the same projections as
 nn.Linear modules (graph_linears) under the model's own paths, a decoder layer cut into its
@@ -55,9 +57,11 @@ PARTS = (GPT_ATTENTION, GPT_MLP, LLAMA_ATTENTION, LLAMA_MLP)
 decoder layer (values/models/capture.py) falls into its attention half and its MLP half,
 each under the model's own path ('body.model.model.layers.0.self_attn.q_proj')."""
 
-ALL_REDUCES_PER_PASS = 2
-"""All-reduces of a planned block's output per forward (after attention and after the MLP),
-and per backward (of its input's gradient at the two column-wise splits)."""
+FALLBACK_REDUCES = (2, 4)
+"""All-reduces of a planned block's output per forward and per backward where a profile did
+not record its block's own (BlockProfile.tp_reduces): the zoo's GPT block's, as torch runs
+them, 2 forward (its row-wise projections' outputs) and 4 backward (its column-wise ones'
+input gradients: q, k, v, MLP-in)."""
 
 _ATTENTION_INPUTS = {"q", "k", "v", "q_proj", "k_proj", "v_proj"}
 

@@ -48,11 +48,18 @@ def expected_actions(plan: Plan) -> Counter[Action]:
 
 
 def validate(plan: Plan) -> None:
-    """Raise PlanError with the grid if `plan` is incomplete, misordered or deadlocks."""
-    if plan.weight_batch < 1 or (plan.weight_batch > 1 and not plan.split_backward):
+    """Raise PlanError with the grid if `plan` is incomplete, misordered or deadlocks, or
+    groups its Ws (Plan.weight_batch) in more micro-batches than it has or without a split
+    backward."""
+    k, m = plan.weight_batch, plan.num_microbatches
+    if not 1 <= k <= max(m, 1):
         raise PlanError(
-            f"a weight batch of {plan.weight_batch} needs a split backward (B then W) and "
-            "a size of at least 1: use zb-h1, zb-v or zb-auto"
+            f"a weight batch of {k} micro-batches does not fit the plan's {m}: choose 1 to {m}"
+        )
+    if k > 1 and not plan.split_backward:
+        raise PlanError(
+            f"a weight batch of {k} needs a split backward (B then W), which {plan.name} "
+            "does not run: use zb-h1, zb-v or zb-auto"
         )
     if len(plan.stage_to_rank) != plan.num_stages:
         raise PlanError(
