@@ -30,7 +30,7 @@ import torch.distributed as dist
 from torch.multiprocessing.spawn import start_processes
 
 from pipecast.errors import ConfigError, DeviceError, PipecastError, RuntimeTimeout
-from pipecast.runtime import devices, watchdog
+from pipecast.runtime import devices, stopping, watchdog
 from pipecast.runtime.env_defaults import default_env
 from pipecast.runtime.outcome import REPORT_ENV, Position, write_report
 from pipecast.runtime.watchdog import EXIT_LOST
@@ -270,24 +270,37 @@ def spawn(
             )
     default_env()
     with tempfile.TemporaryDirectory(prefix="pipecast-") as outdir:
-        context = start_processes(  # type: ignore[no-untyped-call]
-            _worker,
-            args=(fn, args, world, backend, free_port(), timeout_s, outdir, dict(os.environ)),
-            nprocs=world,
-            join=False,
-            start_method=start_method(backend),
-        )
-        _wait_all(
-            context.processes,
-            grace_s=timeout_s if grace_s is None else grace_s,
-            watch=(Path(outdir) / "progress.pkl", progress) if progress else None,
-        )
+        port, env = free_port(), dict(os.environ)
+        context = None
         try:
+            with stopping.held():  # a signal now would leave the ranks started so far running
+                context = start_processes(  # type: ignore[no-untyped-call]
+                    _worker,
+                    args=(fn, args, world, backend, port, timeout_s, outdir, env),
+                    nprocs=world,
+                    join=False,
+                    start_method=start_method(backend),
+                )
+            _wait_all(
+                context.processes,
+                grace_s=timeout_s if grace_s is None else grace_s,
+                watch=(Path(outdir) / "progress.pkl", progress) if progress else None,
+            )
             return _results(outdir, context.processes)
-        finally:
-            for proc in context.processes:
-                if proc.is_alive():
-                    proc.kill()
+        finally:  # done, or stopped (a signal, Ctrl-C): no rank outlives the launch
+            if context is not None:
+                with stopping.held():
+                    _end(context.processes)
+
+
+def _end(processes: list[Any]) -> None:
+    """Kill the ranks still running and reap them: a child left behind would keep
+    training, and multiprocessing would wait for it as the launcher exits."""
+    for proc in processes:
+        if proc.is_alive():
+            proc.kill()
+    for proc in processes:
+        proc.join(timeout=5)
 
 
 def _results(outdir: str, processes: list[Any]) -> list[Any]:
