@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 import pipecast
 from pipecast.cli import main as cli
 from pipecast.runtime import checkpoint
-from pipecast.runtime.stopping import Stopped, held, stop_on_signals
+from pipecast.runtime.stopping import Stopped, held, stop_on_signals, wait_for_exit
 
 PROC = Path("/proc")
 on_linux = pytest.mark.skipif(
@@ -94,6 +95,20 @@ def test_a_signal_held_takes_effect_when_the_block_ends() -> None:
             time.sleep(0.2)
     finally:
         signal.signal(signal.SIGHUP, before)
+
+
+@on_linux
+def test_a_launcher_that_exited_counts_as_gone_before_it_is_reaped() -> None:
+    """A rank ends once its launcher has exited, even while the launcher's own parent has
+    not reaped it yet (a shell busy elsewhere): a zombie answers kill(pid, 0) as if alive."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # exited, not reaped
+    watcher = threading.Thread(target=wait_for_exit, args=(child.pid,), daemon=True)
+    watcher.start()
+    watcher.join(timeout=30)
+    gone = not watcher.is_alive()
+    child.wait()
+    assert gone
 
 
 TRAIN = [
@@ -216,3 +231,15 @@ def test_a_signal_to_the_launcher_ends_every_process_it_started(
     assert all((step / checkpoint.META).exists() for step in steps), steps
     saved = checkpoint.latest(launch.checkpoints)
     assert saved is not None and saved.passed_over == ()
+
+
+@on_linux
+@pytest.mark.slow
+def test_ranks_end_themselves_when_the_launcher_is_killed(launch: Launch) -> None:
+    """kill -9 runs nothing in the launcher: each rank sees it gone and ends, and the fork
+    server and resource tracker, their last client gone, follow."""
+    ranks = launch.ranks()
+    assert len(ranks) == 2
+    os.kill(launch.proc.pid, signal.SIGKILL)
+    assert launch.proc.wait(timeout=DEADLINE) == -signal.SIGKILL
+    assert _until(lambda: not launch.left(), DEADLINE), launch.left()

@@ -211,7 +211,9 @@ def _worker(
     timeout_s: float,
     outdir: str,
     env: dict[str, str],
+    launcher: int,
 ) -> None:
+    stopping.end_with_launcher(launcher, leftovers=outdir)  # first: it may be gone already
     # what the rank holds before its first job (torch and the modules it imported, the
     # arguments) lives as long as the rank: frozen out of the collector, each collection
     # between jobs (runtime.worker.release_earlier_jobs) walks only what the jobs made
@@ -276,7 +278,7 @@ def spawn(
             with stopping.held():  # a signal now would leave the ranks started so far running
                 context = start_processes(  # type: ignore[no-untyped-call]
                     _worker,
-                    args=(fn, args, world, backend, port, timeout_s, outdir, env),
+                    args=(fn, args, world, backend, port, timeout_s, outdir, env, os.getpid()),
                     nprocs=world,
                     join=False,
                     start_method=start_method(backend),
