@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import uuid
 from pathlib import Path
 
@@ -27,6 +29,7 @@ from pipecast.runtime.launch import (
 )
 from pipecast.runtime.outcome import Position
 from pipecast.runtime.run import same_checkpoint, where_each_rank_was
+from pipecast.runtime.watchdog import Watchdog
 from pipecast.values.models import Workload
 from pipecast.values.plan.action import Action
 from pipecast.values.plan.grid import render_grid
@@ -152,3 +155,28 @@ def test_under_torchrun_a_rank_that_lost_its_peer_says_so_apart_from_bad_input(
     with pytest.raises(ConfigError) as refused:
         run_distributed(_refuses)
     assert not isinstance(refused.value, RankLost)
+
+
+def _one_rank_stops(ctx: Context) -> None:
+    """Rank 1 stops itself (SIGSTOP: nothing in it runs, its watchdog neither); rank 0
+    waits for it at a barrier under a watchdog of one second."""
+    with Watchdog(None, ctx.rank, ctx.rank, timeout_s=1.0) as dog:
+        dog.at(None, "waiting at the barrier")
+        if ctx.rank == 1:
+            os.kill(os.getpid(), signal.SIGSTOP)
+        dist.barrier()
+
+
+def test_a_rank_that_stopped_is_reported_hung_not_died() -> None:
+    """A stopped rank never reports; once rank 0's watchdog has said where it waits, the
+    launcher ends the stopped one after the grace, and says that it hung (no progress, no
+    report), not that it died with the launcher's own kill's exit code."""
+    with pytest.raises(RankLost) as lost:
+        spawn(_one_rank_stops, 2, timeout_s=120, grace_s=1.0)
+    lines = str(lost.value).splitlines()
+    assert re.fullmatch(
+        r"rank 0 \(pipeline rank 0\) made no progress for \d+ s: waiting at the barrier", lines[0]
+    ), lines
+    assert lines[1].startswith("rank 1 hung: it made no progress within the timeout"), lines
+    assert "exit code" not in str(lost.value)
+    assert set(lost.value.where) == {0}

@@ -5,6 +5,7 @@ leaves behind is nothing but complete checkpoints."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -242,4 +243,22 @@ def test_ranks_end_themselves_when_the_launcher_is_killed(launch: Launch) -> Non
     assert len(ranks) == 2
     os.kill(launch.proc.pid, signal.SIGKILL)
     assert launch.proc.wait(timeout=DEADLINE) == -signal.SIGKILL
+    assert _until(lambda: not launch.left(), DEADLINE), launch.left()
+
+
+@on_linux
+@pytest.mark.slow
+@pytest.mark.parametrize("launch", [("--timeout", "5")], indirect=True)
+def test_a_stopped_rank_is_reported_hung(launch: Launch) -> None:
+    """A rank stopped with SIGSTOP (its watchdog stopped too): the other rank's watchdog
+    says where it waits, the launcher ends the stopped one after the grace and reports it
+    hung, not "died (exit code -9)" of the launcher's own kill; exit 3, nothing left."""
+    stopped = launch.ranks()[0]
+    os.kill(stopped, signal.SIGSTOP)
+    assert launch.proc.wait(timeout=DEADLINE + 5 + 15) == 3
+    err = launch.err.read_text()
+    assert re.search(
+        r"^(pipecast: error: )?rank \d hung: it made no progress within the", err, re.M
+    ), err
+    assert "exit code" not in err
     assert _until(lambda: not launch.left(), DEADLINE), launch.left()

@@ -20,7 +20,7 @@ import socket
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -283,12 +283,13 @@ def spawn(
                     join=False,
                     start_method=start_method(backend),
                 )
-            _wait_all(
+            grace = timeout_s if grace_s is None else grace_s
+            ended = _wait_all(
                 context.processes,
-                grace_s=timeout_s if grace_s is None else grace_s,
+                grace_s=grace,
                 watch=(Path(outdir) / "progress.pkl", progress) if progress else None,
             )
-            return _results(outdir, context.processes)
+            return _results(outdir, context.processes, ended, grace)
         finally:  # done, or stopped (a signal, Ctrl-C): no rank outlives the launch
             if context is not None:
                 with stopping.held():
@@ -305,16 +306,22 @@ def _end(processes: list[Any]) -> None:
         proc.join(timeout=5)
 
 
-def _results(outdir: str, processes: list[Any]) -> list[Any]:
-    """Each rank's result. A rank that died, hung (its watchdog ended it) or lost contact
-    with another, and none that failed on its own: RankLost, with every failing rank's
-    reason (a survivor's first) and where each was. Otherwise the first failure's reason as
-    RankFailed (a rank's own error before a crash, before the others losing contact)."""
+def _results(
+    outdir: str, processes: list[Any], ended: Collection[int] = (), grace_s: float = 0.0
+) -> list[Any]:
+    """Each rank's result. A rank that died, hung (its watchdog ended it, or the launcher
+    did: `ended`, after `grace_s`) or lost contact with another, and none that failed on its
+    own: RankLost, with every failing rank's reason (a survivor's first) and where each was.
+    Otherwise the first failure's reason as RankFailed (a rank's own error before a crash,
+    before the others losing contact)."""
     results: list[Any] = [None] * len(processes)
     failures: list[tuple[str, str]] = []
     where: dict[int, Position] = {}
     for rank, proc in enumerate(processes):
         path = Path(outdir) / f"rank{rank}.pkl"
+        if not path.exists() and rank in ended:
+            failures.append(("hung", _unresponsive(rank, grace_s)))
+            continue
         if not path.exists():
             code = proc.exitcode
             failures.append(("died", f"rank {rank} died (exit code {code}) before reporting"))
@@ -338,31 +345,46 @@ def _results(outdir: str, processes: list[Any]) -> list[Any]:
     raise RankFailed(sorted(failures, key=lambda f: order[f[0]])[0][1])
 
 
+def _unresponsive(rank: int, grace_s: float) -> str:
+    """What to say of a rank the launcher killed because it neither finished nor reported
+    within `grace_s` of another rank failing: it hung (stopped, say), not died; its own
+    watchdog could not run either, or it would have reported."""
+    return (
+        f"rank {rank} hung: it made no progress within the timeout and did not report in "
+        f"the {grace_s:.0f} s after another rank failed (stopped, or stuck where its own "
+        "watchdog could not run); pipecast ended it"
+    )
+
+
 def _wait_all(
     processes: list[Any],
     grace_s: float,
     watch: tuple[Path, Callable[[Any], None]] | None = None,
-) -> None:
+) -> set[int]:
     """Wait for every rank. When one dies, the others get `grace_s` to notice and report
-    (their watchdogs fire within their timeout) before they are killed. `watch`: a progress
-    file and what to hand its news to."""
+    (their watchdogs fire within their timeout) before they are killed; the ranks killed
+    so (stopped, or hung where not even their watchdog ran). `watch`: a progress file and
+    what to hand its news to."""
     first_death: float | None = None
     seen = 0
+    ended: set[int] = set()
     while any(p.is_alive() for p in processes):
         if watch is not None:
             seen = _read_progress(*watch, seen)
         if first_death is None and any(not p.is_alive() and p.exitcode for p in processes):
             first_death = time.monotonic()
         if first_death is not None and time.monotonic() - first_death > grace_s:
-            for p in processes:
+            for rank, p in enumerate(processes):
                 if p.is_alive():
                     p.kill()
+                    ended.add(rank)
             break
         time.sleep(0.05)
     for p in processes:
         p.join(timeout=5)
     if watch is not None:
         _read_progress(*watch, seen)
+    return ended
 
 
 def under_torchrun() -> bool:
