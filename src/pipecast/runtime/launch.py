@@ -33,6 +33,7 @@ from pipecast.errors import ConfigError, DeviceError, PipecastError, RuntimeTime
 from pipecast.runtime import devices, stopping, watchdog
 from pipecast.runtime.env_defaults import default_env
 from pipecast.runtime.outcome import REPORT_ENV, Position, write_report
+from pipecast.runtime.peer_loss import how_lost
 from pipecast.runtime.watchdog import EXIT_LOST
 
 Backend = Literal["gloo", "nccl"]
@@ -113,6 +114,18 @@ def lost_contact(exc: BaseException) -> bool:
         if isinstance(e, RuntimeError) and "gloo/transport" in str(e):
             return True
     return False
+
+
+def lost_reason(exc: BaseException) -> str:
+    """One line for an error that says another rank is gone (`lost_contact`): pipecast's own
+    message, or for a backend's error (gloo's, raised straight from a collective) that
+    contact was lost, while doing what (as the watchdog last saw it) and how, in
+    pipecast's words (peer_loss)."""
+    if isinstance(exc, PipecastError):
+        return (str(exc).splitlines() or [type(exc).__name__])[0]
+    at = watchdog.position()
+    doing = f" while {at.what}" if at is not None else ""
+    return f"lost contact with another rank{doing}: {how_lost(exc)}"
 
 
 def free_port() -> int:
@@ -234,11 +247,11 @@ def _worker(
     except PipecastError as exc:
         payload = ("lost" if lost_contact(exc) else "error", f"rank {local_rank}: {exc}")
     except BaseException as exc:
-        status = "lost" if lost_contact(exc) else "crash"
-        payload = (
-            status,
-            f"rank {local_rank}: {type(exc).__name__}: {exc}\n{traceback.format_exc()}",
-        )
+        if lost_contact(exc):
+            payload = ("lost", f"rank {local_rank}: {lost_reason(exc)}")
+        else:
+            trace = traceback.format_exc()
+            payload = ("crash", f"rank {local_rank}: {type(exc).__name__}: {exc}\n{trace}")
     write_report(*payload, path=str(out), where=watchdog.position())
     if payload[0] != "ok":
         raise SystemExit(1)
@@ -413,5 +426,4 @@ def run_distributed(
             if not lost_contact(exc):
                 raise
             at = watchdog.position()
-            first = (str(exc).splitlines() or [type(exc).__name__])[0]
-            raise RankLost(f"rank {rank}: {first}", {rank: at} if at else {}) from None
+            raise RankLost(f"rank {rank}: {lost_reason(exc)}", {rank: at} if at else {}) from None
