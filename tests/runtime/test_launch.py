@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import uuid
 from pathlib import Path
 
@@ -26,7 +28,10 @@ from pipecast.runtime.launch import (
     spawn,
 )
 from pipecast.runtime.outcome import Position
+from pipecast.runtime.peer_loss import how_lost
 from pipecast.runtime.run import same_checkpoint, where_each_rank_was
+from pipecast.runtime.watchdog import Watchdog
+from pipecast.runtime.worker import _barrier
 from pipecast.values.models import Workload
 from pipecast.values.plan.action import Action
 from pipecast.values.plan.grid import render_grid
@@ -152,3 +157,79 @@ def test_under_torchrun_a_rank_that_lost_its_peer_says_so_apart_from_bad_input(
     with pytest.raises(ConfigError) as refused:
         run_distributed(_refuses)
     assert not isinstance(refused.value, RankLost)
+
+
+def _one_rank_stops(ctx: Context) -> None:
+    """Rank 1 stops itself (SIGSTOP: nothing in it runs, its watchdog neither); rank 0
+    waits for it at a barrier under a watchdog of one second."""
+    with Watchdog(None, ctx.rank, ctx.rank, timeout_s=1.0) as dog:
+        dog.at(None, "waiting at the barrier")
+        if ctx.rank == 1:
+            os.kill(os.getpid(), signal.SIGSTOP)
+        dist.barrier()
+
+
+def test_a_rank_that_stopped_is_reported_hung_not_died() -> None:
+    """A stopped rank never reports; once rank 0's watchdog has said where it waits, the
+    launcher ends the stopped one after the grace, and says that it hung (no progress, no
+    report), not that it died with the launcher's own kill's exit code."""
+    with pytest.raises(RankLost) as lost:
+        spawn(_one_rank_stops, 2, timeout_s=120, grace_s=1.0)
+    lines = str(lost.value).splitlines()
+    assert re.fullmatch(
+        r"rank 0 \(pipeline rank 0\) made no progress for \d+ s: waiting at the barrier", lines[0]
+    ), lines
+    assert lines[1].startswith("rank 1 hung: it made no progress within the timeout"), lines
+    assert "exit code" not in str(lost.value)
+    assert set(lost.value.where) == {0}
+
+
+GLOO_CLOSED = (
+    "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:561] Connection closed "
+    "by peer [127.0.0.1]:28566. This is typically caused by a remote worker crashing. Check "
+    "the logs of the remote worker before reporting an error. GLHF! \U0001f3d6\ufe0f"
+)
+"""What torch 2.14's gloo raises on a rank whose peer's process ended, as it printed."""
+PEER_ENDED = "the rank at the other end closed the connection (did its process end?)"
+
+
+def test_a_backends_words_for_a_lost_peer_become_pipecasts() -> None:
+    assert how_lost(RuntimeError(GLOO_CLOSED)) == PEER_ENDED
+    assert how_lost(RuntimeError("[../gloo/transport/tcp/pair.cc:446] Read timeout [::1]:4")) == (
+        "it timed out waiting for the rank at the other end"
+    )
+    nccl = "NCCL error in: ProcessGroupNCCL.cpp:3010, unhandled cuda error\nLast error: x"
+    assert how_lost(RuntimeError(nccl)) == nccl.splitlines()[0]  # not gloo's: kept whole
+
+
+def _peer_ends(ctx: Context, how: str) -> None:
+    """Rank 1 ends as a kill would; rank 0, at a barrier, finds it gone."""
+    if ctx.rank == 1:
+        os._exit(9)
+    if how == "pipecast's barrier":
+        _barrier(ctx, "before step 3")
+    else:
+        with Watchdog(None, 0, 0, timeout_s=60) as dog:
+            dog.at(None, "gathering the reports")
+            dist.barrier()
+
+
+@pytest.mark.parametrize(
+    ("how", "says"),
+    [
+        ("pipecast's barrier", "lost contact with another rank at the barrier before step 3"),
+        ("gloo's own barrier", "lost contact with another rank while gathering the reports"),
+    ],
+)
+def test_a_rank_that_loses_its_peer_says_so_in_pipecasts_words(how: str, says: str) -> None:
+    """Where a peer's loss surfaces as gloo's exception, wrapped by pipecast or raised
+    straight from a collective, the launcher's first line is pipecast's: which rank, what it
+    was doing, how the connection failed; no gloo text, nothing cut mid-word, no
+    traceback."""
+    with pytest.raises(RankLost) as lost:
+        spawn(_peer_ends, 2, (how,), timeout_s=60, grace_s=30)
+    text = str(lost.value)
+    assert text.splitlines()[0] == f"rank 0: {says}: {PEER_ENDED}"
+    assert text.splitlines()[1] == "rank 1 died (exit code 9) before reporting"
+    for gloo in ("gloo", "GLHF", "pair.cc", "Traceback"):
+        assert gloo not in text

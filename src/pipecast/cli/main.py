@@ -11,6 +11,7 @@ from typing import NoReturn
 from pipecast import __version__
 from pipecast.errors import PipecastError
 from pipecast.runtime.env_defaults import default_env
+from pipecast.runtime.stopping import Stopped, stop_on_signals
 
 # Each module exposes register(subparsers); the order is the order of `pipecast --help`.
 VERBS: tuple[str, ...] = (
@@ -30,12 +31,16 @@ VERBS: tuple[str, ...] = (
 _MODULES = {verb: f"pipecast.cli.{verb}_verb" for verb in VERBS}
 
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
+"""Ctrl-C: 128 + SIGINT, as a shell reports a process SIGINT ended (a signal that stops a
+run, runtime.stopping.Stopped, exits 128 + its number the same way)."""
 EXIT_CODES = (
     "exit codes: 0 done; 1 a bug (the traceback says where: please report it); 2 bad input "
     "(one line names the rule, the values and the fix); 3 a rank was lost: it died, or made "
     "no progress within --timeout (the others say where each rank was, with the plan's "
     "grid; the same command may well succeed again, with --resume from a checkpoint); "
-    "130 interrupted."
+    "130 interrupted (Ctrl-C); 143 stopped by SIGTERM, 129 by SIGHUP (the ranks are ended, "
+    "complete checkpoints kept)."
 )
 """What `pipecast --help` ends with. A PipecastError's code is its `exit_code`, where it has
 one (pipecast.runtime.launch.RankLost: 3), else EXIT_BAD_INPUT."""
@@ -85,14 +90,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     default_env()  # before anything starts CUDA in this process
     try:
-        return func(args)
+        with stop_on_signals():
+            return func(args)
     except PipecastError as exc:
         print(f"pipecast: error: {exc}", file=sys.stderr)
         code: int = getattr(exc, "exit_code", EXIT_BAD_INPUT)
         return code
     except KeyboardInterrupt:
         print("pipecast: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
+    except Stopped as stop:
+        print(f"pipecast: stopped by {stop.name}", file=sys.stderr)
+        return stop.exit_code
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ import torch.distributed as dist
 
 from pipecast.errors import PipecastError, RuntimeTimeout
 from pipecast.runtime.layout import Layout
+from pipecast.runtime.peer_loss import how_lost
 from pipecast.values.plan.action import Action, Plan
 
 MessageKey = tuple[int, str, int]
@@ -199,7 +200,7 @@ class Channels:
             if "timed out" in text.lower() or "timeout" in text.lower():
                 seconds = self.timeout.total_seconds()
                 raise RuntimeTimeout(f"a transfer did not finish within {seconds:.0f} s") from None
-            raise PipecastError(f"a transfer failed: {text.splitlines()[0]}") from None
+            raise PipecastError(f"a transfer failed: {how_lost(exc)}") from None
 
     def _post(self, src_rank: int, ch: _Channel) -> None:
         key = ch.order[ch.posted]

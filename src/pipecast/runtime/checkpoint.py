@@ -335,6 +335,17 @@ def _at(root: str | Path, step: int) -> Saved | None:
     return Saved(path, meta)
 
 
+def discard_incomplete(root: str | Path) -> list[Path]:
+    """Remove each step directory under `root` that holds no meta.json, and return them: once
+    a run was stopped (its ranks ended while writing, say) and no rank writes there any
+    more, `root` holds complete checkpoints only, and nothing half-written that a reader
+    could take for one."""
+    gone = [path for _, path in _steps(Path(root)) if not (path / META).exists()]
+    for path in gone:
+        shutil.rmtree(path, ignore_errors=True)
+    return gone
+
+
 def stage_blocks(bounds: Iterable[tuple[int, int, int]]) -> dict[str, tuple[int, int]]:
     """meta.json's map from stage file to the blocks it holds: (stage, start, stop) each."""
     return {f"stage-{s:03d}.pt": (a, b) for s, a, b in bounds}

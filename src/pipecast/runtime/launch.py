@@ -20,7 +20,7 @@ import socket
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -30,9 +30,10 @@ import torch.distributed as dist
 from torch.multiprocessing.spawn import start_processes
 
 from pipecast.errors import ConfigError, DeviceError, PipecastError, RuntimeTimeout
-from pipecast.runtime import devices, watchdog
+from pipecast.runtime import devices, stopping, watchdog
 from pipecast.runtime.env_defaults import default_env
 from pipecast.runtime.outcome import REPORT_ENV, Position, write_report
+from pipecast.runtime.peer_loss import how_lost
 from pipecast.runtime.watchdog import EXIT_LOST
 
 Backend = Literal["gloo", "nccl"]
@@ -113,6 +114,18 @@ def lost_contact(exc: BaseException) -> bool:
         if isinstance(e, RuntimeError) and "gloo/transport" in str(e):
             return True
     return False
+
+
+def lost_reason(exc: BaseException) -> str:
+    """One line for an error that says another rank is gone (`lost_contact`): pipecast's own
+    message, or for a backend's error (gloo's, raised straight from a collective) that
+    contact was lost, while doing what (as the watchdog last saw it) and how, in
+    pipecast's words (peer_loss)."""
+    if isinstance(exc, PipecastError):
+        return (str(exc).splitlines() or [type(exc).__name__])[0]
+    at = watchdog.position()
+    doing = f" while {at.what}" if at is not None else ""
+    return f"lost contact with another rank{doing}: {how_lost(exc)}"
 
 
 def free_port() -> int:
@@ -211,7 +224,9 @@ def _worker(
     timeout_s: float,
     outdir: str,
     env: dict[str, str],
+    launcher: int,
 ) -> None:
+    stopping.end_with_launcher(launcher, leftovers=outdir)  # first: it may be gone already
     # what the rank holds before its first job (torch and the modules it imported, the
     # arguments) lives as long as the rank: frozen out of the collector, each collection
     # between jobs (runtime.worker.release_earlier_jobs) walks only what the jobs made
@@ -232,11 +247,11 @@ def _worker(
     except PipecastError as exc:
         payload = ("lost" if lost_contact(exc) else "error", f"rank {local_rank}: {exc}")
     except BaseException as exc:
-        status = "lost" if lost_contact(exc) else "crash"
-        payload = (
-            status,
-            f"rank {local_rank}: {type(exc).__name__}: {exc}\n{traceback.format_exc()}",
-        )
+        if lost_contact(exc):
+            payload = ("lost", f"rank {local_rank}: {lost_reason(exc)}")
+        else:
+            trace = traceback.format_exc()
+            payload = ("crash", f"rank {local_rank}: {type(exc).__name__}: {exc}\n{trace}")
     write_report(*payload, path=str(out), where=watchdog.position())
     if payload[0] != "ok":
         raise SystemExit(1)
@@ -270,36 +285,56 @@ def spawn(
             )
     default_env()
     with tempfile.TemporaryDirectory(prefix="pipecast-") as outdir:
-        context = start_processes(  # type: ignore[no-untyped-call]
-            _worker,
-            args=(fn, args, world, backend, free_port(), timeout_s, outdir, dict(os.environ)),
-            nprocs=world,
-            join=False,
-            start_method=start_method(backend),
-        )
-        _wait_all(
-            context.processes,
-            grace_s=timeout_s if grace_s is None else grace_s,
-            watch=(Path(outdir) / "progress.pkl", progress) if progress else None,
-        )
+        port, env = free_port(), dict(os.environ)
+        context = None
         try:
-            return _results(outdir, context.processes)
-        finally:
-            for proc in context.processes:
-                if proc.is_alive():
-                    proc.kill()
+            with stopping.held():  # a signal now would leave the ranks started so far running
+                context = start_processes(  # type: ignore[no-untyped-call]
+                    _worker,
+                    args=(fn, args, world, backend, port, timeout_s, outdir, env, os.getpid()),
+                    nprocs=world,
+                    join=False,
+                    start_method=start_method(backend),
+                )
+            grace = timeout_s if grace_s is None else grace_s
+            ended = _wait_all(
+                context.processes,
+                grace_s=grace,
+                watch=(Path(outdir) / "progress.pkl", progress) if progress else None,
+            )
+            return _results(outdir, context.processes, ended, grace)
+        finally:  # done, or stopped (a signal, Ctrl-C): no rank outlives the launch
+            if context is not None:
+                with stopping.held():
+                    _end(context.processes)
 
 
-def _results(outdir: str, processes: list[Any]) -> list[Any]:
-    """Each rank's result. A rank that died, hung (its watchdog ended it) or lost contact
-    with another, and none that failed on its own: RankLost, with every failing rank's
-    reason (a survivor's first) and where each was. Otherwise the first failure's reason as
-    RankFailed (a rank's own error before a crash, before the others losing contact)."""
+def _end(processes: list[Any]) -> None:
+    """Kill the ranks still running and reap them: a child left behind would keep
+    training, and multiprocessing would wait for it as the launcher exits."""
+    for proc in processes:
+        if proc.is_alive():
+            proc.kill()
+    for proc in processes:
+        proc.join(timeout=5)
+
+
+def _results(
+    outdir: str, processes: list[Any], ended: Collection[int] = (), grace_s: float = 0.0
+) -> list[Any]:
+    """Each rank's result. A rank that died, hung (its watchdog ended it, or the launcher
+    did: `ended`, after `grace_s`) or lost contact with another, and none that failed on its
+    own: RankLost, with every failing rank's reason (a survivor's first) and where each was.
+    Otherwise the first failure's reason as RankFailed (a rank's own error before a crash,
+    before the others losing contact)."""
     results: list[Any] = [None] * len(processes)
     failures: list[tuple[str, str]] = []
     where: dict[int, Position] = {}
     for rank, proc in enumerate(processes):
         path = Path(outdir) / f"rank{rank}.pkl"
+        if not path.exists() and rank in ended:
+            failures.append(("hung", _unresponsive(rank, grace_s)))
+            continue
         if not path.exists():
             code = proc.exitcode
             failures.append(("died", f"rank {rank} died (exit code {code}) before reporting"))
@@ -323,31 +358,46 @@ def _results(outdir: str, processes: list[Any]) -> list[Any]:
     raise RankFailed(sorted(failures, key=lambda f: order[f[0]])[0][1])
 
 
+def _unresponsive(rank: int, grace_s: float) -> str:
+    """What to say of a rank the launcher killed because it neither finished nor reported
+    within `grace_s` of another rank failing: it hung (stopped, say), not died; its own
+    watchdog could not run either, or it would have reported."""
+    return (
+        f"rank {rank} hung: it made no progress within the timeout and did not report in "
+        f"the {grace_s:.0f} s after another rank failed (stopped, or stuck where its own "
+        "watchdog could not run); pipecast ended it"
+    )
+
+
 def _wait_all(
     processes: list[Any],
     grace_s: float,
     watch: tuple[Path, Callable[[Any], None]] | None = None,
-) -> None:
+) -> set[int]:
     """Wait for every rank. When one dies, the others get `grace_s` to notice and report
-    (their watchdogs fire within their timeout) before they are killed. `watch`: a progress
-    file and what to hand its news to."""
+    (their watchdogs fire within their timeout) before they are killed; the ranks killed
+    so (stopped, or hung where not even their watchdog ran). `watch`: a progress file and
+    what to hand its news to."""
     first_death: float | None = None
     seen = 0
+    ended: set[int] = set()
     while any(p.is_alive() for p in processes):
         if watch is not None:
             seen = _read_progress(*watch, seen)
         if first_death is None and any(not p.is_alive() and p.exitcode for p in processes):
             first_death = time.monotonic()
         if first_death is not None and time.monotonic() - first_death > grace_s:
-            for p in processes:
+            for rank, p in enumerate(processes):
                 if p.is_alive():
                     p.kill()
+                    ended.add(rank)
             break
         time.sleep(0.05)
     for p in processes:
         p.join(timeout=5)
     if watch is not None:
         _read_progress(*watch, seen)
+    return ended
 
 
 def under_torchrun() -> bool:
@@ -376,5 +426,4 @@ def run_distributed(
             if not lost_contact(exc):
                 raise
             at = watchdog.position()
-            first = (str(exc).splitlines() or [type(exc).__name__])[0]
-            raise RankLost(f"rank {rank}: {first}", {rank: at} if at else {}) from None
+            raise RankLost(f"rank {rank}: {lost_reason(exc)}", {rank: at} if at else {}) from None

@@ -11,7 +11,7 @@ from typing import Any
 import torch.distributed as dist
 
 from pipecast.errors import ConfigError
-from pipecast.runtime import digests
+from pipecast.runtime import checkpoint, digests
 from pipecast.runtime.job import TrainJob
 from pipecast.runtime.launch import (
     Backend,
@@ -21,6 +21,7 @@ from pipecast.runtime.launch import (
     spawn,
     under_torchrun,
 )
+from pipecast.runtime.stopping import Stopped, held
 from pipecast.runtime.worker import RankReport, StepProgress, run_rank, summary
 from pipecast.values.plan.action import Action, Plan
 from pipecast.values.plan.grid import render_grid
@@ -139,6 +140,33 @@ def _tell_passed_over(job: TrainJob) -> None:
         )
 
 
+def _spawned(
+    job: TrainJob,
+    backend: Backend,
+    timeout: float,
+    progress: Callable[[StepProgress], None] | None,
+) -> list[RankReport]:
+    """Every rank's report, from ranks spawned here. Stopped (a signal, Ctrl-C): the ranks
+    are ended by then (spawn), so nothing writes the checkpoints any more, and the step one
+    was writing, incomplete, goes: what stays is complete."""
+    try:
+        reports: list[RankReport] = spawn(
+            _local_rank,
+            job.world,
+            (job, digests.known()),
+            backend=backend,
+            timeout_s=timeout,
+            grace_s=job.config.timeout_s + 10,
+            progress=progress,
+        )
+    except (KeyboardInterrupt, Stopped):
+        if job.checkpoint is not None:
+            with held():
+                checkpoint.discard_incomplete(job.checkpoint.dir)
+        raise
+    return reports
+
+
 def run_job(
     job: TrainJob, progress: Callable[[StepProgress], None] | None = None
 ) -> JobResult | None:
@@ -154,15 +182,7 @@ def run_job(
         if under_torchrun():
             gathered = run_distributed(_gathered, (job,), backend=backend, timeout_s=timeout)
             return JobResult(job, gathered) if gathered is not None else None
-        reports = spawn(
-            _local_rank,
-            job.world,
-            (job, digests.known()),
-            backend=backend,
-            timeout_s=timeout,
-            grace_s=job.config.timeout_s + 10,
-            progress=progress,
-        )
+        reports = _spawned(job, backend, timeout, progress)
     except RankLost as lost:  # under torchrun a rank knows only where it was itself
         ranks = sorted(lost.where) if under_torchrun() else range(job.world)
         raise where_each_rank_was(lost, job.plan, ranks) from None

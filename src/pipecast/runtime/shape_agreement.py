@@ -15,6 +15,7 @@ import torch.distributed as dist
 from pipecast.errors import ConfigError, PipecastError
 from pipecast.runtime import microbatch
 from pipecast.runtime.channels import cached_group
+from pipecast.runtime.peer_loss import how_lost
 
 CODE_LENGTH = 34
 """Integers the shapes travel in: (ndim, *shape) per input tensor, -1 past the end."""
@@ -56,7 +57,7 @@ class ShapeAgreement:
             except RuntimeError as exc:
                 raise PipecastError(
                     f"lost contact with rank 0 while agreeing on the step's "
-                    f"input shape: {str(exc).splitlines()[0][:200]}"
+                    f"input shape: {how_lost(exc)}"
                 ) from None
         self.key = tuple(code.tolist())
         self.known = self.key in self._seen

@@ -17,6 +17,7 @@ from pipecast.runtime.devices import DTYPES
 from pipecast.runtime.engine import PipelineEngine
 from pipecast.runtime.job import TrainJob
 from pipecast.runtime.launch import Context, write_progress
+from pipecast.runtime.peer_loss import how_lost
 from pipecast.runtime.rank_stages import build_stages
 from pipecast.runtime.stage import StageModule
 from pipecast.runtime.step_result import StepResult
@@ -360,8 +361,7 @@ def _barrier(ctx: Context, where: str) -> None:
             dist.barrier()
     except RuntimeError as exc:
         raise PipecastError(
-            f"lost contact with another rank at the barrier {where} "
-            f"(did a rank die?): {str(exc).splitlines()[0][:200]}"
+            f"lost contact with another rank at the barrier {where}: {how_lost(exc)}"
         ) from None
 
 
