@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.patches import Patch
 
+from pipecast.report.figure_file import save_figure
 from pipecast.values.timeline import Event, Timeline
 
 COLOURS = {
@@ -34,8 +35,7 @@ def gantt(timeline: Timeline, path: str, *, title: str = "") -> None:
         f"bubble {timeline.bubble_fraction:.1%}"
     )
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
 
 
 def _unit(seconds: float) -> tuple[float, str]:
@@ -107,5 +107,4 @@ def gantt_stack(runs: Sequence[tuple[str, Sequence[Event]]], path: str, *, title
         ax.set_title(f"{what}: last action ends at {end * scale:.2f} {unit}", fontsize=9)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)
