@@ -15,6 +15,7 @@ from pipecast.planning.recommend.predict import Prediction, predict
 from pipecast.planning.recommend.rank import samples_rate
 from pipecast.planning.schedules.generators import SCHEDULES
 from pipecast.planning.simulation import closed_form
+from pipecast.planning.simulation.bounds import check_simulable
 from pipecast.report.trace import write_trace
 from pipecast.values.hardware.units import per_rank
 from pipecast.values.models.sources import file_stem
@@ -119,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
         from pipecast.errors import UnknownNameError
 
         raise UnknownNameError("schedule", args.schedule, list(SCHEDULES))
+    check_simulable(args.schedule, args.stages, args.micro_batches)
     batch = args.batch or default_batch(profile, args.micro_batches * args.replicas)
     pred = predict(
         profile,
