@@ -11,9 +11,9 @@ from __future__ import annotations
 from pipecast.errors import ConfigError
 from pipecast.planning.schedules.generators import stages_per_rank
 
-MAX_ACTIONS = 2**16
+MAX_ACTIONS = 2**14
 """The most compute actions (F, B, W or BW of one stage and micro-batch) a simulated step
-may hold: a step of 2 stages and 8,192 micro-batches with split backwards is under it."""
+may hold: 1F1B over 2 ranks and 4,096 micro-batches, or over 16 ranks and 512, reaches it."""
 
 SPLIT_BACKWARD = ("zb-h1", "zb-v", "zb-auto")
 """Schedules whose backward is two actions, B and W."""
