@@ -35,6 +35,8 @@ def no_work(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         "pipecast.cli.profile_verb.profile_model",
         "pipecast.cli.recommend_verb.recommend_for",
         "pipecast.cli.bench_verb.run_suite",
+        "pipecast.cli.train_verb.run_job",
+        "pipecast.api.quick_profile",
         "pipecast.cli.probe_verb.probe",
         "pipecast.cli.simulate_verb.predict",
         "pipecast.cli.partition_verb.partition",
@@ -104,6 +106,10 @@ CASES: dict[str, tuple[list[str], str]] = {
     "simulate trace": (
         ["simulate", "--profile", SHIPPED, "--stages", "2", "--out-dir", "out"],
         "out/resnet50-1f1b-2x8.trace.json",
+    ),
+    "train trace": (
+        ["train", "--model", "lenet5", "--device", "cpu", "--gpus", "2", "--partition", "0,6,12"],
+        "pipecast-out/lenet5-1f1b-2.measured.trace.json",
     ),
     "report page": (["report", "--profile", SHIPPED, "-o", "{out}"], "page.html"),
     "report markdown": (["report", "--profile", SHIPPED, "-o", "page.html"], "page.md"),
