@@ -109,3 +109,9 @@ def test_a_write_that_fails_is_one_line_and_leaves_the_old_file(tmp_path: Path) 
         jsonio.write_atomic(path, "x" * 4096)
     assert path.read_text() == "old\n"
     assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
+
+
+def test_a_device_is_named_as_one() -> None:
+    """Only looked at, never written: /dev/null is a character device on every Linux."""
+    why = jsonio.why_not_output("/dev/null")
+    assert why is not None and why.startswith("/dev/null is a character device:"), why
