@@ -22,7 +22,7 @@ from pipecast.runtime.checkpoint import Checkpointing
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.job import TrainJob
 from pipecast.runtime.launch import RankLost
-from pipecast.runtime.run import run_job
+from pipecast.runtime.run import _tell_passed_over, run_job
 from pipecast.runtime.worker import StepProgress
 from pipecast.values.models import Workload
 from pipecast.values.plan.grid import render_grid
@@ -195,6 +195,56 @@ def test_a_checkpoint_of_another_model_is_a_one_line_error(tmp_path: Path) -> No
         checkpoint.model_state(tmp_path / "nothing")
     with pytest.raises(ConfigError, match="interval"):
         Checkpointing(str(tmp_path), every=-1)
+
+
+def test_a_meta_json_that_is_not_utf8_is_damage_passed_over(tmp_path: Path) -> None:
+    """A meta.json with bytes that are not UTF-8 (a bad disk block over it) is named and
+    passed over like any other damage, not a UnicodeDecodeError; alone, it is an error."""
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    _write(tmp_path, 1, [(model, opt, 0, 5)])
+    _write(tmp_path, 2, [(model, opt, 0, 5)])
+    meta = tmp_path / "step-00000002" / "meta.json"
+    text = meta.read_bytes()
+    meta.write_bytes(text[:10] + b"\xff\xfe" + text[12:])
+    saved = checkpoint.latest(tmp_path)
+    assert saved is not None and saved.step == 1
+    assert saved.passed_over == (
+        f"checkpoint {meta.parent} has a damaged meta.json ({len(text)} bytes, byte 0xff at "
+        "offset 10 is not UTF-8 text)",
+    )
+    shutil.rmtree(tmp_path / "step-00000001")
+    with pytest.raises(ConfigError, match=r"no intact checkpoint in .*0xff at offset 10"):
+        checkpoint.latest(tmp_path)
+
+
+def test_a_resume_past_only_incomplete_steps_says_so_and_starts_from_scratch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A step a run died while writing (no meta.json) and a file named like a step are
+    named, each with why, and the resume starts from scratch (docs/runtime.md); neither is
+    damage, so neither stops it. Without --resume nothing is said."""
+    model = _model()
+    checkpoint.write_stage(tmp_path, 3, 0, checkpoint.stage_state(model, None, 3))
+    (tmp_path / "step-00000005").write_text("my notes\n")
+    saved, passed = checkpoint.survey(tmp_path)
+    assert saved is None
+    assert passed == (
+        f"checkpoint {tmp_path / 'step-00000005'} {checkpoint.STRAY}",
+        f"checkpoint {tmp_path / 'step-00000003'} {checkpoint.INCOMPLETE}",
+    )
+    job = _job(tmp_path, 4, resume=True)
+    assert job.resume_from() is None
+    _tell_passed_over(job)
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        f"pipecast: {line}; no intact checkpoint: starting from scratch" for line in passed
+    ]
+    _tell_passed_over(_job(tmp_path, 4))
+    assert capsys.readouterr().err == ""
+    with pytest.raises(ConfigError, match=r"step-00000005 is a file where the checkpoint of"):
+        checkpoint.write_rank(tmp_path, 5, 0, torch.device("cpu"))
+    assert (tmp_path / "step-00000005").read_text() == "my notes\n"
 
 
 def test_due_after_every_interval_and_always_at_the_end() -> None:

@@ -8,6 +8,7 @@ from rich.table import Table
 
 from pipecast.cli.common import add_workload_args, workload_from_args
 from pipecast.cli.console import console, human_count
+from pipecast.cli.model_size import check_model_size
 from pipecast.values.models.registry import ZOO
 from pipecast.values.models.summary import summarize
 from pipecast.values.models.workload import Workload
@@ -45,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
         console.print(table)
         return 0
     workload = workload_from_args(args)
+    check_model_size(workload)  # listed, not built: only its blocks count
     rows = summarize(workload.build("meta"), workload.spec)
     table = Table(title=f"{workload.model} on {workload.dataset}: {workload.spec.describe()}")
     for col in ("block", "type", "output shape", "parameters", "FLOPs/sample"):

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.table import Table
 
+from pipecast import jsonio
 from pipecast.cli.common import count_arg, output_file
 from pipecast.cli.console import console, human_bytes, human_seconds
 from pipecast.cli.paths import check_output_dir
@@ -23,6 +25,9 @@ from pipecast.values.plan.torch_pipelining import (
     split_script,
 )
 from pipecast.values.profile.types import Profile
+
+if TYPE_CHECKING:
+    from pipecast.values.models import Workload
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -87,6 +92,9 @@ def run(args: argparse.Namespace) -> int:
         check_output_dir(args.out_dir, "--out-dir")
         check_exported(_export_plan(args))
     profile, cluster = load_inputs(args, args.stages)
+    if args.export == "torch":
+        for path in _export_paths(args, profile):
+            jsonio.check_output(path)
     size = args.micro_batch or max(profile.micro_batch_sizes)
     setting = Setting(
         micro_batch=size,
@@ -136,8 +144,6 @@ def run(args: argparse.Namespace) -> int:
         )
     )
     if args.output:
-        from pipecast import jsonio
-
         jsonio.write_atomic(args.output, part.to_json())
         console.print(f"partition written to {args.output}")
     if args.export == "torch":
@@ -153,22 +159,29 @@ def _export_plan(args: argparse.Namespace) -> Plan:
     return make_plan(args.schedule, ranks, args.micro_batches)
 
 
-def _export_torch(args: argparse.Namespace, profile: Profile, boundaries: list[int]) -> None:
+def _export_workload(profile: Profile) -> Workload:
     from pipecast.values.models import Workload
 
     if not profile.workload:
         raise ConfigError("--export torch needs a profile that names its model (pipecast profile)")
-    workload = Workload.from_dict(profile.workload)
+    return Workload.from_dict(profile.workload)
+
+
+def _export_paths(args: argparse.Namespace, profile: Profile) -> tuple[Path, Path]:
+    """Where --export torch writes the schedule's CSV and the split script."""
+    workload = _export_workload(profile)
+    stem = Path(args.out_dir) / f"{file_stem(workload.model)}-{args.schedule}-{args.stages}"
+    return stem.with_name(f"{stem.name}.schedule.csv"), stem.with_name(f"{stem.name}.split.py")
+
+
+def _export_torch(args: argparse.Namespace, profile: Profile, boundaries: list[int]) -> None:
+    workload = _export_workload(profile)
     begins = [getattr(b, "begins", str(i)) for i, b in enumerate(workload.build("meta"))]
     if library_of(workload.model) == "hf":  # the user holds the LM, not pipecast's wrapper
         begins = [b.removeprefix("model.") for b in begins]
     points = split_points(begins, boundaries)
     plan = _export_plan(args)
-    out = Path(args.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = f"{file_stem(workload.model)}-{args.schedule}-{args.stages}"
-    csv = out / f"{stem}.schedule.csv"
-    csv.write_text(schedule_csv(plan))
-    script = out / f"{stem}.split.py"
-    script.write_text(split_script(workload.model, points, plan, csv.name))
+    csv, script = _export_paths(args, profile)
+    jsonio.write_atomic(csv, schedule_csv(plan))
+    jsonio.write_atomic(script, split_script(workload.model, points, plan, csv.name))
     console.print(f"torch.distributed.pipelining split: {script}; schedule: {csv}")

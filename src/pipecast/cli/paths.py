@@ -6,7 +6,8 @@ file must not be a directory (nor a directory a file), and the directory it land
 nearest one that exists, where the rest is still to be made) must take a new file. The try
 creates a hidden file there and removes it at once, since permission bits alone do not tell
 (root writes through them; a read-only or pseudo file system refuses root too). Nothing is
-left at the output path.
+left at the output path. A file to write must be a regular one or a new path
+(jsonio.why_not_output: a device, a FIFO or a link is never replaced).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 from pipecast.errors import ConfigError, DataError
+from pipecast.jsonio import why_not_output
 from pipecast.orchestration.bench.store import check_writable_store
 
 
@@ -42,11 +44,14 @@ def why_unwritable(path: str, *, directory: bool) -> str | None:
     else the reason, for a one-line error."""
     target = Path(path)
     try:
+        if not directory and (why := why_not_output(path)) is not None:
+            return why
+        if target.is_symlink() and not target.exists():
+            return f"{path} is a symbolic link to nothing: name a directory to write into"
         if target.exists():
             if directory and not target.is_dir():
-                return f"{path} is a file: name a directory to write into"
-            if not directory and target.is_dir():
-                return f"{path} is a directory: name a file to write"
+                what = "a file" if target.is_file() else "not a directory"
+                return f"{path} is {what}: name a directory to write into"
             where = target if directory else target.parent
         else:
             where = _nearest_existing(target.parent)

@@ -7,6 +7,7 @@ import json
 
 from rich.table import Table
 
+from pipecast import jsonio
 from pipecast.cli.common import count_arg, output_file
 from pipecast.cli.console import console, human_bytes, human_seconds
 from pipecast.measuring.probe.probe import ProbeOptions, probe
@@ -106,8 +107,7 @@ def run(args: argparse.Namespace) -> int:
             result = probe(options)
         cluster = result.cluster
         if args.raw:
-            with open(args.raw, "w") as fh:
-                json.dump(result.to_dict(), fh, indent=1)
+            jsonio.write_atomic(args.raw, json.dumps(result.to_dict(), indent=1))
     print_cluster(cluster)
     if args.output:
         cluster.save(args.output)

@@ -15,6 +15,7 @@ from pipecast.cli.common import (
     workload_from_args,
 )
 from pipecast.cli.console import console, human_bytes, human_count, human_seconds, progress
+from pipecast.cli.model_size import check_model_size
 from pipecast.errors import ConfigError
 from pipecast.measuring.profiler.profiler import ProfileOptions, profile_model
 from pipecast.values.profile.pool import pool_host, poolable
@@ -150,6 +151,7 @@ def run(args: argparse.Namespace) -> int:
         graph_times=args.graph_times,
     )
     earlier = [Profile.load(path) for path in args.pool_host]  # a bad file fails before profiling
+    check_model_size(workload, device=args.device)
     model = workload.build()
     with progress() as bar:
         task = bar.add_task("profiling", total=len(model) * len(set(sizes)))

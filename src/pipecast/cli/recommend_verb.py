@@ -20,6 +20,7 @@ from pipecast.cli.common import (
     workload_from_args,
 )
 from pipecast.cli.console import console, human_bytes, human_seconds, progress
+from pipecast.cli.model_size import check_model_size
 from pipecast.orchestration.recommend.session import Events, Request, both_profiles, recommend_for
 from pipecast.orchestration.recommend.validate import Measured, decide, too_close
 from pipecast.planning.recommend.predict import Prediction
@@ -171,8 +172,11 @@ def _add_validation_args(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.recalibrate and args.profile:  # before reading a file that may not be there
         raise both_profiles()
+    workload = workload_from_args(args) if args.model else None
+    if workload is not None and args.profile is None:  # it is profiled here, or its blocks
+        check_model_size(workload, device=args.device)  # counted: not past what fits
     request = Request(
-        workload=workload_from_args(args) if args.model else None,
+        workload=workload,
         batch=args.batch,
         gpus=args.gpus,
         device=args.device,

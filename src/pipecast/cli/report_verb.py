@@ -8,8 +8,11 @@ from pathlib import Path
 
 from pipecast.cli.common import output_file
 from pipecast.cli.console import console
+from pipecast.cli.paths import why_unwritable
 from pipecast.errors import DataError
+from pipecast.jsonio import why_not_output
 from pipecast.orchestration.bench.store import Store
+from pipecast.report.page import paths
 from pipecast.values.hardware.load import load_cluster
 
 DEFAULT_STORE = "pipecast-out/bench.sqlite"
@@ -20,12 +23,17 @@ TRACES = "pipecast-out"
 
 def page_file(text: str) -> str:
     """An argparse type for the report's page: a file to write (output_file: checked before
-    anything is read or drawn) that is the HTML page, the Markdown and images beside it."""
-    if Path(output_file(text)).suffix.lower() == ".md":
+    anything is read or drawn) that is the HTML page, the Markdown and images beside it;
+    those two are checked too (a regular file or a new path; a folder to write into)."""
+    html, md, images = paths(output_file(text))
+    if html.suffix.lower() == ".md":
         raise argparse.ArgumentTypeError(
             f"{text} names the Markdown: name the HTML page (e.g. report.html); report.md "
             "is written beside it"
         )
+    why = why_not_output(md) or why_unwritable(str(images), directory=True)
+    if why is not None:
+        raise argparse.ArgumentTypeError(f"{why} (the report writes it beside {text})")
     return text
 
 

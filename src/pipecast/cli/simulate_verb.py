@@ -7,6 +7,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from pipecast import jsonio
 from pipecast.cli.common import MICRO_BATCHES_HELP, RECOMPUTE_HELP, count_arg, output_dir
 from pipecast.cli.console import console, human_bytes, human_seconds
 from pipecast.cli.planning import add_profile_args, default_batch, load_inputs
@@ -14,6 +15,7 @@ from pipecast.planning.recommend.predict import Prediction, predict
 from pipecast.planning.recommend.rank import samples_rate
 from pipecast.planning.schedules.generators import SCHEDULES
 from pipecast.planning.simulation import closed_form
+from pipecast.planning.simulation.bounds import check_simulable
 from pipecast.report.trace import write_trace
 from pipecast.values.hardware.units import per_rank
 from pipecast.values.models.sources import file_stem
@@ -63,6 +65,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=run)
 
 
+def _outputs(args: argparse.Namespace, model: str) -> tuple[Path, Path]:
+    """The Gantt chart and the trace a simulation writes into --out-dir."""
+    stem = f"{file_stem(model)}-{args.schedule}-{args.stages}x{args.micro_batches}"
+    out = Path(args.out_dir)
+    return out / f"{stem}.png", out / f"{stem}.trace.json"
+
+
 def print_prediction(pred: Prediction) -> None:
     t = pred.timeline
     console.print(
@@ -94,6 +103,9 @@ def print_prediction(pred: Prediction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     profile, cluster = load_inputs(args, args.stages * args.replicas)
+    chart, trace = _outputs(args, profile.model)
+    for path in (chart, trace):  # before the simulation: what is there is not replaced
+        jsonio.check_output(path)
     kind: Kind = "pipeline" if args.replicas == 1 else "hybrid"
     strategy = Strategy(
         kind=kind,
@@ -108,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
         from pipecast.errors import UnknownNameError
 
         raise UnknownNameError("schedule", args.schedule, list(SCHEDULES))
+    check_simulable(args.schedule, args.stages, args.micro_batches)
     batch = args.batch or default_batch(profile, args.micro_batches * args.replicas)
     pred = predict(
         profile,
@@ -126,14 +139,11 @@ def run(args: argparse.Namespace) -> int:
             "`pipecast probe -o c.json`, then --cluster c.json"
         )
     print_prediction(pred)
-    out = Path(args.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = f"{file_stem(profile.model)}-{args.schedule}-{args.stages}x{args.micro_batches}"
     from pipecast.report.gantt import gantt
 
-    gantt(pred.timeline, str(out / f"{stem}.png"), title=f"{profile.model} {pred.strategy.label()}")
-    write_trace(str(out / f"{stem}.trace.json"), ("predicted", pred.timeline))
-    console.print(f"wrote {out / stem}.png and {stem}.trace.json")
+    gantt(pred.timeline, str(chart), title=f"{profile.model} {pred.strategy.label()}")
+    write_trace(str(trace), ("predicted", pred.timeline))
+    console.print(f"wrote {chart} and {trace.name}")
     if args.compare_closed_form:
         _closed_forms(pred, args.micro_batches)
     return 0

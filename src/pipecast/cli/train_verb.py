@@ -92,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
             tensor_parallel=args.tensor_parallel,
             plan=followed.plan if followed is not None else None,
         )
+    jsonio.check_output(_trace_path(args, job))  # before the run, not after it
     if job.device == "cuda" and not under_torchrun():
         need = followed.peak_memory if followed is not None else _predicted_peak(args, job, profile)
         check_fits(need, devices.free_on_gpus(), job.world)
@@ -273,10 +274,7 @@ def _write_traces(args: argparse.Namespace, result: JobResult, profile: Profile 
     """The measured step as a Perfetto trace, with the prediction from the quick profile
     beside it when the partition came from one."""
     job = result.job
-    out = Path(args.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    model = file_stem(job.workload.model) if job.workload is not None else "model"
-    trace = out / f"{model}-{job.plan.name}-{job.world}{_variant(job)}.measured.trace.json"
+    trace = _trace_path(args, job)
     timelines = [("measured", result.timeline())]
     # the quick profile's few repeats at one size are enough to balance the stages, not to
     # quote a step time: drawn beside the measurement in the trace, not printed
@@ -285,6 +283,13 @@ def _write_traces(args: argparse.Namespace, result: JobResult, profile: Profile 
         timelines.insert(0, (QUICK_LABEL, predicted.timeline))
     write_trace(str(trace), *timelines)
     console.print(f"trace: {trace}")
+
+
+def _trace_path(args: argparse.Namespace, job: TrainJob) -> Path:
+    """Where the run's trace goes: named by its model, schedule, ranks and variant."""
+    model = file_stem(job.workload.model) if job.workload is not None else "model"
+    name = f"{model}-{job.plan.name}-{job.world}{_variant(job)}.measured.trace.json"
+    return Path(args.out_dir) / name
 
 
 def _variant(job: TrainJob) -> str:

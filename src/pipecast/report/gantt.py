@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
 
 import matplotlib
@@ -11,6 +12,7 @@ import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.patches import Patch
 
+from pipecast.report.figure_file import save_figure
 from pipecast.values.timeline import Event, Timeline
 
 COLOURS = {
@@ -34,8 +36,7 @@ def gantt(timeline: Timeline, path: str, *, title: str = "") -> None:
         f"bubble {timeline.bubble_fraction:.1%}"
     )
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
 
 
 def _unit(seconds: float) -> tuple[float, str]:
@@ -46,23 +47,26 @@ def _draw(ax: Axes, events: Sequence[Event], ranks: int, scale: float, unit: str
     """Ranks by time on `ax`: compute bars, thinner transfer bars, micro-batch numbers on
     the bars wide enough to hold them, a legend of the kinds shown."""
     span = max((e.end for e in events), default=0.0)
-    for e in events:
-        comm = e.kind in ("send", "allreduce")
-        y = e.rank + (0.32 if comm else 0.0)
-        height = 0.22 if comm else 0.6
-        ax.barh(
-            y,
-            e.duration * scale,
-            left=e.start * scale,
-            height=height,
-            color=COLOURS.get(e.kind, "#999999"),
+    comm = [e.kind in ("send", "allreduce") for e in events]
+    # one collection per rank and kind: a patch per bar takes minutes for a long step
+    bars: dict[tuple[float, float, str], list[tuple[float, float]]] = defaultdict(list)
+    for e, c in zip(events, comm, strict=True):
+        height = 0.22 if c else 0.6
+        y = e.rank + (0.32 if c else 0.0)
+        bars[(y - height / 2, height, e.kind)].append((e.start * scale, e.duration * scale))
+    for (low, height, kind), spans in bars.items():
+        ax.broken_barh(
+            spans,
+            (low, height),
+            facecolors=COLOURS.get(kind, "#999999"),
             edgecolor="white",
             linewidth=0.4,
         )
-        if e.mb >= 0 and not comm and e.duration > span / 120:
+    for e, c in zip(events, comm, strict=True):
+        if e.mb >= 0 and not c and e.duration > span / 120:
             ax.text(
                 (e.start + e.duration / 2) * scale,
-                y,
+                e.rank,
                 str(e.mb),
                 ha="center",
                 va="center",
@@ -107,5 +111,4 @@ def gantt_stack(runs: Sequence[tuple[str, Sequence[Event]]], path: str, *, title
         ax.set_title(f"{what}: last action ends at {end * scale:.2f} {unit}", fontsize=9)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)

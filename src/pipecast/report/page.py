@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
+from pipecast import jsonio
+
 
 @dataclass
 class Section:
@@ -16,6 +18,12 @@ class Section:
     paragraphs: list[str] = field(default_factory=list)
     table: list[list[str]] | None = None
     images: list[str] = field(default_factory=list)
+
+
+def paths(page: str | Path) -> tuple[Path, Path, Path]:
+    """The HTML page, the Markdown beside it and the images' folder beside them."""
+    html = Path(page)
+    return html, html.with_suffix(".md"), html.with_name(f"{html.stem}_files")
 
 
 def slug(title: str) -> str:
@@ -78,8 +86,8 @@ def render_markdown(title: str, sections: list[Section], out: Path) -> str:
 
 def write_pages(title: str, sections: list[Section], html: Path, md: Path) -> tuple[str, str]:
     """The HTML page at `html` and the Markdown at `md` (both in one folder, which their
-    images' links are relative to); their paths."""
-    html.parent.mkdir(parents=True, exist_ok=True)
-    html.write_text(render_html(title, sections, html.parent))
-    md.write_text(render_markdown(title, sections, md.parent))
+    images' links are relative to); their paths. Each is written whole or not at all
+    (jsonio.write_atomic)."""
+    jsonio.write_atomic(html, render_html(title, sections, html.parent))
+    jsonio.write_atomic(md, render_markdown(title, sections, md.parent))
     return str(html), str(md)

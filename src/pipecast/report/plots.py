@@ -15,14 +15,13 @@ from matplotlib.figure import Figure
 from pipecast.orchestration.bench.accuracy import Comparison
 from pipecast.orchestration.bench.config import BenchConfig
 from pipecast.orchestration.bench.store import Row
+from pipecast.report.figure_file import save_figure
 from pipecast.values.profile.types import Profile
 
 
 def _save(fig: Figure, path: str) -> str:
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=110)
 
 
 def gpipe_study(rows: Sequence[Row], path: str) -> str | None:

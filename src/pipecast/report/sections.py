@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import html
-import json
 import os
 from pathlib import Path
 from urllib.parse import quote
 
+from pipecast import jsonio
+from pipecast.errors import DataError
 from pipecast.orchestration.bench.accuracy import unlike
 from pipecast.orchestration.bench.config import BenchConfig
 from pipecast.orchestration.bench.predictions import unpredicted
@@ -119,10 +120,9 @@ def training_accuracy(rows: list[Row]) -> list[Section]:
     return [section]
 
 
-def profile_section(path: str, cluster: Cluster | None, out: Path) -> Section:
-    """A saved profile's per-block costs and, given a cluster, each partition method's
-    efficiency on it."""
-    profile = Profile.load(path)
+def profile_section(path: str, profile: Profile, cluster: Cluster | None, out: Path) -> Section:
+    """A saved profile's (`profile`, read from `path`) per-block costs and, given a cluster,
+    each partition method's efficiency on it."""
     section = Section(f"Profile: {profile.model} on {profile.dataset} ({profile.device})")
     section.images.append(
         plots.profile_breakdown(profile, str(out / f"profile_{Path(path).stem}.png"))
@@ -147,13 +147,50 @@ def profile_section(path: str, cluster: Cluster | None, out: Path) -> Section:
     return section
 
 
-def probe_section(probe: str, out: Path) -> Section:
-    """Point-to-point transfer time against tensor size, from a probe's raw samples."""
-    raw = json.loads(Path(probe).read_text())
+Samples = dict[str, list[list[float]]]
+"""Point-to-point samples of a probe, by pair ('0->1'): [bytes, seconds] each."""
+
+RAW_PROBE = "name the file `pipecast probe --raw FILE` wrote"
+
+
+def read_probe(path: str) -> Samples:
+    """The point-to-point samples in the raw probe file at `path` (pipecast probe --raw),
+    checked as they are read: a missing, malformed or other kind of file is a one-line
+    DataError naming it, before the report makes anything."""
+    doc = jsonio.parse(jsonio.read_text(path), path)
+    if not isinstance(doc, dict) or "kind" in doc or "p2p" not in doc:
+        raise DataError(f"{path} holds {jsonio.describe(doc)}, not raw probe samples: {RAW_PROBE}")
+    p2p = doc["p2p"]
+    if not isinstance(p2p, dict) or not all(
+        isinstance(samples, list)
+        and all(
+            isinstance(s, list)
+            and len(s) == 2
+            and all(isinstance(v, int | float) and not isinstance(v, bool) for v in s)
+            for s in samples
+        )
+        for samples in p2p.values()
+    ):
+        raise DataError(
+            f"{path} has damaged point-to-point samples (each pair's a list of [bytes, "
+            f"seconds]): {RAW_PROBE}"
+        )
+    return p2p
+
+
+def probe_section(path: str, p2p: Samples, out: Path) -> Section:
+    """Point-to-point transfer time against tensor size, from a probe's raw samples (those
+    `read_probe` read from `path`); where there are none, a line that says so."""
     section = Section("Communication against tensor size")
-    if img := plots.communication(raw.get("p2p", {}), str(out / "communication.png")):
+    if not any(p2p.values()):
+        section.paragraphs.append(
+            f"{path} holds no point-to-point samples (a probe of one device times no link): "
+            "probe two devices or more to draw this"
+        )
+        return section
+    if img := plots.communication(p2p, str(out / "communication.png")):
         section.images.append(img)
-    section.paragraphs += observations.communication_linearity(raw.get("p2p", {}))
+    section.paragraphs += observations.communication_linearity(p2p)
     return section
 
 

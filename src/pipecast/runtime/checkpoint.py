@@ -13,8 +13,10 @@ model (`model_state`).
 A step directory without meta.json is one that a run died while writing. Every file is
 written with its sha256 (pipecast.runtime.digests), and meta.json lists each file's digest and
 size, so a file cut short or damaged later is found before anything loads it. Resuming takes
-the newest intact checkpoint and names each newer one it passes over, and why (`latest`);
-a directory whose every checkpoint is damaged is an error rather than a silent fresh start.
+the newest intact checkpoint and names each newer one it passes over, and why (`survey`),
+a file named like a step among them; a directory whose every checkpoint is damaged is an
+error rather than a silent fresh start, and one of incomplete steps alone a fresh start that
+names them.
 The next complete checkpoint removes the incomplete ones before it. Under torchrun across
 nodes, DIR must be on one file system that every node shares.
 """
@@ -91,28 +93,43 @@ def step_dir(root: str | Path, step: int) -> Path:
 
 
 def _steps(root: Path) -> list[tuple[int, Path]]:
+    """Every entry of `root` named like a step's directory, in step order (a file so named
+    too: `_inspect` names it)."""
     out = []
     if root.is_dir():
         for p in root.iterdir():
-            if p.is_dir() and p.name.startswith(PREFIX) and p.name[len(PREFIX) :].isdigit():
+            if p.name.startswith(PREFIX) and p.name[len(PREFIX) :].isdigit():
                 out.append((int(p.name[len(PREFIX) :]), p))
     return sorted(out)
 
 
 INCOMPLETE = f"is incomplete (no {META}: a run stopped while writing it)"
+STRAY = "is not a directory, so not a checkpoint (a file named like one)"
+NOT_CHECKPOINTS = (INCOMPLETE, STRAY)
+"""Why a step is passed over that says nothing was damaged: where every step is one of
+these, a resume starts from scratch (and says so) rather than stopping."""
 
 
 def _inspect(path: Path) -> tuple[dict[str, Any], str | None]:
     """The checkpoint in `path`: its meta.json, and why it cannot be resumed from (None: it
-    is intact): no meta.json, one that does not parse, a stage file missing, or a file of
-    another size or sha256 than when it was written. Says how it would read after
-    "checkpoint PATH"."""
+    is intact): not a directory, no meta.json, one that does not parse (or is not UTF-8
+    text), a stage file missing, or a file of another size or sha256 than when it was
+    written. Says how it would read after "checkpoint PATH"."""
+    if not path.is_dir():
+        return {}, STRAY
     try:
-        text = (path / META).read_text()
+        raw = (path / META).read_bytes()
     except FileNotFoundError:
         return {}, INCOMPLETE
     except OSError as exc:
         return {}, f"has a {META} that cannot be read ({exc.strerror})"
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return {}, (
+            f"has a damaged {META} ({len(raw)} bytes, byte {raw[exc.start]:#04x} at offset "
+            f"{exc.start} is not UTF-8 text)"
+        )
     try:
         meta = json.loads(text)
         int(meta["step"])
@@ -134,22 +151,31 @@ def _inspect(path: Path) -> tuple[dict[str, Any], str | None]:
     return meta, None
 
 
-def latest(root: str | Path) -> Saved | None:
-    """The newest intact checkpoint under `root` (None when there is none), with a line for
-    each newer one passed over. Where there are checkpoints but none intact, a one-line
-    error: resuming from scratch would silently throw the run away."""
-    passed: list[str] = []
+def survey(root: str | Path) -> tuple[Saved | None, tuple[str, ...]]:
+    """The newest intact checkpoint under `root` (None when there is none), and a line for
+    each newer step passed over, and why: those it carries as `Saved.passed_over`, or, with
+    no checkpoint to resume from, the incomplete steps and stray files a resume starts
+    from scratch past. Where there are checkpoints but none intact, a one-line error:
+    resuming from scratch would silently throw the run away."""
+    passed: list[tuple[str, str]] = []
     for _, path in reversed(_steps(Path(root))):
         meta, why = _inspect(path)
         if why is None:
-            return Saved(path, meta, tuple(passed))
-        passed.append(f"checkpoint {path} {why}")
-    if len(passed) > sum(line.endswith(INCOMPLETE) for line in passed):
+            lines = tuple(line for line, _ in passed)
+            return Saved(path, meta, lines), lines
+        passed.append((f"checkpoint {path} {why}", why))
+    if any(why not in NOT_CHECKPOINTS for _, why in passed):
         raise ConfigError(
-            f"no intact checkpoint in {root}: {'; '.join(passed)}; remove them, or write to "
-            f"another directory, to start from scratch"
+            f"no intact checkpoint in {root}: {'; '.join(line for line, _ in passed)}; "
+            "remove them, or write to another directory, to start from scratch"
         )
-    return None
+    return None, tuple(line for line, _ in passed)
+
+
+def latest(root: str | Path) -> Saved | None:
+    """The newest intact checkpoint under `root` (None when there is none), with a line for
+    each newer one passed over (`survey`)."""
+    return survey(root)[0]
 
 
 def _begin(root: str | Path, step: int) -> Path:
@@ -157,6 +183,11 @@ def _begin(root: str | Path, step: int) -> Path:
     earlier run (one that wrote this step before it died, or a damaged checkpoint resumed
     past) no longer describes it."""
     path = step_dir(root, step)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(
+            f"{path} is a file where the checkpoint of step {step} goes: move it, or write "
+            "checkpoints to another directory"
+        )
     path.mkdir(parents=True, exist_ok=True)
     (path / META).unlink(missing_ok=True)
     return path

@@ -128,16 +128,19 @@ def where_each_rank_was(lost: RankLost, plan: Plan, ranks: range | list[int]) ->
 
 
 def _tell_passed_over(job: TrainJob) -> None:
-    """Name each newer checkpoint that a resume passes over, and why (rank 0 only)."""
+    """Name each newer checkpoint that a resume passes over, and why (rank 0 only); where it
+    passes over every step there is (incomplete ones, files named like one), say that it
+    starts from scratch."""
     saved = job.resume_from()
-    if saved is None or os.environ.get("RANK", "0") != "0":
+    cp = job.checkpoint
+    if cp is None or not cp.resume or os.environ.get("RANK", "0") != "0":
         return
-    for line in saved.passed_over:
-        print(
-            f"pipecast: {line}; resuming from the newest intact one, {saved.path}",
-            file=sys.stderr,
-            flush=True,
-        )
+    if saved is not None:
+        lines, then = saved.passed_over, f"resuming from the newest intact one, {saved.path}"
+    else:
+        lines, then = checkpoint.survey(cp.dir)[1], "no intact checkpoint: starting from scratch"
+    for line in lines:
+        print(f"pipecast: {line}; {then}", file=sys.stderr, flush=True)
 
 
 def _spawned(
