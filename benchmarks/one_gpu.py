@@ -52,6 +52,7 @@ LOADS = {
     "resnet50": Load("resnet50", "imagenet", 256, "sgd"),
     "vgg16": Load("vgg16", "imagenet", 128, "sgd"),
     "gpt1024": Load("gpt", "tokens", 4, "adam", 1024, 16, 16, 2048),
+    "tiny": Load("gpt", "tokens", 2, "adam", 64, 2, 2, 64),  # dry runs on a CPU
 }
 
 
@@ -84,6 +85,14 @@ SETS: dict[str, list[tuple[str, list[str], list[Variant]]]] = {
         ("resnet50", ["eager", "compile"], [
             Variant("blocks", True), Variant("blocks", True, True), Variant("off", True, True),
         ]),
+    ],
+    "second": [
+        ("gpt768", ["compile-whole"], [Variant("blocks", True), Variant("stage", True)]),
+        ("resnet50", ["eager", "compile"], [
+            Variant("blocks", False, True), Variant("stage", True, True),
+            Variant("stage", False, True),
+        ]),
+        ("gpt2048", ["eager", "compile"], [Variant("blocks", False), Variant("blocks", True)]),
     ],
     "large": [
         ("gpt2048", ["eager", "compile"], [

@@ -51,8 +51,12 @@ def default_cache_dir() -> Path:
 
 
 def use_cache() -> None:
-    """Point inductor's cache at pipecast's (a variable already set is left as it is)."""
+    """Point inductor's cache at pipecast's (a variable already set is left as it is), and
+    keep every compiled backward callable on a graph that is kept: AOTAutograd's donated
+    buffers (a backward reusing its saved tensors' memory) refuse any call that retains
+    the graph, and pipecast's W re-enters kept graphs (backward.py, mesh_backward.py)."""
     os.environ.setdefault(CACHE_ENV, str(default_cache_dir()))
+    torch._functorch.config.donated_buffer = False
 
 
 @dataclass
@@ -243,7 +247,7 @@ def backend(*, split: bool) -> Callable[[torch.fx.GraphModule, list[Any]], Any]:
 
         # AOTAutograd's own cache stores whole compiled pairs, which a split backward is
         # not; inductor's cache of each graph's code still applies
-        with torch._functorch.config.patch(enable_autograd_cache=False, donated_buffer=False):
+        with torch._functorch.config.patch(enable_autograd_cache=False):
             compiled: Any = compile_fx(gm, example_inputs, inner_compile=inner)
 
         def run(*args: Any) -> Any:

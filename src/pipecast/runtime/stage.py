@@ -47,14 +47,16 @@ def materialize(module: M, device: torch.device) -> M:
 def make_optimizer(
     params: list[nn.Parameter], config: RunConfig, *, host: bool = False
 ) -> torch.optim.Optimizer:
-    """The run's optimizer over `params`. `host`: the offloaded optimizer's, over the host's
-    copy of the weights, fused: torch's fused CPU kernels make one vectorised pass over each
-    tensor where the default makes one per arithmetic step, several times faster on a host
-    (docs/decisions.md, "The optimizer on the host")."""
+    """The run's optimizer over `params`, fused where its tensors are on a GPU or are the
+    offloaded optimizer's host copy (`host`): torch's fused kernels make one pass over each
+    tensor where the default makes one per arithmetic step (Adam reads and writes every
+    tensor about ten times, fused once: docs/decisions.md, "The optimizer on the host").
+    CPU ranks keep torch's default."""
+    fused = True if host or any(p.is_cuda for p in params) else None
     if config.optimizer == "adam":
-        return torch.optim.Adam(params, lr=config.lr, fused=host or None)
+        return torch.optim.Adam(params, lr=config.lr, fused=fused)
     momentum = 0.9 if config.optimizer == "momentum" else 0.0
-    return torch.optim.SGD(params, lr=config.lr, momentum=momentum, fused=host or None)
+    return torch.optim.SGD(params, lr=config.lr, momentum=momentum, fused=fused)
 
 
 class StageModule:

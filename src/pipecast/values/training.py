@@ -65,6 +65,11 @@ LR_SCHEDULES: tuple[LrSchedule, ...] = ("constant", "linear", "cosine")
 
 OPTIMIZER_STATE: dict[str, float] = {"sgd": 0.0, "momentum": 1.0, "adam": 2.0}
 """Optimizer state per parameter, in units of the parameter's bytes."""
+OPTIMIZER_PASSES: dict[str, float] = {"sgd": 3.0, "momentum": 5.0, "adam": 7.0}
+"""Tensors a fused optimizer step reads and writes per parameter (SGD: the weight and its
+gradient in, the weight out; momentum adds its buffer in and out; Adam its two moments):
+a step over memory-bound tensors takes time in proportion, so a profile's plain-SGD step
+prices the others."""
 OPTIMIZER_TEMPORARY: dict[str, float] = {"sgd": 0.0, "momentum": 0.0, "adam": 1.0}
 """Device memory a step allocates for its own use, per parameter byte: torch's multi-tensor
 Adam takes the square root of every second moment into a new list before dividing by it;

@@ -151,7 +151,7 @@ def test_fsdp_collects_and_steps_each_replicas_shard() -> None:
     step ends with 4 x 8 ms / 4 = 8 ms of optimizer, not 32."""
     fsdp = Strategy(kind="data", replicas=4, shard="full")
     cluster = describe(gpus_per_node=4, memory="80GiB")
-    t = predict(_fsdp_profile(), cluster, fsdp, 32, optimizer="adam").timeline
+    t = predict(_fsdp_profile(), cluster, fsdp, 32, optimizer="sgd").timeline
     collectives = [e.duration for e in t.events if e.kind in ("allgather", "reduce_scatter")]
     assert len(collectives) == 4 + 3 + 4  # gathers for the forward and again for the
     # backward (the last block's kept), a reduce-scatter each

@@ -13,6 +13,7 @@ from pipecast.values.hardware.cluster import CPU_PROBE_RANKS, Cluster
 from pipecast.values.partition import Partition
 from pipecast.values.profile.types import BATCHED_WEIGHT_GROUP, BlockCost, Profile, StageCost
 from pipecast.values.training import (
+    OPTIMIZER_PASSES,
     Offload,
     Optimizer,
     Recompute,
@@ -72,8 +73,10 @@ def costs_from_profile(
         buffer=cluster.ddp_buffer_host if ddp else 0.0,
     )
     stages = []
+    step_scale = OPTIMIZER_PASSES[optimizer] / OPTIMIZER_PASSES["sgd"]  # profiled: plain SGD
     for index, st in enumerate(partition.stages):
         times = _stage_times(profile, partition, index, micro_batch, host, cuda_graphs)
+        times = replace(times, optimizer=times.optimizer * step_scale)
         times = _offloaded(times, profile, st.start, st.stop, micro_batch, cluster, offload)
         stages.append(batched_weights(times, profile, st.start, st.stop, micro_batch, weight_batch))
     fwd, bwd = _transfers(partition, stages, cluster)
