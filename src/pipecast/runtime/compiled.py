@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch._functorch.config as functorch_config
 from torch import nn
 
 from pipecast.runtime.compile_split import SplitBackward, split_backward
@@ -56,7 +57,7 @@ def use_cache() -> None:
     buffers (a backward reusing its saved tensors' memory) refuse any call that retains
     the graph, and pipecast's W re-enters kept graphs (backward.py, mesh_backward.py)."""
     os.environ.setdefault(CACHE_ENV, str(default_cache_dir()))
-    torch._functorch.config.donated_buffer = False
+    functorch_config.donated_buffer = False
 
 
 @dataclass
@@ -247,7 +248,7 @@ def backend(*, split: bool) -> Callable[[torch.fx.GraphModule, list[Any]], Any]:
 
         # AOTAutograd's own cache stores whole compiled pairs, which a split backward is
         # not; inductor's cache of each graph's code still applies
-        with torch._functorch.config.patch(enable_autograd_cache=False):
+        with functorch_config.patch(enable_autograd_cache=False):
             compiled: Any = compile_fx(gm, example_inputs, inner_compile=inner)
 
         def run(*args: Any) -> Any:
