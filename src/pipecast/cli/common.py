@@ -151,6 +151,16 @@ def margin_arg(text: str) -> float:
         ) from None
 
 
+def schedule_arg(text: str) -> str:
+    """An argparse type for --schedule: a schedule pipecast generates."""
+    from pipecast.errors import UnknownNameError
+    from pipecast.planning.schedules.generators import SCHEDULES
+
+    if text not in SCHEDULES:
+        raise argparse.ArgumentTypeError(str(UnknownNameError("schedule", text, list(SCHEDULES))))
+    return text
+
+
 def methods_arg(text: str) -> tuple[str, ...]:
     """An argparse type for --methods: comma-separated partition methods, each known."""
     from pipecast.errors import PipecastError

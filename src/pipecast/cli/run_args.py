@@ -18,6 +18,7 @@ from pipecast.cli.common import (
     count_arg,
     number_arg,
     output_dir,
+    schedule_arg,
 )
 from pipecast.planning.schedules.generators import SCHEDULES
 from pipecast.values.training import LR_SCHEDULES, OFFLOADS
@@ -84,7 +85,7 @@ def _add_layout_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
         "column/row plan, torch's parallelize_module); GPUs = replicas x stages x this",
     )
     if not inference:
-        p.add_argument("--schedule", default="1f1b", help=", ".join(SCHEDULES))
+        p.add_argument("--schedule", type=schedule_arg, default="1f1b", help=", ".join(SCHEDULES))
     p.add_argument(
         "--micro-batches",
         type=count_arg("--micro-batches", 1),

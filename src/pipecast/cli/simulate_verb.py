@@ -7,7 +7,13 @@ from pathlib import Path
 
 from rich.table import Table
 
-from pipecast.cli.common import MICRO_BATCHES_HELP, RECOMPUTE_HELP, count_arg, output_dir
+from pipecast.cli.common import (
+    MICRO_BATCHES_HELP,
+    RECOMPUTE_HELP,
+    count_arg,
+    output_dir,
+    schedule_arg,
+)
 from pipecast.cli.console import console, human_bytes, human_seconds
 from pipecast.cli.planning import add_profile_args, default_batch, load_inputs
 from pipecast.planning.recommend.predict import Prediction, predict
@@ -30,7 +36,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     add_profile_args(p)
     p.add_argument("--stages", type=count_arg("--stages", 1), required=True, help="pipeline GPUs")
-    p.add_argument("--schedule", default="1f1b", help=", ".join(SCHEDULES))
+    p.add_argument("--schedule", type=schedule_arg, default="1f1b", help=", ".join(SCHEDULES))
     p.add_argument(
         "--micro-batches",
         type=count_arg("--micro-batches", 1),
@@ -104,10 +110,6 @@ def run(args: argparse.Namespace) -> int:
         partition=args.partition,
         recompute=args.recompute,
     )
-    if args.schedule not in SCHEDULES:
-        from pipecast.errors import UnknownNameError
-
-        raise UnknownNameError("schedule", args.schedule, list(SCHEDULES))
     batch = args.batch or default_batch(profile, args.micro_batches * args.replicas)
     pred = predict(
         profile,

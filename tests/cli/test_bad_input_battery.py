@@ -1,0 +1,33 @@
+"""The bad inputs of issue 66, each refused with one line and exit 2 before any work starts,
+writing nothing (test_bad_input's stand-ins replace the work: a check that came after the
+work began fails here with WorkStarted).
+
+Each case was once accepted (exit 0, the input ignored) or found only after minutes of work,
+or in several lines.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tests.cli.test_bad_input import LENET, PROFILE, check_refused, no_work
+
+__all__ = ["no_work"]  # the stand-ins for the work, autouse here too
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["partition", *PROFILE, "--stages", "2", "--schedule", "nosuch"],
+            "argument --schedule: unknown schedule 'nosuch': choose one of",
+        ),
+        (["simulate", *PROFILE, "--stages", "2", "--schedule", "nosuch"], "unknown schedule"),
+        (["train", *LENET, "--schedule", "nosuch"], "argument --schedule: unknown schedule"),
+    ],
+)
+def test_an_ignored_input_is_refused(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    check_refused(argv, message, tmp_path, capsys)
