@@ -25,6 +25,10 @@ __all__ = ["no_work"]  # the stand-ins for the work, autouse here too
         ),
         (["simulate", *PROFILE, "--stages", "2", "--schedule", "nosuch"], "unknown schedule"),
         (["train", *LENET, "--schedule", "nosuch"], "argument --schedule: unknown schedule"),
+        (
+            ["train", *LENET, "--schedule", "forward-only"],
+            "--schedule forward-only, which trains nothing (forwards only): `pipecast infer`",
+        ),
     ],
 )
 def test_an_ignored_input_is_refused(

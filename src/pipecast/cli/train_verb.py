@@ -60,6 +60,12 @@ def run(args: argparse.Namespace) -> int:
         args.device = default_device()
     workload = workload_from_args(args)
     schedule = "forward-only" if args.inference else args.schedule
+    if schedule == "forward-only" and not args.inference:
+        given = f"{args.recommendation} plans" if followed else "--schedule"
+        raise ConfigError(
+            f"{given} forward-only, which trains nothing (forwards only): `pipecast infer` "
+            "runs inference, with the same options"
+        )
     if getattr(args, "mode", "") == "latency":
         args.batch, args.micro_batches = 1, 1
     _check_installed(getattr(args, "compare", []))
