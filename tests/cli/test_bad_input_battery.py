@@ -29,6 +29,21 @@ __all__ = ["no_work"]  # the stand-ins for the work, autouse here too
             ["train", *LENET, "--schedule", "forward-only"],
             "--schedule forward-only, which trains nothing (forwards only): `pipecast infer`",
         ),
+        (
+            [
+                "train",
+                *LENET,
+                "--schedule",
+                "zb-h1",
+                "--batch",
+                "16",
+                "--micro-batches",
+                "4",
+                "--weight-batch",
+                "100",
+            ],
+            "a weight batch of 100 is more than the 4 micro-batches zb-h1 runs a step",
+        ),
     ],
 )
 def test_an_ignored_input_is_refused(

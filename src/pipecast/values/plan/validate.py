@@ -54,6 +54,12 @@ def validate(plan: Plan) -> None:
             f"a weight batch of {plan.weight_batch} needs a split backward (B then W) and "
             "a size of at least 1: use zb-h1, zb-v or zb-auto"
         )
+    if plan.weight_batch > plan.num_microbatches:
+        raise PlanError(
+            f"a weight batch of {plan.weight_batch} is more than the {plan.num_microbatches} "
+            f"micro-batches {plan.name} runs a step (it groups them): give "
+            f"{plan.num_microbatches} or fewer"
+        )
     if len(plan.stage_to_rank) != plan.num_stages:
         raise PlanError(
             f"placement names {len(plan.stage_to_rank)} stages, plan has {plan.num_stages}"
