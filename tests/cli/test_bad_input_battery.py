@@ -19,6 +19,14 @@ __all__ = ["no_work"]  # the stand-ins for the work, autouse here too
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
+        (["recommend", "--dataset", "nosuch"], "argument --dataset: unknown dataset 'nosuch'"),
+        (["recommend", *LENET, "--dataset", "nosuch"], "unknown dataset 'nosuch': choose one"),
+        (
+            ["recommend", "--dataset", "mnist"],
+            "--dataset mnist describes the model, and no --model is given: recommend plans",
+        ),
+        (["recommend", *PROFILE, "--layers", "4"], "--layers 4 describes the model, and no"),
+        (["models", "--dataset", "cifar10"], "no --model is given: models lists the zoo"),
         (
             ["partition", *PROFILE, "--stages", "2", "--schedule", "nosuch"],
             "argument --schedule: unknown schedule 'nosuch': choose one of",

@@ -8,7 +8,10 @@ from pipecast.cli.main import main
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = main(argv)
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's own checks
+        code = int(exc.code or 0)
     out, err = capsys.readouterr()
     return code, out, err
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 # re-exported: verbs (report among them) take their output types from here
 from pipecast.cli.paths import output_dir as output_dir
 from pipecast.cli.paths import output_file as output_file
+from pipecast.errors import ConfigError
 from pipecast.values.data.registry import (
     DEFAULT_SEQ_LEN,
     DEFAULT_VOCAB,
@@ -41,17 +42,51 @@ def add_workload_args(parser: argparse.ArgumentParser, *, required: bool = True)
         "(e.g. hf:gpt2) or package.module:factory returning any nn.Module",
     )
     group.add_argument(
-        "--dataset", help=f"data set ({', '.join(dataset_names())}); default: the model's own"
+        "--dataset",
+        type=dataset_arg,
+        help=f"data set ({', '.join(dataset_names())}); default: the model's own",
     )
-    for flag, minimum, default, about in (
-        ("--seq-len", 1, DEFAULT_SEQ_LEN, "sequence length"),
-        ("--vocab", 1, DEFAULT_VOCAB, "vocabulary (tokens)"),
-        ("--width", 1, DEFAULT_WIDTH, "embedding width"),
-        ("--layers", 0, 0, "transformer layers (0: default)"),
-        ("--heads", 0, 0, "attention heads (0: default)"),
-        ("--ffn", 0, 0, "feed-forward width (0: 4 x width)"),
-    ):
+    for flag, minimum, default, about in WORKLOAD_SIZES:
         group.add_argument(flag, type=count_arg(flag, minimum), default=default, help=about)
+
+
+WORKLOAD_SIZES = (
+    ("--seq-len", 1, DEFAULT_SEQ_LEN, "sequence length"),
+    ("--vocab", 1, DEFAULT_VOCAB, "vocabulary (tokens)"),
+    ("--width", 1, DEFAULT_WIDTH, "embedding width"),
+    ("--layers", 0, 0, "transformer layers (0: default)"),
+    ("--heads", 0, 0, "attention heads (0: default)"),
+    ("--ffn", 0, 0, "feed-forward width (0: 4 x width)"),
+)
+"""The workload's sizes: flag, least value, default, help."""
+
+
+def dataset_arg(text: str) -> str:
+    """An argparse type for --dataset: a data set pipecast knows."""
+    from pipecast.errors import UnknownNameError
+
+    if text not in dataset_names():
+        raise argparse.ArgumentTypeError(str(UnknownNameError("dataset", text, dataset_names())))
+    return text
+
+
+def check_model_named(args: argparse.Namespace, without: str) -> None:
+    """A ConfigError where a workload option (--dataset, --layers, ...) is given without the
+    --model it describes: the verb would ignore it and do `without` instead (a phrase:
+    'recommend plans ...')."""
+    if args.model is not None:
+        return
+    given = [("--dataset", args.dataset)] if args.dataset is not None else []
+    for flag, _, default, _ in WORKLOAD_SIZES:
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if value != default:
+            given.append((flag, value))
+    if given:
+        flag, value = given[0]
+        raise ConfigError(
+            f"{flag} {value} describes the model, and no --model is given: {without}, "
+            "which would ignore it; give --model NAME with it"
+        )
 
 
 def workload_from_args(args: argparse.Namespace) -> Workload:
@@ -75,8 +110,6 @@ def workload_from_args(args: argparse.Namespace) -> Workload:
 
 def parse_int_list(text: str, what: str) -> list[int]:
     """'8,16,32' -> [8, 16, 32], each at least 1."""
-    from pipecast.errors import ConfigError
-
     try:
         values = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
@@ -140,7 +173,6 @@ def gib_arg(text: str) -> float:
 def margin_arg(text: str) -> float:
     """An argparse type for --memory-margin: the fraction of GPU memory kept free, in [0, 1)
     (partition.methods.check_margin's rule)."""
-    from pipecast.errors import ConfigError
     from pipecast.planning.partition.methods import check_margin
 
     try:

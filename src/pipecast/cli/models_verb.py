@@ -6,7 +6,7 @@ import argparse
 
 from rich.table import Table
 
-from pipecast.cli.common import add_workload_args, workload_from_args
+from pipecast.cli.common import add_workload_args, check_model_named, workload_from_args
 from pipecast.cli.console import console, human_count
 from pipecast.values.models.registry import ZOO
 from pipecast.values.models.summary import summarize
@@ -25,6 +25,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_model_named(args, "models lists the zoo, each model on its own data set")
     if args.model is None:
         table = Table(title="pipecast model zoo (FLOPs: forward, per sample)")
         for col in ("model", "default data set", "blocks", "parameters", "FLOPs", "about"):

@@ -12,6 +12,7 @@ from pipecast.cli.common import (
     AUTOCAST_HELP,
     OPTIMIZER_HELP,
     add_workload_args,
+    check_model_named,
     count_arg,
     gib_arg,
     margin_arg,
@@ -171,6 +172,7 @@ def _add_validation_args(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.recalibrate and args.profile:  # before reading a file that may not be there
         raise both_profiles()
+    check_model_named(args, "recommend plans --profile's model, or its own default")
     request = Request(
         workload=workload_from_args(args) if args.model else None,
         batch=args.batch,
