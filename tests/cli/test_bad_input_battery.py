@@ -27,6 +27,8 @@ __all__ = ["no_work"]  # the stand-ins for the work, autouse here too
         ),
         (["recommend", *PROFILE, "--layers", "4"], "--layers 4 describes the model, and no"),
         (["models", "--dataset", "cifar10"], "no --model is given: models lists the zoo"),
+        (["recommend", "--memory-limit", "1e30"], "--memory-limit takes GiB per GPU (or CPU"),
+        (["recommend", "--memory-limit", "16385"], "at most 16384 (16 TiB, beyond any one"),
         (
             ["partition", *PROFILE, "--stages", "2", "--schedule", "nosuch"],
             "argument --schedule: unknown schedule 'nosuch': choose one of",

@@ -159,14 +159,24 @@ def number_arg(flag: str, *, minimum: float = 0.0, above: bool = False) -> Calla
     return parse
 
 
+MAX_MEMORY_GIB = 2**14
+"""The most --memory-limit takes: 16 TiB, beyond any GPU's memory or any one host's."""
+
+
 def gib_arg(text: str) -> float:
-    """An argparse type for --memory-limit: GiB of memory per GPU, above 0."""
+    """An argparse type for --memory-limit: GiB of memory per GPU, above 0 and at most
+    MAX_MEMORY_GIB (a larger figure is a slip of the keyboard, and plans for no machine)."""
     try:
         value = float(text)
     except ValueError:
         value = -1.0
     if not (value > 0 and math.isfinite(value)):
         raise argparse.ArgumentTypeError(f"--memory-limit takes GiB above 0, got {text!r}")
+    if value > MAX_MEMORY_GIB:
+        raise argparse.ArgumentTypeError(
+            f"--memory-limit takes GiB per GPU (or CPU rank), at most {MAX_MEMORY_GIB} (16 TiB, "
+            f"beyond any one device or host), got {text!r}"
+        )
     return value
 
 
