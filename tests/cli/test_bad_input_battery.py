@@ -60,3 +60,25 @@ def test_an_ignored_input_is_refused(
     argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     check_refused(argv, message, tmp_path, capsys)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["train", *LENET, "--data-dir", "{tmp}/empty"],
+            "no 'train-images-idx3-ubyte' (or .gz) in {tmp}/empty: point --data-dir at the MNIST",
+        ),
+        (
+            ["train", "--model", "resnet18", "--dataset", "cifar10", "--data-dir", "{tmp}/empty"],
+            "no CIFAR-10 batches (data_batch_1, data_batch_2, data_batch_3, data_batch_4, "
+            "data_batch_5) in {tmp}/empty: point --data-dir at the CIFAR-10 python batches",
+        ),
+    ],
+)
+def test_an_input_found_late_is_found_before_work(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each of these was found by rank 0 after the quick profile, or after the work."""
+    (tmp_path / "empty").mkdir()
+    check_refused(argv, message, tmp_path, capsys)
