@@ -74,6 +74,14 @@ def test_an_ignored_input_is_refused(
             "no CIFAR-10 batches (data_batch_1, data_batch_2, data_batch_3, data_batch_4, "
             "data_batch_5) in {tmp}/empty: point --data-dir at the CIFAR-10 python batches",
         ),
+        (
+            ["train", *LENET, "--schedule", "pipedream", "--offload", "weights"],
+            "PipeDream's stashed weight versions can't be streamed from the host",
+        ),
+        (
+            ["train", *LENET, "--schedule", "pipedream", "--gpus", "4", "--replicas", "2"],
+            "PipeDream's asynchronous updates with data-parallel replicas are not supported",
+        ),
     ],
 )
 def test_an_input_found_late_is_found_before_work(

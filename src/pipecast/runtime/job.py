@@ -21,6 +21,7 @@ from pipecast.values.models.workload import Workload
 from pipecast.values.partition import Partition
 from pipecast.values.plan.action import Plan
 from pipecast.values.strategy import Shard
+from pipecast.values.training import why_not_streamed
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,6 +132,15 @@ class TrainJob:
                 "updates each stage on its own after every micro-batch (leave clipping off, "
                 "or use a schedule that updates once a step, such as 1f1b)"
             )
+        if self.plan.async_updates and self.replicas > 1 and not self.meshed:
+            raise ConfigError(  # what the engine refuses in every rank, refused here once
+                "PipeDream's asynchronous updates with data-parallel replicas are not "
+                "supported: use one replica, or a synchronous schedule such as 1f1b"
+            )
+        if why := why_not_streamed(
+            self.config.offload, self.config.recompute, self.plan.async_updates
+        ):
+            raise ConfigError(why)
         graphs.check(self.plan, self.config, self.device)
         if self.meshed:
             self._check_mesh()
