@@ -11,9 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests.cli.test_bad_input import LENET, PROFILE, check_refused, no_work
+from tests.cli.test_bad_input import LENET, PROFILE, SHIPPED, check_refused, no_work
 
 __all__ = ["no_work"]  # the stand-ins for the work, autouse here too
+
+POOL_HOST = ["--pool-host", str(SHIPPED)]
 
 
 @pytest.mark.parametrize(
@@ -81,6 +83,28 @@ def test_an_ignored_input_is_refused(
         (
             ["train", *LENET, "--schedule", "pipedream", "--gpus", "4", "--replicas", "2"],
             "PipeDream's asynchronous updates with data-parallel replicas are not supported",
+        ),
+        (
+            ["profile", *LENET, *POOL_HOST],
+            f"--pool-host {SHIPPED} cannot pool with this profile: it profiles resnet50/imagenet,"
+            " not lenet5/mnist",
+        ),
+        (
+            ["profile", "--model", "resnet50", "--dataset", "imagenet", *POOL_HOST],
+            "cannot pool with this profile: it was measured in bf16, not fp32",
+        ),
+        (
+            [
+                "profile",
+                "--model",
+                "resnet50",
+                "--dataset",
+                "imagenet",
+                "--dtype",
+                "bf16",
+                *POOL_HOST,
+            ],
+            "cannot pool with this profile: it was measured on NVIDIA H100 80GB HBM3, not cpu",
         ),
     ],
 )

@@ -17,7 +17,9 @@ from pipecast.cli.common import (
 from pipecast.cli.console import console, human_bytes, human_count, human_seconds, progress
 from pipecast.errors import ConfigError
 from pipecast.measuring.profiler.profiler import ProfileOptions, profile_model
-from pipecast.values.profile.pool import pool_host, poolable
+from pipecast.runtime import devices
+from pipecast.values.models.summary import block_name
+from pipecast.values.profile.pool import pool_host, pool_mismatch, poolable
 from pipecast.values.profile.types import Profile
 
 
@@ -151,6 +153,20 @@ def run(args: argparse.Namespace) -> int:
     )
     earlier = [Profile.load(path) for path in args.pool_host]  # a bad file fails before profiling
     model = workload.build()
+    for path, other in zip(args.pool_host, earlier, strict=True):
+        why = pool_mismatch(
+            other,
+            model=workload.model,
+            dataset=workload.spec.name,
+            workload=workload.to_dict(),
+            dtype=args.dtype,
+            autocast=args.autocast,
+            device=devices.name(devices.resolve(args.device)),
+            blocks=[block_name(b) for b in model],
+            sizes=sizes,
+        )
+        if why:
+            raise ConfigError(f"--pool-host {path} cannot pool with this profile: {why}")
     with progress() as bar:
         task = bar.add_task("profiling", total=len(model) * len(set(sizes)))
 
