@@ -11,7 +11,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests.cli.test_bad_input import LENET, PROFILE, SHIPPED, check_refused, no_work
+from tests.cli.test_bad_input import (
+    LENET,
+    PROFILE,
+    SHIPPED,
+    WorkStarted,
+    check_refused,
+    no_work,
+)
+
+from pipecast.cli.main import main
 
 __all__ = ["no_work"]  # the stand-ins for the work, autouse here too
 
@@ -106,6 +115,12 @@ def test_an_ignored_input_is_refused(
             ],
             "cannot pool with this profile: it was measured on NVIDIA H100 80GB HBM3, not cpu",
         ),
+        (["recommend", "--model", "timm:nosuch_vit"], "timm has no model 'nosuch_vit'"),
+        (
+            ["recommend", "--model", "tests.user_models:not_a_model"],
+            "tests.user_models:not_a_model must be an nn.Sequential or a non-empty list of "
+            "nn.Modules, got int",
+        ),
     ],
 )
 def test_an_input_found_late_is_found_before_work(
@@ -114,3 +129,12 @@ def test_an_input_found_late_is_found_before_work(
     """Each of these was found by rank 0 after the quick profile, or after the work."""
     (tmp_path / "empty").mkdir()
     check_refused(argv, message, tmp_path, capsys)
+
+
+@pytest.mark.parametrize(
+    "model", ["tests.user_models:tiny_list", "lenet5", "tests.user_models:residual_net"]
+)
+def test_a_model_that_can_be_made_is_not_refused(model: str, tmp_path: Path) -> None:
+    """The checks above stop short of refusing what works: the work starts."""
+    with pytest.raises(WorkStarted):
+        main(["recommend", "--model", model, "--dataset", "mnist"])

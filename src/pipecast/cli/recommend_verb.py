@@ -193,6 +193,8 @@ def run(args: argparse.Namespace) -> int:
         validate=args.validate,
         rounds=args.rounds,
     )
+    if request.workload is not None and request.profile is None:
+        request.workload.check()  # before the first "calibrating" line
     with _Shown(args.top) as shown:
         outcome = recommend_for(request, shown.events)
     if outcome.measured:

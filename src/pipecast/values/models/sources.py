@@ -178,6 +178,22 @@ def as_blocks(model: object, spec: DatasetSpec, name: str) -> nn.Sequential:
 
 def build_source_model(name: str, spec: DatasetSpec, **options: int) -> nn.Sequential:
     """The blocks of `name` ('library:model' or 'package.module:factory') for `spec`."""
+    return as_blocks(source_model(name, spec, **options), spec, name)
+
+
+def check_source_model(name: str, spec: DatasetSpec, **options: int) -> None:
+    """A one-line error where `name` makes no model for `spec` (an unknown name, a factory
+    that raises or returns no module), found on the meta device and without capturing it
+    (torch.export takes seconds for a large model)."""
+    with torch.device("meta"):
+        model = source_model(name, spec, **options)
+    if not isinstance(model, nn.Module):
+        as_sequential(model, origin=name)  # a list of modules passes; anything else raises
+
+
+def source_model(name: str, spec: DatasetSpec, **options: int) -> object:
+    """What `name` ('library:model' or 'package.module:factory') makes for `spec`, as it
+    comes (an nn.Module, a list of modules, or whatever a factory returns)."""
     library = library_of(name)
     _, _, model_name = name.partition(":")
     if library == "hf":
@@ -192,4 +208,4 @@ def build_source_model(name: str, spec: DatasetSpec, **options: int) -> nn.Seque
         model = vision_model(library, model_name, spec)
     else:
         model = call_factory(name, spec)
-    return as_blocks(model, spec, name)
+    return model
