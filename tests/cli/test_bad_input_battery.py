@@ -138,3 +138,16 @@ def test_a_model_that_can_be_made_is_not_refused(model: str, tmp_path: Path) -> 
     """The checks above stop short of refusing what works: the work starts."""
     with pytest.raises(WorkStarted):
         main(["recommend", "--model", model, "--dataset", "mnist"])
+
+
+def test_a_model_export_cannot_take_is_one_line(capfd: pytest.CaptureFixture[str]) -> None:
+    """torch.export's warning and its partial graphs (22 lines, one written by torch's own
+    log handler: hence capfd, which sees what reaches the process's stderr) are kept back."""
+    code = main(["models", "--model", "tests.cli.broken_models:dynamic"])
+    out, err = capfd.readouterr()
+    assert code == 2 and not out, out
+    assert err.startswith(
+        "pipecast: error: cannot capture tests.cli.broken_models:dynamic (_DataDependent) with "
+        "torch.export: GuardOnDataDependentSymNode: "
+    ), err
+    assert err.count("\n") == 1, err
