@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 from tests.cli.test_bad_input import (
     LENET,
     PROFILE,
@@ -151,3 +152,34 @@ def test_a_model_export_cannot_take_is_one_line(capfd: pytest.CaptureFixture[str
         "torch.export: GuardOnDataDependentSymNode: "
     ), err
     assert err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize(
+    ("batch", "replicas", "microbatches"), [(15, 1, 2), (6, 1, 4), (3, 1, 4), (9, 2, 2), (8, 2, 3)]
+)
+def test_simulate_and_train_split_a_batch_by_one_rule(
+    batch: int,
+    replicas: int,
+    microbatches: int,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """simulate refused batch 6 in 4 micro-batches that train ran (as 2, 2, 1, 1): both now
+    take what the runtime can split, an equal share per replica cut by torch.tensor_split
+    into non-empty micro-batches, and simulate prices the largest of them."""
+    share, rest = divmod(batch, replicas)
+    chunks = torch.tensor_split(torch.arange(share), microbatches)
+    runs = rest == 0 and all(len(c) for c in chunks)
+    counts = ["--batch", str(batch), "--micro-batches", str(microbatches)]
+    layout = ["--replicas", str(replicas), "--gpus", str(2 * replicas)]
+    try:
+        main(["train", *LENET, *counts, *layout])
+        trained = 2
+    except WorkStarted:
+        trained = 0
+    simulated = main(["simulate", *PROFILE, "--stages", "2", *counts, "--replicas", str(replicas),
+                      "--out-dir", str(tmp_path)])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert (trained, simulated) == ((0, 0) if runs else (2, 2)), err
+    if runs:
+        assert f"(micro-batch {max(len(c) for c in chunks)})" in out

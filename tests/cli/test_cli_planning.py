@@ -80,7 +80,8 @@ def test_simulate_writes_gantt_and_trace(
     [
         (["--schedule", "dualpipe"], "unknown schedule 'dualpipe'"),
         (["--schedule", "interleaved", "--micro-batches", "3"], "divisible by ranks"),
-        (["--batch", "10", "--micro-batches", "4"], "does not split into"),
+        (["--batch", "3", "--micro-batches", "4"], "batch 3 cannot feed 1 replica(s) x 4"),
+        (["--batch", "9", "--replicas", "2"], "batch 9 does not split into 2 equal replica"),
         (["--stages", "40"], "only 12 blocks"),
         (["--partition", "0,5,3,12"], "must rise strictly"),
     ],

@@ -118,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
         batch,
         optimizer=args.optimizer,
         memory_margin=args.memory_margin,
+        uneven=True,  # as train runs it (values.batching.check_batch)
     )
     if args.cluster:
         console.print(f"cluster: {args.cluster}")
@@ -128,6 +129,11 @@ def run(args: argparse.Namespace) -> int:
             "`pipecast probe -o c.json`, then --cluster c.json"
         )
     print_prediction(pred)
+    if (batch // args.replicas) % args.micro_batches:
+        console.print(
+            f"batch {batch} splits into micro-batches of {pred.micro_batch - 1} and "
+            f"{pred.micro_batch} samples, as train splits it: each priced at {pred.micro_batch}"
+        )
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     stem = f"{file_stem(profile.model)}-{args.schedule}-{args.stages}x{args.micro_batches}"

@@ -30,6 +30,7 @@ from pipecast.runtime.job import TrainJob
 from pipecast.runtime.launch import under_torchrun
 from pipecast.runtime.run import JobResult, run_job
 from pipecast.runtime.worker import StepProgress
+from pipecast.values.batching import check_batch
 from pipecast.values.data.source import DataSource
 from pipecast.values.hardware.load import default_cluster
 from pipecast.values.models.sources import file_stem
@@ -69,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "mode", "") == "latency":
         args.batch, args.micro_batches = 1, 1
     _check_installed(getattr(args, "compare", []))
-    _check_batch(args.batch, args.replicas, args.micro_batches)
+    check_batch(args.batch, args.replicas, args.micro_batches, flags=True)  # before work
     _check_shard(getattr(args, "shard", "none"), args.replicas)
     if not under_torchrun():  # under torchrun the launcher made the ranks
         _check_ranks(args.gpus, args.device)
@@ -214,18 +215,6 @@ def _strategy_of(args: argparse.Namespace, job: TrainJob) -> Strategy:
 def default_device() -> str:
     """cuda where torch finds GPUs (as recommend plans for them), else cpu."""
     return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def _check_batch(batch: int, replicas: int, microbatches: int) -> None:
-    """The job's own rule (every replica gets an equal share, at least a sample per
-    micro-batch), checked before the quick profile rather than after it."""
-    if batch % replicas or batch // replicas < microbatches:
-        least = replicas * microbatches
-        raise ConfigError(
-            f"batch {batch} cannot feed {replicas} replica(s) x {microbatches} micro-batches "
-            f"(needs a multiple of {replicas} and at least {least}): give --batch {least} or "
-            "more, or fewer --micro-batches"
-        )
 
 
 def _check_ranks(ranks: int, device: str) -> None:
