@@ -39,6 +39,19 @@ POOL_HOST = ["--pool-host", str(SHIPPED)]
         ),
         (["recommend", *PROFILE, "--layers", "4"], "--layers 4 describes the model, and no"),
         (["models", "--dataset", "cifar10"], "no --model is given: models lists the zoo"),
+        (
+            ["infer", *LENET, "--mode", "latency", "--batch", "16"],
+            "--mode latency runs one request (batch 1 in one micro-batch), and --batch 16 asks",
+        ),
+        (["infer", *LENET, "--mode", "latency", "--micro-batches", "2"], "--micro-batches 2 asks"),
+        (
+            ["infer", *LENET, "--compare", "onnxruntime", "--compare", "onnxruntime"],
+            "--compare onnxruntime is given 2 times: name each runtime once",
+        ),
+        (
+            ["train", *LENET, "--pick", "3"],
+            "--pick 3 picks from --recommendation's ranking, and no --recommendation is given",
+        ),
         (["recommend", "--memory-limit", "1e30"], "--memory-limit takes GiB per GPU (or CPU"),
         (["recommend", "--memory-limit", "16385"], "at most 16384 (16 TiB, beyond any one"),
         (
@@ -183,3 +196,28 @@ def test_simulate_and_train_split_a_batch_by_one_rule(
     assert (trained, simulated) == ((0, 0) if runs else (2, 2)), err
     if runs:
         assert f"(micro-batch {max(len(c) for c in chunks)})" in out
+
+
+@pytest.mark.parametrize(
+    ("extra", "counts"),
+    [
+        ([], (64, 8)),
+        (["--mode", "latency"], (1, 1)),
+        (["--mode", "latency", "--batch", "1", "--micro-batches", "1"], (1, 1)),
+        (["--batch", "16"], (16, 8)),
+    ],
+)
+def test_infer_runs_the_batch_it_is_given(
+    extra: list[str], counts: tuple[int, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What infer hands the job: its defaults, one request in latency mode, or --batch."""
+    seen: dict[str, object] = {}
+
+    def make_job(*args: object, **kwargs: object) -> None:
+        seen.update(kwargs)
+        raise WorkStarted
+
+    monkeypatch.setattr("pipecast.cli.train_verb.make_job", make_job)
+    with pytest.raises(WorkStarted):
+        main(["infer", *LENET, *extra])
+    assert (seen["batch"], seen["microbatches"]) == counts

@@ -23,6 +23,9 @@ from pipecast.cli.common import (
 from pipecast.planning.schedules.generators import SCHEDULES
 from pipecast.values.training import LR_SCHEDULES, OFFLOADS
 
+BATCH, MICRO_BATCHES = 64, 8
+"""--batch's and --micro-batches' defaults (infer --mode latency: one request, 1 and 1)."""
+
 
 def add_run_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
     add_workload_args(p, required=False)
@@ -54,8 +57,7 @@ def _add_recommendation_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--pick",
         type=count_arg("--pick", 0),
-        default=0,
-        help="with --recommendation: the N-th of its ranking",
+        help="with --recommendation: the N-th of its ranking (default: 0, its pick)",
     )
 
 
@@ -86,14 +88,20 @@ def _add_layout_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
     )
     if not inference:
         p.add_argument("--schedule", type=schedule_arg, default="1f1b", help=", ".join(SCHEDULES))
+    # infer leaves them unset, so that --mode latency can tell one given from none
     p.add_argument(
         "--micro-batches",
         type=count_arg("--micro-batches", 1),
-        default=8,
-        help=MICRO_BATCHES_HELP,
+        default=None if inference else MICRO_BATCHES,
+        help=MICRO_BATCHES_HELP
+        + (f" (default: {MICRO_BATCHES}; --mode latency: 1)" if inference else ""),
     )
     p.add_argument(
-        "--batch", type=count_arg("--batch", 1), default=64, help="global batch per step"
+        "--batch",
+        type=count_arg("--batch", 1),
+        default=None if inference else BATCH,
+        help="global batch per step"
+        + (f" (default: {BATCH}; --mode latency: 1)" if inference else ""),
     )
     p.add_argument(
         "--partition",

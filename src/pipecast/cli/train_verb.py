@@ -16,7 +16,7 @@ from pipecast import jsonio
 from pipecast.api import make_job
 from pipecast.cli.common import workload_from_args
 from pipecast.cli.console import console, human_bytes, human_seconds, progress
-from pipecast.cli.run_args import add_run_args
+from pipecast.cli.run_args import BATCH, MICRO_BATCHES, add_run_args
 from pipecast.errors import ConfigError, DataError, DeviceError
 from pipecast.extras import check_installed
 from pipecast.orchestration.recommend.session import MAX_CPU_RANKS
@@ -53,8 +53,14 @@ def run(args: argparse.Namespace) -> int:
     if under_torchrun() and os.environ["RANK"] != "0":
         console.quiet = True  # rank 0 speaks for every rank
     followed = None
+    _check_one_request(args)
     if getattr(args, "recommendation", None):
-        followed = _follow(args, args.recommendation, args.pick)
+        followed = _follow(args, args.recommendation, args.pick or 0)
+    elif args.pick is not None:
+        raise ConfigError(
+            f"--pick {args.pick} picks from --recommendation's ranking, and no "
+            "--recommendation is given: add --recommendation FILE, or drop --pick"
+        )
     elif args.model is None:
         raise ConfigError("--model is required (or --recommendation FILE)")
     if args.device is None:
@@ -69,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
         )
     if getattr(args, "mode", "") == "latency":
         args.batch, args.micro_batches = 1, 1
+    args.batch = BATCH if args.batch is None else args.batch  # infer leaves them unset
+    args.micro_batches = MICRO_BATCHES if args.micro_batches is None else args.micro_batches
     _check_installed(getattr(args, "compare", []))
     check_batch(args.batch, args.replicas, args.micro_batches, flags=True)  # before work
     _check_shard(getattr(args, "shard", "none"), args.replicas)
@@ -234,10 +242,30 @@ def _check_ranks(ranks: int, device: str) -> None:
         )
 
 
+def _check_one_request(args: argparse.Namespace) -> None:
+    """infer --mode latency runs one request (batch 1 in one micro-batch): a --batch or
+    --micro-batches of more beside it is refused rather than dropped (infer leaves both
+    unset where they are not given)."""
+    if getattr(args, "mode", "") != "latency":
+        return
+    for flag, value in (("--batch", args.batch), ("--micro-batches", args.micro_batches)):
+        if value not in (None, 1):
+            raise ConfigError(
+                f"--mode latency runs one request (batch 1 in one micro-batch), and {flag} "
+                f"{value} asks for more: drop {flag}, or use --mode throughput"
+            )
+
+
 def _check_installed(runtimes: list[str]) -> None:
-    """Before anything runs: every runtime --compare names is installed."""
+    """Before anything runs: every runtime --compare names is installed, and named once."""
     from pipecast.measuring.interop import deepspeed_inference, onnx_runtime
 
+    twice = sorted({name for name in runtimes if runtimes.count(name) > 1})
+    if twice:
+        raise ConfigError(
+            f"--compare {twice[0]} is given {runtimes.count(twice[0])} times: name each "
+            "runtime once"
+        )
     install = {"onnxruntime": onnx_runtime.INSTALL, "deepspeed": deepspeed_inference.INSTALL}
     for name in runtimes:
         check_installed(name, needed_by=f"--compare {name}", install=install[name])
