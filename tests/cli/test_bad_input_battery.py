@@ -8,6 +8,7 @@ or in several lines.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,9 @@ from tests.cli.test_bad_input import (
 )
 
 from pipecast.cli.main import main
+from pipecast.orchestration.recommend.session import Request
+from pipecast.values.models import Workload
+from pipecast.values.strategy import Strategy
 
 __all__ = ["no_work"]  # the stand-ins for the work, autouse here too
 
@@ -221,3 +225,72 @@ def test_infer_runs_the_batch_it_is_given(
     with pytest.raises(WorkStarted):
         main(["infer", *LENET, *extra])
     assert (seen["batch"], seen["microbatches"]) == counts
+
+
+def _recommendation(tmp_path: Path, name: str, device: str, stages: int) -> str:
+    """A recommendation of LeNet-5 over `stages` ranks of `device`, as `pipecast recommend
+    -o` writes one (a machine without GPUs plans for an 8-GPU node by default)."""
+    entry = {
+        "strategy": Strategy(kind="pipeline", stages=stages, microbatches=8).to_dict(),
+        "partition": [*range(stages), 12],
+        "label": f"1f1b {stages} stages, M=8",
+        "step_time": 0.01,
+    }
+    doc = {"batch": 64, "device": device, "ranked": [entry],
+           "workload": Workload(model="lenet5", dataset="mnist").to_dict()}  # fmt: skip
+    path = tmp_path / name
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            [],
+            "{rec} plans 8 GPUs and this machine has 0: run it where there are 8, or plan for "
+            "this machine with `pipecast recommend --device cpu` and run that",
+        ),
+        (
+            ["--device", "cpu"],
+            "--device cpu: {rec} plans 8 cuda rank(s), its partition and schedule for them: "
+            "plan for --device cpu with `pipecast recommend --device cpu` and run that",
+        ),
+        (["--gpus", "2"], "--gpus 2: {rec} plans 8 cuda rank(s), its partition and schedule"),
+    ],
+)
+def test_a_gpu_recommendation_here_is_refused_with_advice_that_works(
+    extra: list[str],
+    message: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On a machine without GPUs, the main job's recommendation (8 GPUs) said 'use fewer
+    --gpus or --device cpu', and said it again with either added (the recommendation set
+    both). The advice now is to plan for this machine, and following it runs."""
+    rec = _recommendation(tmp_path, "gpu-rec.json", "cuda", 8)
+    check_refused(["train", "--recommendation", rec, *extra], message.format(rec=rec),
+                  tmp_path, capsys)  # fmt: skip
+    requests = []
+
+    def recommend_for(request: Request, *args: object) -> None:
+        requests.append(request)
+        raise WorkStarted
+
+    monkeypatch.setattr("pipecast.cli.recommend_verb.recommend_for", recommend_for)
+    with pytest.raises(WorkStarted):
+        main(["recommend", "--device", "cpu"])
+    assert requests[0].device == "cpu"
+    with pytest.raises(WorkStarted):  # what that writes: ranks of this machine's CPU
+        main(["train", "--recommendation", _recommendation(tmp_path, "cpu.json", "cpu", 2)])
+
+
+def test_the_advice_for_gpus_this_machine_lacks_works(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    check_refused(["train", *LENET, "--device", "cuda"],
+                  "2 GPUs requested but this machine has 0: use --device cpu (CPU ranks)",
+                  tmp_path, capsys)  # fmt: skip
+    with pytest.raises(WorkStarted):
+        main(["train", *LENET, "--device", "cpu"])

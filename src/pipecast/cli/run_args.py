@@ -23,8 +23,9 @@ from pipecast.cli.common import (
 from pipecast.planning.schedules.generators import SCHEDULES
 from pipecast.values.training import LR_SCHEDULES, OFFLOADS
 
-BATCH, MICRO_BATCHES = 64, 8
-"""--batch's and --micro-batches' defaults (infer --mode latency: one request, 1 and 1)."""
+BATCH, MICRO_BATCHES, GPUS = 64, 8, 2
+"""--batch's, --micro-batches' and --gpus' defaults (infer --mode latency: one request, 1
+and 1)."""
 
 
 def add_run_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
@@ -63,8 +64,10 @@ def _add_recommendation_args(p: argparse.ArgumentParser) -> None:
 
 def _add_layout_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
     """Where the model runs and how it is cut: ranks, replicas, schedule, batches, steps."""
-    p.add_argument(
-        "--gpus", type=count_arg("--gpus", 1), default=2, help="processes (GPUs, or CPU ranks)"
+    p.add_argument(  # unset until read, so that one given beside --recommendation shows
+        "--gpus",
+        type=count_arg("--gpus", 1),
+        help=f"processes (GPUs, or CPU ranks) (default: {GPUS})",
     )
     p.add_argument(
         "--replicas",

@@ -16,7 +16,7 @@ from pipecast import jsonio
 from pipecast.api import make_job
 from pipecast.cli.common import workload_from_args
 from pipecast.cli.console import console, human_bytes, human_seconds, progress
-from pipecast.cli.run_args import BATCH, MICRO_BATCHES, add_run_args
+from pipecast.cli.run_args import BATCH, GPUS, MICRO_BATCHES, add_run_args
 from pipecast.errors import ConfigError, DataError, DeviceError
 from pipecast.extras import check_installed
 from pipecast.orchestration.recommend.session import MAX_CPU_RANKS
@@ -65,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--model is required (or --recommendation FILE)")
     if args.device is None:
         args.device = default_device()
+    args.gpus = GPUS if args.gpus is None else args.gpus
     workload = workload_from_args(args)
     schedule = "forward-only" if args.inference else args.schedule
     if schedule == "forward-only" and not args.inference:
@@ -81,10 +82,15 @@ def run(args: argparse.Namespace) -> int:
     check_batch(args.batch, args.replicas, args.micro_batches, flags=True)  # before work
     _check_shard(getattr(args, "shard", "none"), args.replicas)
     if not under_torchrun():  # under torchrun the launcher made the ranks
-        _check_ranks(args.gpus, args.device)
+        _check_ranks(args.gpus, args.device, args.recommendation)
     if getattr(args, "data_dir", None) is not None:  # before the quick profile
         DataSource(workload.dataset, directory=args.data_dir).check(workload.spec, args.batch)
     cp = _checkpointing(args)
+    if followed is not None:  # once every check has passed
+        console.print(
+            f"running {followed.label} (predicted {human_seconds(followed.predicted)} a step) "
+            f"from {args.recommendation}"
+        )
     with console.status(
         "planning (quick profile and partition)" if args.partition == "auto" else "planning"
     ):
@@ -225,15 +231,24 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def _check_ranks(ranks: int, device: str) -> None:
+def _check_ranks(ranks: int, device: str, recommendation: str | None = None) -> None:
     """As many GPUs as asked for are here, or few enough CPU ranks to start (each a
-    process), checked before the quick profile rather than at the launch."""
+    process), checked before the quick profile rather than at the launch. The fix named is
+    one that works: for a recommendation, which sets both, planning again for this machine."""
     if device == "cuda":
         have = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if ranks > have:
+        if ranks > have and recommendation:
+            plan_here = "--device cpu" if not have else f"--gpus {have}"
             raise DeviceError(
-                f"{ranks} GPUs requested but this machine has {have}: use fewer --gpus or "
-                "--device cpu"
+                f"{recommendation} plans {ranks} GPUs and this machine has {have}: run it "
+                f"where there are {ranks}, or plan for this machine with `pipecast recommend "
+                f"{plan_here}` and run that"
+            )
+        if ranks > have:
+            fewer = f"--gpus {have} or fewer, or " if have else ""
+            raise DeviceError(
+                f"{ranks} GPUs requested but this machine has {have}: use {fewer}--device cpu "
+                "(CPU ranks)"
             )
     elif ranks > MAX_CPU_RANKS:
         raise ConfigError(
@@ -344,6 +359,14 @@ def _follow(args: argparse.Namespace, path: str, pick: int) -> Chosen:
         for key, value in c.workload.to_dict().items():
             setattr(args, key, value)
     s = c.strategy
+    planned = "cuda" if c.device.startswith("cuda") else "cpu"
+    for flag, given, want in (("--gpus", args.gpus, s.gpus), ("--device", args.device, planned)):
+        if given not in (None, want):  # the plan is for `want`: it would be dropped
+            raise ConfigError(
+                f"{flag} {given}: {path} plans {s.gpus} {planned} rank(s), its partition and "
+                f"schedule for them: plan for {flag} {given} with `pipecast recommend {flag} "
+                f"{given}` and run that, or drop {flag}"
+            )
     args.gpus, args.replicas = s.gpus, s.replicas
     args.shard, args.tensor_parallel = s.shard, s.tp
     args.schedule, args.micro_batches = c.schedule, s.microbatches
@@ -351,7 +374,6 @@ def _follow(args: argparse.Namespace, path: str, pick: int) -> Chosen:
     args.recompute, args.cuda_graphs, args.offload = s.recompute, s.cuda_graphs, s.offload
     args.dtype, args.autocast, args.optimizer = c.dtype, c.autocast, c.optimizer
     args.device = "cuda" if c.device.startswith("cuda") else "cpu"
-    console.print(f"running {c.label} (predicted {human_seconds(c.predicted)} a step) from {path}")
     return c
 
 
