@@ -288,7 +288,7 @@ class _Shown:
             console.print(
                 f"cluster: {csource} {cluster.world} x {cluster.device}, "
                 f"{human_bytes(cluster.memory_bytes)}"
-                + (" of host memory each" if cluster.device == "cpu" else " each")
+                + (" of host memory per rank (its share)" if cluster.device == "cpu" else " each")
             )
 
 
