@@ -15,7 +15,7 @@ from rich.table import Table
 from pipecast import jsonio
 from pipecast.api import make_job
 from pipecast.cli.common import workload_from_args
-from pipecast.cli.console import console, human_bytes, human_seconds, progress
+from pipecast.cli.console import console, counted, human_bytes, human_seconds, progress
 from pipecast.cli.run_args import BATCH, GPUS, MICRO_BATCHES, add_run_args
 from pipecast.errors import ConfigError, DataError, DeviceError
 from pipecast.extras import check_installed
@@ -117,9 +117,9 @@ def run(args: argparse.Namespace) -> int:
         need = followed.peak_memory if followed is not None else _predicted_peak(args, job, profile)
         check_fits(need, devices.free_on_gpus(), job.world)
     console.print(
-        f"{_layout(job, schedule)} on {job.world} {args.device} rank(s), partition "
+        f"{_layout(job, schedule)} on {counted(job.world, f'{args.device} rank')}, partition "
         f"{job.partition.boundaries}, batch {job.batch} in "
-        f"{job.plan.num_microbatches} micro-batches"
+        f"{counted(job.plan.num_microbatches, 'micro-batch', 'micro-batches')}"
     )
     if getattr(args, "compare", None):
         if args.device != "cpu" and args.dtype != "fp32":
@@ -132,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
     result = _run_with_bar(job, first, "inference" if args.inference else "training")
     if result is None:  # a torchrun rank other than 0
         return 0
-    print_result(result, inference=args.inference)
+    print_result(result, inference=args.inference, first=first)
     if getattr(args, "compare", None):
         from pipecast.cli.infer_compare import compare
 
@@ -146,7 +146,8 @@ def run(args: argparse.Namespace) -> int:
     if cp is not None and (last := checkpoint.latest(cp.dir)) is not None:
         seconds = [t for r in result.reports for done, t in r.checkpoints if done == last.step]
         took = f", written in {human_seconds(max(seconds))}" if seconds else ""
-        console.print(f"checkpoint: {last.path} ({last.step} steps{took})")
+        done = _steps_done(last.step, job.warmup_steps)
+        console.print(f"checkpoint: {last.path} ({done}{took})", soft_wrap=True)  # one line
     _write_traces(args, result, profile)
     return 0
 
@@ -179,12 +180,30 @@ def _check_shard(shard: str, replicas: int) -> None:
 
 
 def _layout(job: TrainJob, schedule: str) -> str:
-    """How the job spreads the model: the schedule, with the replicas' and tensor
-    parallelism's dimensions as recommend labels them (Strategy.mesh)."""
+    """How the job spreads the model: the schedule, or with replicas or tensor parallelism
+    its mesh as recommend labels it (Strategy.mesh: 'FSDP x2 (no reshard)' for one stage,
+    'data parallel x2 x 1f1b 2 stages' for two)."""
     if job.replicas == 1 and job.tp == 1:
         return schedule
-    mesh = Strategy(kind="hybrid", replicas=job.replicas, shard=job.shard, tp=job.tp).mesh()
-    return f"{schedule} ({mesh})"
+    return Strategy(
+        kind="hybrid",
+        stages=job.plan.num_ranks,
+        replicas=job.replicas,
+        schedule=schedule,
+        shard=job.shard,
+        tp=job.tp,
+    ).mesh()
+
+
+def _steps_done(step: int, warmup: int) -> str:
+    """A checkpoint's count of steps (warm-up included, as --resume counts them) in the
+    step column's numbers, which count the timed steps from 1."""
+    warm = counted(min(step, warmup), "warm-up step")
+    timed = step - warmup
+    if timed < 1:
+        return f"after {warm}"
+    steps = "step 1" if timed == 1 else f"steps 1 to {timed}"
+    return f"after {warm} and {steps}" if warmup else f"after {steps}"
 
 
 def _predicted_peak(args: argparse.Namespace, job: TrainJob, profile: Profile | None) -> int:
@@ -417,7 +436,9 @@ TABLE_ROWS = 12
 """Timed steps the table shows: all up to this many, else the first two and the last ten."""
 
 
-def print_result(result: JobResult, *, inference: bool) -> None:
+def print_result(result: JobResult, *, inference: bool, first: int = 0) -> None:
+    """The timed steps, numbered from 1 after the warm-up (a run resumed after `first`
+    steps goes on from there, and its first step, untimed, has a row that says so)."""
     table = Table(title="per step (slowest rank)")
     steps: dict[int, float] = {}
     losses: dict[int, float] = {}
@@ -433,6 +454,10 @@ def print_result(result: JobResult, *, inference: bool) -> None:
     for col in columns + (["grad norm"] if norms else []):
         table.add_column(col, justify="right")
     order = sorted(steps)
+    warmup = result.job.warmup_steps
+    for step in range(max(first, warmup), order[0] if order else 0):  # run, not timed
+        cold = "the first after the resume" if first else ""
+        table.add_row(str(step - warmup + 1), "untimed", cold, *[""] * (len(columns) - 3))
     shown = order if len(order) <= TABLE_ROWS else order[:2] + order[-(TABLE_ROWS - 2) :]
     for i, step in enumerate(shown):
         if i == 2 and len(shown) < len(order):
@@ -441,7 +466,11 @@ def print_result(result: JobResult, *, inference: bool) -> None:
         loss = f"{losses[step]:.4f}" if step in losses and not inference else ""
         norm = [f"{norms[step]:.4g}" if step in norms else ""] if norms else []
         table.add_row(
-            str(step), human_seconds(seconds), f"{result.job.batch / seconds:,.1f}", loss, *norm
+            str(step - warmup + 1),
+            human_seconds(seconds),
+            f"{result.job.batch / seconds:,.1f}",
+            loss,
+            *norm,
         )
     console.print(table)
     scaled = [s for r in result.reports if r.global_rank == 0 for s in r.steps if s.loss_scale]
