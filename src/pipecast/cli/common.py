@@ -33,13 +33,17 @@ RECOMPUTE_HELP = (
 MICRO_BATCHES_HELP = "micro-batches per step: the batch (a replica's share) split this many ways"
 
 
-def add_workload_args(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
+def add_workload_args(
+    parser: argparse.ArgumentParser, *, required: bool = True, model_note: str = ""
+) -> None:
+    """--model and what sizes it; `model_note`: when a --model that argparse does not
+    require is needed after all (' (required, unless ...)')."""
     group = parser.add_argument_group("workload")
     group.add_argument(
         "--model",
         required=required,
         help=f"zoo model ({', '.join(model_names())}), torchvision:NAME, timm:NAME, hf:TYPE "
-        "(e.g. hf:gpt2) or package.module:factory returning any nn.Module",
+        f"(e.g. hf:gpt2) or package.module:factory returning any nn.Module{model_note}",
     )
     group.add_argument(
         "--dataset",
@@ -54,8 +58,8 @@ WORKLOAD_SIZES = (
     ("--seq-len", 1, DEFAULT_SEQ_LEN, "sequence length"),
     ("--vocab", 1, DEFAULT_VOCAB, "vocabulary (tokens)"),
     ("--width", 1, DEFAULT_WIDTH, "embedding width"),
-    ("--layers", 0, 0, "transformer layers (0: default)"),
-    ("--heads", 0, 0, "attention heads (0: default)"),
+    ("--layers", 0, 0, "transformer layers (0: the model's own)"),
+    ("--heads", 0, 0, "attention heads (0: the model's own)"),
     ("--ffn", 0, 0, "feed-forward width (0: 4 x width)"),
 )
 """The workload's sizes: flag, least value, default, help."""

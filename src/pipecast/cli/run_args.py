@@ -29,7 +29,7 @@ and 1)."""
 
 
 def add_run_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
-    add_workload_args(p, required=False)
+    add_workload_args(p, required=False, model_note=" (required, unless --recommendation)")
     _add_recommendation_args(p)
     _add_layout_args(p, inference=inference)
     _add_optimizer_args(p, inference=inference)
@@ -67,7 +67,7 @@ def _add_layout_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
     p.add_argument(  # unset until read, so that one given beside --recommendation shows
         "--gpus",
         type=count_arg("--gpus", 1),
-        help=f"processes (GPUs, or CPU ranks) (default: {GPUS})",
+        help=f"processes: GPUs, or CPU ranks (default: {GPUS})",
     )
     p.add_argument(
         "--replicas",
