@@ -17,7 +17,7 @@ from pipecast.values.data.registry import (
     dataset_names,
 )
 from pipecast.values.models.registry import get_entry, model_names
-from pipecast.values.models.sources import default_dataset, is_source_path
+from pipecast.values.models.sources import default_dataset, is_source_path, library_of
 from pipecast.values.models.workload import Workload
 
 DTYPE_HELP = "precision of the weights and the compute"
@@ -110,6 +110,21 @@ def workload_from_args(args: argparse.Namespace) -> Workload:
         heads=args.heads,
         ffn=args.ffn,
     )
+
+
+def note_sizes(workload: Workload) -> None:
+    """One line where a Hugging Face model is built at other sizes than its own
+    configuration's (hf:gpt2 at pipecast's width 512 and vocabulary 8,192, not GPT-2's 768
+    and 50,257), naming the flags that build its own."""
+    if library_of(workload.model) != "hf":
+        return
+    from pipecast.cli.console import console
+    from pipecast.values.models.sources import hf_sizes
+
+    _, _, model_type = workload.model.partition(":")
+    sizes = {"layers": workload.layers, "width": workload.width, "heads": workload.heads}
+    if note := hf_sizes(model_type, workload.spec, **sizes):
+        console.print(note, highlight=False, soft_wrap=True)
 
 
 def parse_int_list(text: str, what: str) -> list[int]:

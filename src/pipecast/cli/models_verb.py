@@ -6,7 +6,12 @@ import argparse
 
 from rich.table import Table
 
-from pipecast.cli.common import add_workload_args, check_model_named, workload_from_args
+from pipecast.cli.common import (
+    add_workload_args,
+    check_model_named,
+    note_sizes,
+    workload_from_args,
+)
 from pipecast.cli.console import console, human_count
 from pipecast.values.models.registry import ZOO
 from pipecast.values.models.summary import summarize
@@ -47,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     workload = workload_from_args(args)
     rows = summarize(workload.build("meta"), workload.spec)
+    note_sizes(workload)
     table = Table(title=f"{workload.model} on {workload.dataset}: {workload.spec.describe()}")
     for col in ("block", "type", "output shape", "parameters", "FLOPs/sample"):
         table.add_column(col, justify="left" if col == "type" else "right")

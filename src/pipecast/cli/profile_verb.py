@@ -10,6 +10,7 @@ from pipecast.cli.common import (
     DTYPE_HELP,
     add_workload_args,
     count_arg,
+    note_sizes,
     output_file,
     parse_int_list,
     workload_from_args,
@@ -167,6 +168,7 @@ def run(args: argparse.Namespace) -> int:
         )
         if why:
             raise ConfigError(f"--pool-host {path} cannot pool with this profile: {why}")
+    note_sizes(workload)
     with progress() as bar:
         task = bar.add_task("profiling", total=len(model) * len(set(sizes)))
 
@@ -185,6 +187,7 @@ def run(args: argparse.Namespace) -> int:
         why = poolable(profile, other)
         if why:
             raise ConfigError(f"--pool-host {path} cannot pool with this profile: {why}")
+    note_sizes(workload)
     if earlier:
         profile = pool_host(profile, [profile, *earlier])
         console.print(f"host costs: the mean of {profile.host.pooled} profiles' readings")

@@ -17,6 +17,7 @@ from pipecast.cli.common import (
     gib_arg,
     margin_arg,
     methods_arg,
+    note_sizes,
     output_file,
     workload_from_args,
 )
@@ -195,6 +196,8 @@ def run(args: argparse.Namespace) -> int:
     )
     if request.workload is not None and request.profile is None:
         request.workload.check()  # before the first "calibrating" line
+    if request.workload is not None:
+        note_sizes(request.workload)
     with _Shown(args.top) as shown:
         outcome = recommend_for(request, shown.events)
     if outcome.measured:

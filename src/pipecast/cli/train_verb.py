@@ -14,7 +14,7 @@ from rich.table import Table
 
 from pipecast import jsonio
 from pipecast.api import make_job
-from pipecast.cli.common import workload_from_args
+from pipecast.cli.common import note_sizes, workload_from_args
 from pipecast.cli.console import console, counted, human_bytes, human_seconds, progress
 from pipecast.cli.run_args import BATCH, GPUS, MICRO_BATCHES, add_run_args
 from pipecast.errors import ConfigError, DataError, DeviceError
@@ -86,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "data_dir", None) is not None:  # before the quick profile
         DataSource(workload.dataset, directory=args.data_dir).check(workload.spec, args.batch)
     cp = _checkpointing(args)
-    if followed is not None:  # once every check has passed
+    note_sizes(workload)  # once every check has passed
+    if followed is not None:
         console.print(
             f"running {followed.label} (predicted {human_seconds(followed.predicted)} a step) "
             f"from {args.recommendation}"
