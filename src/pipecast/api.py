@@ -25,6 +25,7 @@ from pipecast.measuring.profiler.profiler import profile_model, quick_profile
 from pipecast.orchestration.recommend.calibrate import profile_sizes
 from pipecast.orchestration.recommend.session import Outcome, Request, recommend_for, with_defaults
 from pipecast.planning.partition.boundaries import parse_boundaries, placement_of, split
+from pipecast.planning.partition.methods import measured_spread
 from pipecast.planning.schedules.generators import make_plan, stages_per_rank
 from pipecast.runtime.checkpoint import Checkpointing
 from pipecast.runtime.config import RunConfig
@@ -137,6 +138,9 @@ def make_job(
         replicas=replicas,
         micro_batch=micro_batch,
         microbatches=microbatches,
+        # a quick profile's few repeats move from run to run: splits within its spread
+        # are one to it, and the same command gets the same split
+        tolerance=measured_spread(profile, micro_batch),
     )
     job = replace(job, partition=part)
     job.check()

@@ -67,7 +67,7 @@ def test_a_job_the_api_refuses_says_what_to_give_instead(tmp_path: object) -> No
     lenet = Workload(model="lenet5", dataset="mnist")
     with pytest.raises(ConfigError, match=r"the job 2 x 8: make the plan for 2 x 8, or give the"):
         make_job(lenet, partition="0,6,12", plan=pipecast.make_plan("1f1b", 3, 4))
-    with pytest.raises(ConfigError, match=r"at least 4\): use a larger batch or fewer micro"):
+    with pytest.raises(ConfigError, match=r"at least 4\): give a batch of 4 or more, or fewe"):
         make_job(lenet, partition="0,6,12", batch=3, microbatches=4)
     job, _ = make_job(lenet, partition="0,6,12", microbatches=4)
     other = TrainJob(**{**job.__dict__, "partition": from_boundaries([0, 5, 10])})

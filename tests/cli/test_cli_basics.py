@@ -5,10 +5,14 @@ from pathlib import Path
 import pytest
 
 from pipecast.cli.main import main
+from pipecast.values.hardware.cluster import Cluster
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = main(argv)
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's own checks
+        code = int(exc.code or 0)
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -158,3 +162,16 @@ def test_a_verb_runs_with_expandable_segments_unless_the_user_set_the_allocator(
     code, _, _ = run(["models", "--model", "lenet5", "--dataset", "mnist"], capsys)
     assert code == 0
     assert {k: os.environ[k] for k in ALLOCATOR_ENV if k in os.environ} == {**preset, **want}
+
+
+def test_a_described_machine_by_default_links_nodes_no_faster_than_gpus_in_a_node(
+    tmp_path: Path,
+) -> None:
+    """`probe --describe`'s defaults once made the link between nodes (5 us) faster than
+    the one inside a node (10 us). Read back from what the command writes."""
+    out = tmp_path / "c.json"
+    assert main(["probe", "--describe", "--nodes", "2", "-o", str(out)]) == 0
+    c = Cluster.load(str(out))
+    inside, across = c.link(0, 1), c.link(0, c.gpus_per_node)
+    assert (inside, across) == (c.intra, c.inter)
+    assert inside.latency < across.latency and inside.bandwidth > across.bandwidth

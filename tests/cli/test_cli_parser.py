@@ -78,3 +78,49 @@ def test_infer_offers_no_training_options(capsys: pytest.CaptureFixture[str]) ->
     for option in ("--optimizer", "--lr", "--recompute"):
         err = _refused(["infer", "--model", "lenet5", option, "x"], capsys)
         assert f"unrecognized arguments: {option} x (pipecast infer --help)" in err
+
+
+def _helps(parser: argparse.ArgumentParser, prog: str) -> list[tuple[str, argparse.Action, str]]:
+    """(verb, option, its help as --help prints it, on one line) for every option with a
+    default of its own (not unset, off or empty), of every verb."""
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for verb, sub in action.choices.items():
+                found += _helps(sub, f"{prog} {verb}")
+        elif action.option_strings and action.default not in (None, False, [], ()):
+            if action.default is argparse.SUPPRESS:
+                continue
+            text = parser._get_formatter()._expand_help(action)  # what --help prints
+            found.append((prog, action, " ".join(text.split())))
+    return found
+
+
+def test_every_default_is_shown_in_help() -> None:
+    """train --help and infer --help showed no defaults (--steps 10, --batch 64 ...)."""
+    for prog, action, text in _helps(build_parser(), "pipecast"):
+        assert "default" in text, f"{prog} {action.option_strings[0]}: {text}"
+
+
+@pytest.mark.parametrize(
+    ("verb", "shown"),
+    [
+        ("train", ["--steps STEPS timed steps (default: 10)",
+                   "--batch BATCH global batch per step (default: 64)",
+                   "split this many ways (default: 8)",
+                   "--gpus GPUS processes: GPUs, or CPU ranks (default: 2)",
+                   "(required, unless --recommendation)"]),
+        ("infer", ["--batch BATCH global batch per step (default: 64; --mode latency: 1)",
+                   "(default: 8; --mode latency: 1)", "(required, unless --recommendation)"]),
+        ("profile", ["nn.Module (required)", "--repeats REPEATS timed repeats per measurement "
+                     "(default: 7)"]),
+    ],
+)  # fmt: skip
+def test_help_shows_defaults_and_what_is_required(
+    verb: str, shown: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        main([verb, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for words in shown:
+        assert words in text

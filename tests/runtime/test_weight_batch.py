@@ -12,6 +12,7 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from pipecast.errors import PlanError
 from pipecast.planning.schedules.generators import make_plan
 from pipecast.runtime.backward import WeightWork, backward_input, backward_weight
 from pipecast.runtime.weight_batch import Deferred, batched_weight
@@ -130,3 +131,13 @@ def test_a_run_refuses_a_weight_batch_below_one() -> None:
     assert RunConfig(weight_batch=1).weight_batch == 1
     with pytest.raises(ConfigError, match="a weight batch is at least 1 micro-batch, got 0"):
         RunConfig(weight_batch=0)
+
+
+def test_a_weight_batch_groups_at_most_a_steps_micro_batches() -> None:
+    """k = M is one group of the whole step; k = M + 1 would be a group the step never fills,
+    refused as the plan is made (before any profile or rank)."""
+    whole = make_plan("zb-h1", 2, 4, weight_batch=4)
+    assert {g for a, g in weight_groups(whole).items() if a.stage == 0} == {(), (0, 1, 2, 3)}
+    with pytest.raises(PlanError, match="weight batch of 5 is more than the 4 micro-batches "
+                       "zb-h1 runs a step"):  # fmt: skip
+        make_plan("zb-h1", 2, 4, weight_batch=5)

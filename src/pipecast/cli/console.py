@@ -62,3 +62,9 @@ def human_seconds(s: float) -> str:
     if s >= 1e-3:
         return f"{s * 1e3:.2f} ms"
     return f"{s * 1e6:.1f} µs"
+
+
+def counted(n: int, one: str, many: str = "") -> str:
+    """'1 micro-batch', '4 micro-batches': `n` with the word for one or for many (`one` + 's'
+    where `many` is not given)."""
+    return f"{n} {one if n == 1 else many or one + 's'}"

@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from importlib import import_module
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from pipecast import __version__
 from pipecast.errors import PipecastError
@@ -54,9 +54,33 @@ def refuse(message: str, prog: str = "pipecast") -> NoReturn:
     raise SystemExit(EXIT_BAD_INPUT)
 
 
+class _Help(argparse.HelpFormatter):
+    """argparse's help, each option followed by its default where it has one that its help
+    does not name already (an unset, off or empty default says nothing), and by
+    '(required)' where it is."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if not action.option_strings or text == argparse.SUPPRESS:
+            return action.help
+        if action.required:
+            return f"{text} (required)"
+        default = action.default
+        unset = default is None or default is False or default is argparse.SUPPRESS
+        if unset or default in ([], ()) or "default" in text:
+            return action.help
+        if isinstance(default, list | tuple):
+            default = ",".join(map(str, default))
+        return f"{text} (default: {str(default).replace('%', '%%')})"
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse, its errors one line (`refuse`); each verb's parser is one too (argparse
-    makes a verb's parser of its parent's class)."""
+    """argparse, its errors one line (`refuse`), its help with the defaults (`_Help`); each
+    verb's parser is one too (argparse makes a verb's parser of its parent's class)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _Help)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         refuse(message, self.prog)

@@ -6,7 +6,12 @@ import argparse
 
 from rich.table import Table
 
-from pipecast.cli.common import add_workload_args, workload_from_args
+from pipecast.cli.common import (
+    add_workload_args,
+    check_model_named,
+    note_sizes,
+    workload_from_args,
+)
 from pipecast.cli.console import console, human_count
 from pipecast.cli.model_size import check_model_size
 from pipecast.values.models.registry import ZOO
@@ -26,6 +31,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_model_named(args, "models lists the zoo, each model on its own data set")
     if args.model is None:
         table = Table(title="pipecast model zoo (FLOPs: forward, per sample)")
         for col in ("model", "default data set", "blocks", "parameters", "FLOPs", "about"):
@@ -48,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
     workload = workload_from_args(args)
     check_model_size(workload)  # listed, not built: only its blocks count
     rows = summarize(workload.build("meta"), workload.spec)
+    note_sizes(workload)
     table = Table(title=f"{workload.model} on {workload.dataset}: {workload.spec.describe()}")
     for col in ("block", "type", "output shape", "parameters", "FLOPs/sample"):
         table.add_column(col, justify="left" if col == "type" else "right")

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 
 from pipecast import jsonio
-from pipecast.cli.common import count_arg, output_file
+from pipecast.cli.common import count_arg, output_file, schedule_arg
 from pipecast.cli.console import console, human_bytes, human_seconds
 from pipecast.cli.paths import check_output_dir
 from pipecast.cli.planning import add_profile_args, load_inputs
@@ -52,7 +52,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=8,
         help="micro-batches per step (memory)",
     )
-    p.add_argument("--schedule", default="1f1b", help="the schedule whose in-flight memory counts")
+    p.add_argument(
+        "--schedule",
+        type=schedule_arg,
+        default="1f1b",
+        help="the schedule whose in-flight memory counts",
+    )
     p.add_argument("--compare", action="store_true", help="every method side by side")
     p.add_argument("-o", "--output", type=output_file, help="write the partition JSON here")
     p.add_argument(

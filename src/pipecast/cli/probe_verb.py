@@ -12,7 +12,7 @@ from pipecast.cli.common import count_arg, output_file
 from pipecast.cli.console import console, human_bytes, human_seconds
 from pipecast.measuring.probe.probe import ProbeOptions, probe
 from pipecast.values.hardware.cluster import Cluster
-from pipecast.values.hardware.presets import describe
+from pipecast.values.hardware.presets import DESCRIBED_LINKS, describe
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -51,10 +51,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--gpus-per-node", type=count_arg("--gpus-per-node", 1), default=4, help="GPUs in each"
     )
     d.add_argument("--memory", default="80GiB", help="memory per GPU")
-    d.add_argument("--intra-bw", default="150GB/s", help="GPU-to-GPU bandwidth in a node")
-    d.add_argument("--intra-latency", default="10us", help="GPU-to-GPU latency in a node")
-    d.add_argument("--inter-bw", default="50GB/s", help="GPU-to-GPU bandwidth across nodes")
-    d.add_argument("--inter-latency", default="5us", help="GPU-to-GPU latency across nodes")
+    for flag, field, about in (
+        ("--intra-bw", "intra_bandwidth", "GPU-to-GPU bandwidth in a node"),
+        ("--intra-latency", "intra_latency", "GPU-to-GPU latency in a node"),
+        ("--inter-bw", "inter_bandwidth", "GPU-to-GPU bandwidth across nodes"),
+        ("--inter-latency", "inter_latency", "GPU-to-GPU latency across nodes"),
+    ):
+        d.add_argument(flag, default=DESCRIBED_LINKS[field], help=about)
     p.add_argument("-o", "--output", type=output_file, help="where to write the Cluster JSON")
     p.set_defaults(func=run)
 

@@ -10,6 +10,7 @@ from pipecast.cli.common import (
     DTYPE_HELP,
     add_workload_args,
     count_arg,
+    note_sizes,
     output_file,
     parse_int_list,
     workload_from_args,
@@ -18,7 +19,9 @@ from pipecast.cli.console import console, human_bytes, human_count, human_second
 from pipecast.cli.model_size import check_model_size
 from pipecast.errors import ConfigError
 from pipecast.measuring.profiler.profiler import ProfileOptions, profile_model
-from pipecast.values.profile.pool import pool_host, poolable
+from pipecast.runtime import devices
+from pipecast.values.models.summary import block_name
+from pipecast.values.profile.pool import pool_host, pool_mismatch, poolable
 from pipecast.values.profile.types import Profile
 
 
@@ -153,6 +156,21 @@ def run(args: argparse.Namespace) -> int:
     earlier = [Profile.load(path) for path in args.pool_host]  # a bad file fails before profiling
     check_model_size(workload, device=args.device)
     model = workload.build()
+    for path, other in zip(args.pool_host, earlier, strict=True):
+        why = pool_mismatch(
+            other,
+            model=workload.model,
+            dataset=workload.spec.name,
+            workload=workload.to_dict(),
+            dtype=args.dtype,
+            autocast=args.autocast,
+            device=devices.name(devices.resolve(args.device)),
+            blocks=[block_name(b) for b in model],
+            sizes=sizes,
+        )
+        if why:
+            raise ConfigError(f"--pool-host {path} cannot pool with this profile: {why}")
+    note_sizes(workload)
     with progress() as bar:
         task = bar.add_task("profiling", total=len(model) * len(set(sizes)))
 
@@ -171,6 +189,7 @@ def run(args: argparse.Namespace) -> int:
         why = poolable(profile, other)
         if why:
             raise ConfigError(f"--pool-host {path} cannot pool with this profile: {why}")
+    note_sizes(workload)
     if earlier:
         profile = pool_host(profile, [profile, *earlier])
         console.print(f"host costs: the mean of {profile.host.pooled} profiles' readings")

@@ -12,10 +12,12 @@ from pipecast.cli.common import (
     AUTOCAST_HELP,
     OPTIMIZER_HELP,
     add_workload_args,
+    check_model_named,
     count_arg,
     gib_arg,
     margin_arg,
     methods_arg,
+    note_sizes,
     output_file,
     workload_from_args,
 )
@@ -172,6 +174,7 @@ def _add_validation_args(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.recalibrate and args.profile:  # before reading a file that may not be there
         raise both_profiles()
+    check_model_named(args, "recommend plans --profile's model, or its own default")
     workload = workload_from_args(args) if args.model else None
     if workload is not None and args.profile is None:  # it is profiled here, or its blocks
         check_model_size(workload, device=args.device)  # counted: not past what fits
@@ -195,6 +198,10 @@ def run(args: argparse.Namespace) -> int:
         validate=args.validate,
         rounds=args.rounds,
     )
+    if request.workload is not None and request.profile is None:
+        request.workload.check()  # before the first "calibrating" line
+    if request.workload is not None:
+        note_sizes(request.workload)
     with _Shown(args.top) as shown:
         outcome = recommend_for(request, shown.events)
     if outcome.measured:
@@ -288,7 +295,7 @@ class _Shown:
             console.print(
                 f"cluster: {csource} {cluster.world} x {cluster.device}, "
                 f"{human_bytes(cluster.memory_bytes)}"
-                + (" of host memory each" if cluster.device == "cpu" else " each")
+                + (" of host memory per rank (its share)" if cluster.device == "cpu" else " each")
             )
 
 

@@ -18,13 +18,18 @@ from pipecast.cli.common import (
     count_arg,
     number_arg,
     output_dir,
+    schedule_arg,
 )
 from pipecast.planning.schedules.generators import SCHEDULES
 from pipecast.values.training import COMPILE_MODES, LR_SCHEDULES, OFFLOADS
 
+BATCH, MICRO_BATCHES, GPUS = 64, 8, 2
+"""--batch's, --micro-batches' and --gpus' defaults (infer --mode latency: one request, 1
+and 1)."""
+
 
 def add_run_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
-    add_workload_args(p, required=False)
+    add_workload_args(p, required=False, model_note=" (required, unless --recommendation)")
     _add_recommendation_args(p)
     _add_layout_args(p, inference=inference)
     _add_optimizer_args(p, inference=inference)
@@ -53,15 +58,16 @@ def _add_recommendation_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--pick",
         type=count_arg("--pick", 0),
-        default=0,
-        help="with --recommendation: the N-th of its ranking",
+        help="with --recommendation: the N-th of its ranking (default: 0, its pick)",
     )
 
 
 def _add_layout_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
     """Where the model runs and how it is cut: ranks, replicas, schedule, batches, steps."""
-    p.add_argument(
-        "--gpus", type=count_arg("--gpus", 1), default=2, help="processes (GPUs, or CPU ranks)"
+    p.add_argument(  # unset until read, so that one given beside --recommendation shows
+        "--gpus",
+        type=count_arg("--gpus", 1),
+        help=f"processes: GPUs, or CPU ranks (default: {GPUS})",
     )
     p.add_argument(
         "--replicas",
@@ -84,15 +90,21 @@ def _add_layout_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
         "column/row plan, torch's parallelize_module); GPUs = replicas x stages x this",
     )
     if not inference:
-        p.add_argument("--schedule", default="1f1b", help=", ".join(SCHEDULES))
+        p.add_argument("--schedule", type=schedule_arg, default="1f1b", help=", ".join(SCHEDULES))
+    # infer leaves them unset, so that --mode latency can tell one given from none
     p.add_argument(
         "--micro-batches",
         type=count_arg("--micro-batches", 1),
-        default=8,
-        help=MICRO_BATCHES_HELP,
+        default=None if inference else MICRO_BATCHES,
+        help=MICRO_BATCHES_HELP
+        + (f" (default: {MICRO_BATCHES}; --mode latency: 1)" if inference else ""),
     )
     p.add_argument(
-        "--batch", type=count_arg("--batch", 1), default=64, help="global batch per step"
+        "--batch",
+        type=count_arg("--batch", 1),
+        default=None if inference else BATCH,
+        help="global batch per step"
+        + (f" (default: {BATCH}; --mode latency: 1)" if inference else ""),
     )
     p.add_argument(
         "--partition",

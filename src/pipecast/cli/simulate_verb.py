@@ -8,7 +8,13 @@ from pathlib import Path
 from rich.table import Table
 
 from pipecast import jsonio
-from pipecast.cli.common import MICRO_BATCHES_HELP, RECOMPUTE_HELP, count_arg, output_dir
+from pipecast.cli.common import (
+    MICRO_BATCHES_HELP,
+    RECOMPUTE_HELP,
+    count_arg,
+    output_dir,
+    schedule_arg,
+)
 from pipecast.cli.console import console, human_bytes, human_seconds
 from pipecast.cli.planning import add_profile_args, default_batch, load_inputs
 from pipecast.planning.recommend.predict import Prediction, predict
@@ -32,7 +38,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     add_profile_args(p)
     p.add_argument("--stages", type=count_arg("--stages", 1), required=True, help="pipeline GPUs")
-    p.add_argument("--schedule", default="1f1b", help=", ".join(SCHEDULES))
+    p.add_argument("--schedule", type=schedule_arg, default="1f1b", help=", ".join(SCHEDULES))
     p.add_argument(
         "--micro-batches",
         type=count_arg("--micro-batches", 1),
@@ -116,10 +122,6 @@ def run(args: argparse.Namespace) -> int:
         partition=args.partition,
         recompute=args.recompute,
     )
-    if args.schedule not in SCHEDULES:
-        from pipecast.errors import UnknownNameError
-
-        raise UnknownNameError("schedule", args.schedule, list(SCHEDULES))
     check_simulable(args.schedule, args.stages, args.micro_batches)
     batch = args.batch or default_batch(profile, args.micro_batches * args.replicas)
     pred = predict(
@@ -129,6 +131,7 @@ def run(args: argparse.Namespace) -> int:
         batch,
         optimizer=args.optimizer,
         memory_margin=args.memory_margin,
+        uneven=True,  # as train runs it (values.batching.check_batch)
     )
     if args.cluster:
         console.print(f"cluster: {args.cluster}")
@@ -139,6 +142,11 @@ def run(args: argparse.Namespace) -> int:
             "`pipecast probe -o c.json`, then --cluster c.json"
         )
     print_prediction(pred)
+    if (batch // args.replicas) % args.micro_batches:
+        console.print(
+            f"batch {batch} splits into micro-batches of {pred.micro_batch - 1} and "
+            f"{pred.micro_batch} samples, as train splits it: each priced at {pred.micro_batch}"
+        )
     from pipecast.report.gantt import gantt
 
     gantt(pred.timeline, str(chart), title=f"{profile.model} {pred.strategy.label()}")

@@ -14,9 +14,9 @@ from rich.table import Table
 
 from pipecast import jsonio
 from pipecast.api import make_job
-from pipecast.cli.common import workload_from_args
-from pipecast.cli.console import console, human_bytes, human_seconds, progress
-from pipecast.cli.run_args import add_run_args
+from pipecast.cli.common import note_sizes, workload_from_args
+from pipecast.cli.console import console, counted, human_bytes, human_seconds, progress
+from pipecast.cli.run_args import BATCH, GPUS, MICRO_BATCHES, add_run_args
 from pipecast.errors import ConfigError, DataError, DeviceError
 from pipecast.extras import check_installed
 from pipecast.orchestration.recommend.session import MAX_CPU_RANKS
@@ -30,6 +30,7 @@ from pipecast.runtime.job import TrainJob
 from pipecast.runtime.launch import under_torchrun
 from pipecast.runtime.run import JobResult, run_job
 from pipecast.runtime.worker import StepProgress
+from pipecast.values.batching import check_batch
 from pipecast.values.data.source import DataSource
 from pipecast.values.hardware.load import default_cluster
 from pipecast.values.models.sources import file_stem
@@ -52,24 +53,45 @@ def run(args: argparse.Namespace) -> int:
     if under_torchrun() and os.environ["RANK"] != "0":
         console.quiet = True  # rank 0 speaks for every rank
     followed = None
+    _check_one_request(args)
     if getattr(args, "recommendation", None):
-        followed = _follow(args, args.recommendation, args.pick)
+        followed = _follow(args, args.recommendation, args.pick or 0)
+    elif args.pick is not None:
+        raise ConfigError(
+            f"--pick {args.pick} picks from --recommendation's ranking, and no "
+            "--recommendation is given: add --recommendation FILE, or drop --pick"
+        )
     elif args.model is None:
         raise ConfigError("--model is required (or --recommendation FILE)")
     if args.device is None:
         args.device = default_device()
+    args.gpus = GPUS if args.gpus is None else args.gpus
     workload = workload_from_args(args)
     schedule = "forward-only" if args.inference else args.schedule
+    if schedule == "forward-only" and not args.inference:
+        given = f"{args.recommendation} plans" if followed else "--schedule"
+        raise ConfigError(
+            f"{given} forward-only, which trains nothing (forwards only): `pipecast infer` "
+            "runs inference, with the same options"
+        )
     if getattr(args, "mode", "") == "latency":
         args.batch, args.micro_batches = 1, 1
+    args.batch = BATCH if args.batch is None else args.batch  # infer leaves them unset
+    args.micro_batches = MICRO_BATCHES if args.micro_batches is None else args.micro_batches
     _check_installed(getattr(args, "compare", []))
-    _check_batch(args.batch, args.replicas, args.micro_batches)
+    check_batch(args.batch, args.replicas, args.micro_batches, flags=True)  # before work
     _check_shard(getattr(args, "shard", "none"), args.replicas)
     if not under_torchrun():  # under torchrun the launcher made the ranks
-        _check_ranks(args.gpus, args.device)
+        _check_ranks(args.gpus, args.device, args.recommendation)
     if getattr(args, "data_dir", None) is not None:  # before the quick profile
         DataSource(workload.dataset, directory=args.data_dir).check(workload.spec, args.batch)
     cp = _checkpointing(args)
+    note_sizes(workload)  # once every check has passed
+    if followed is not None:
+        console.print(
+            f"running {followed.label} (predicted {human_seconds(followed.predicted)} a step) "
+            f"from {args.recommendation}"
+        )
     with console.status(
         "planning (quick profile and partition)" if args.partition == "auto" else "planning"
     ):
@@ -97,9 +119,9 @@ def run(args: argparse.Namespace) -> int:
         need = followed.peak_memory if followed is not None else _predicted_peak(args, job, profile)
         check_fits(need, devices.free_on_gpus(), job.world)
     console.print(
-        f"{_layout(job, schedule)} on {job.world} {args.device} rank(s), partition "
+        f"{_layout(job, schedule)} on {counted(job.world, f'{args.device} rank')}, partition "
         f"{job.partition.boundaries}, batch {job.batch} in "
-        f"{job.plan.num_microbatches} micro-batches"
+        f"{counted(job.plan.num_microbatches, 'micro-batch', 'micro-batches')}"
     )
     if getattr(args, "compare", None):
         if args.device != "cpu" and args.dtype != "fp32":
@@ -112,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
     result = _run_with_bar(job, first, "inference" if args.inference else "training")
     if result is None:  # a torchrun rank other than 0
         return 0
-    print_result(result, inference=args.inference)
+    print_result(result, inference=args.inference, first=first)
     if getattr(args, "compare", None):
         from pipecast.cli.infer_compare import compare
 
@@ -126,7 +148,8 @@ def run(args: argparse.Namespace) -> int:
     if cp is not None and (last := checkpoint.latest(cp.dir)) is not None:
         seconds = [t for r in result.reports for done, t in r.checkpoints if done == last.step]
         took = f", written in {human_seconds(max(seconds))}" if seconds else ""
-        console.print(f"checkpoint: {last.path} ({last.step} steps{took})")
+        done = _steps_done(last.step, job.warmup_steps)
+        console.print(f"checkpoint: {last.path} ({done}{took})", soft_wrap=True)  # one line
     _write_traces(args, result, profile)
     return 0
 
@@ -159,12 +182,30 @@ def _check_shard(shard: str, replicas: int) -> None:
 
 
 def _layout(job: TrainJob, schedule: str) -> str:
-    """How the job spreads the model: the schedule, with the replicas' and tensor
-    parallelism's dimensions as recommend labels them (Strategy.mesh)."""
+    """How the job spreads the model: the schedule, or with replicas or tensor parallelism
+    its mesh as recommend labels it (Strategy.mesh: 'FSDP x2 (no reshard)' for one stage,
+    'data parallel x2 x 1f1b 2 stages' for two)."""
     if job.replicas == 1 and job.tp == 1:
         return schedule
-    mesh = Strategy(kind="hybrid", replicas=job.replicas, shard=job.shard, tp=job.tp).mesh()
-    return f"{schedule} ({mesh})"
+    return Strategy(
+        kind="hybrid",
+        stages=job.plan.num_ranks,
+        replicas=job.replicas,
+        schedule=schedule,
+        shard=job.shard,
+        tp=job.tp,
+    ).mesh()
+
+
+def _steps_done(step: int, warmup: int) -> str:
+    """A checkpoint's count of steps (warm-up included, as --resume counts them) in the
+    step column's numbers, which count the timed steps from 1."""
+    warm = counted(min(step, warmup), "warm-up step")
+    timed = step - warmup
+    if timed < 1:
+        return f"after {warm}"
+    steps = "step 1" if timed == 1 else f"steps 1 to {timed}"
+    return f"after {warm} and {steps}" if warmup else f"after {steps}"
 
 
 def _predicted_peak(args: argparse.Namespace, job: TrainJob, profile: Profile | None) -> int:
@@ -211,27 +252,24 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def _check_batch(batch: int, replicas: int, microbatches: int) -> None:
-    """The job's own rule (every replica gets an equal share, at least a sample per
-    micro-batch), checked before the quick profile rather than after it."""
-    if batch % replicas or batch // replicas < microbatches:
-        least = replicas * microbatches
-        raise ConfigError(
-            f"batch {batch} cannot feed {replicas} replica(s) x {microbatches} micro-batches "
-            f"(needs a multiple of {replicas} and at least {least}): give --batch {least} or "
-            "more, or fewer --micro-batches"
-        )
-
-
-def _check_ranks(ranks: int, device: str) -> None:
+def _check_ranks(ranks: int, device: str, recommendation: str | None = None) -> None:
     """As many GPUs as asked for are here, or few enough CPU ranks to start (each a
-    process), checked before the quick profile rather than at the launch."""
+    process), checked before the quick profile rather than at the launch. The fix named is
+    one that works: for a recommendation, which sets both, planning again for this machine."""
     if device == "cuda":
         have = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if ranks > have:
+        if ranks > have and recommendation:
+            plan_here = "--device cpu" if not have else f"--gpus {have}"
             raise DeviceError(
-                f"{ranks} GPUs requested but this machine has {have}: use fewer --gpus or "
-                "--device cpu"
+                f"{recommendation} plans {ranks} GPUs and this machine has {have}: run it "
+                f"where there are {ranks}, or plan for this machine with `pipecast recommend "
+                f"{plan_here}` and run that"
+            )
+        if ranks > have:
+            fewer = f"--gpus {have} or fewer, or " if have else ""
+            raise DeviceError(
+                f"{ranks} GPUs requested but this machine has {have}: use {fewer}--device cpu "
+                "(CPU ranks)"
             )
     elif ranks > MAX_CPU_RANKS:
         raise ConfigError(
@@ -240,10 +278,30 @@ def _check_ranks(ranks: int, device: str) -> None:
         )
 
 
+def _check_one_request(args: argparse.Namespace) -> None:
+    """infer --mode latency runs one request (batch 1 in one micro-batch): a --batch or
+    --micro-batches of more beside it is refused rather than dropped (infer leaves both
+    unset where they are not given)."""
+    if getattr(args, "mode", "") != "latency":
+        return
+    for flag, value in (("--batch", args.batch), ("--micro-batches", args.micro_batches)):
+        if value not in (None, 1):
+            raise ConfigError(
+                f"--mode latency runs one request (batch 1 in one micro-batch), and {flag} "
+                f"{value} asks for more: drop {flag}, or use --mode throughput"
+            )
+
+
 def _check_installed(runtimes: list[str]) -> None:
-    """Before anything runs: every runtime --compare names is installed."""
+    """Before anything runs: every runtime --compare names is installed, and named once."""
     from pipecast.measuring.interop import deepspeed_inference, onnx_runtime
 
+    twice = sorted({name for name in runtimes if runtimes.count(name) > 1})
+    if twice:
+        raise ConfigError(
+            f"--compare {twice[0]} is given {runtimes.count(twice[0])} times: name each "
+            "runtime once"
+        )
     install = {"onnxruntime": onnx_runtime.INSTALL, "deepspeed": deepspeed_inference.INSTALL}
     for name in runtimes:
         check_installed(name, needed_by=f"--compare {name}", install=install[name])
@@ -328,6 +386,14 @@ def _follow(args: argparse.Namespace, path: str, pick: int) -> Chosen:
         for key, value in c.workload.to_dict().items():
             setattr(args, key, value)
     s = c.strategy
+    planned = "cuda" if c.device.startswith("cuda") else "cpu"
+    for flag, given, want in (("--gpus", args.gpus, s.gpus), ("--device", args.device, planned)):
+        if given not in (None, want):  # the plan is for `want`: it would be dropped
+            raise ConfigError(
+                f"{flag} {given}: {path} plans {s.gpus} {planned} rank(s), its partition and "
+                f"schedule for them: plan for {flag} {given} with `pipecast recommend {flag} "
+                f"{given}` and run that, or drop {flag}"
+            )
     args.gpus, args.replicas = s.gpus, s.replicas
     args.shard, args.tensor_parallel = s.shard, s.tp
     args.schedule, args.micro_batches = c.schedule, s.microbatches
@@ -335,7 +401,6 @@ def _follow(args: argparse.Namespace, path: str, pick: int) -> Chosen:
     args.recompute, args.cuda_graphs, args.offload = s.recompute, s.cuda_graphs, s.offload
     args.dtype, args.autocast, args.optimizer = c.dtype, c.autocast, c.optimizer
     args.device = "cuda" if c.device.startswith("cuda") else "cpu"
-    console.print(f"running {c.label} (predicted {human_seconds(c.predicted)} a step) from {path}")
     return c
 
 
@@ -379,7 +444,9 @@ TABLE_ROWS = 12
 """Timed steps the table shows: all up to this many, else the first two and the last ten."""
 
 
-def print_result(result: JobResult, *, inference: bool) -> None:
+def print_result(result: JobResult, *, inference: bool, first: int = 0) -> None:
+    """The timed steps, numbered from 1 after the warm-up (a run resumed after `first`
+    steps goes on from there, and its first step, untimed, has a row that says so)."""
     table = Table(title="per step (slowest rank)")
     steps: dict[int, float] = {}
     losses: dict[int, float] = {}
@@ -395,6 +462,10 @@ def print_result(result: JobResult, *, inference: bool) -> None:
     for col in columns + (["grad norm"] if norms else []):
         table.add_column(col, justify="right")
     order = sorted(steps)
+    warmup = result.job.warmup_steps
+    for step in range(max(first, warmup), order[0] if order else 0):  # run, not timed
+        cold = "the first after the resume" if first else ""
+        table.add_row(str(step - warmup + 1), "untimed", cold, *[""] * (len(columns) - 3))
     shown = order if len(order) <= TABLE_ROWS else order[:2] + order[-(TABLE_ROWS - 2) :]
     for i, step in enumerate(shown):
         if i == 2 and len(shown) < len(order):
@@ -403,7 +474,11 @@ def print_result(result: JobResult, *, inference: bool) -> None:
         loss = f"{losses[step]:.4f}" if step in losses and not inference else ""
         norm = [f"{norms[step]:.4g}" if step in norms else ""] if norms else []
         table.add_row(
-            str(step), human_seconds(seconds), f"{result.job.batch / seconds:,.1f}", loss, *norm
+            str(step - warmup + 1),
+            human_seconds(seconds),
+            f"{result.job.batch / seconds:,.1f}",
+            loss,
+            *norm,
         )
     console.print(table)
     scaled = [s for r in result.reports if r.global_rank == 0 for s in r.steps if s.loss_scale]

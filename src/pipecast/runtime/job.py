@@ -13,6 +13,7 @@ from pipecast.runtime import graphs
 from pipecast.runtime.checkpoint import Checkpointing, Saved, check_resumable, latest, stage_blocks
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.layout import Layout
+from pipecast.values.batching import check_batch
 from pipecast.values.data.registry import get_spec
 from pipecast.values.data.source import DataSource
 from pipecast.values.data.spec import DatasetSpec
@@ -21,6 +22,7 @@ from pipecast.values.models.workload import Workload
 from pipecast.values.partition import Partition
 from pipecast.values.plan.action import Plan
 from pipecast.values.strategy import Shard
+from pipecast.values.training import why_not_streamed
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,14 +112,7 @@ class TrainJob:
                 f"partition covers {self.partition.num_blocks} blocks, the model has {blocks}: "
                 f"give boundaries that end at {blocks}"
             )
-        per_step = self.replicas * self.plan.num_microbatches
-        if self.batch % self.replicas or self.batch // self.replicas < self.plan.num_microbatches:
-            raise ConfigError(
-                f"batch {self.batch} cannot feed {self.replicas} replica(s) x "
-                f"{self.plan.num_microbatches} micro-batches (needs a multiple of "
-                f"{self.replicas} and at least {per_step}): use a larger batch or fewer "
-                "micro-batches"
-            )
+        check_batch(self.batch, self.replicas, self.plan.num_microbatches)
         if self.steps < 1:
             raise ConfigError(f"steps must be at least 1, got {self.steps}")
         if (self.config.loss_scale or 0.0) > 0 and self.plan.async_updates:
@@ -131,6 +126,15 @@ class TrainJob:
                 "updates each stage on its own after every micro-batch (leave clipping off, "
                 "or use a schedule that updates once a step, such as 1f1b)"
             )
+        if self.plan.async_updates and self.replicas > 1 and not self.meshed:
+            raise ConfigError(  # what the engine refuses in every rank, refused here once
+                "PipeDream's asynchronous updates with data-parallel replicas are not "
+                "supported: use one replica, or a synchronous schedule such as 1f1b"
+            )
+        if why := why_not_streamed(
+            self.config.offload, self.config.recompute, self.plan.async_updates
+        ):
+            raise ConfigError(why)
         graphs.check(self.plan, self.config, self.device)
         if self.meshed:
             self._check_mesh()

@@ -49,6 +49,9 @@ def test_mnist_malformed_and_missing(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="no 'train-images-idx3-ubyte'"):
         load_mnist(tmp_path)
     (tmp_path / "train-images-idx3-ubyte").write_bytes(b"\x12\x34\x56\x78rest")
+    with pytest.raises(DataError, match="no 'train-labels-idx1-ubyte'"):  # found before reading
+        load_mnist(tmp_path)
+    _write_idx(tmp_path / "train-labels-idx1-ubyte", np.zeros(2))
     with pytest.raises(DataError, match="bad magic"):
         load_mnist(tmp_path)
     _write_idx(tmp_path / "train-images-idx3-ubyte", np.zeros((2, 28, 28)))

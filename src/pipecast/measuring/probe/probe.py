@@ -210,6 +210,7 @@ def summarize_probe(per_rank: list[dict[str, Any]], name: str = "probed") -> Pro
     else:
         intra = Link(latency=5e-6, bandwidth=1e10)
     world = len(per_rank)
+    cpu = per_rank[0]["name"] == "cpu"  # CPU ranks share the host's memory: each its share
     host = host_link.fitted([r["host_link"] for r in per_rank if "host_link" in r])
     contention, issue = per_rank[0].get("host_readings", ({}, {}))
     ddp = per_rank[0].get("ddp", {})
@@ -219,7 +220,7 @@ def summarize_probe(per_rank: list[dict[str, Any]], name: str = "probed") -> Pro
             device=per_rank[0]["name"],
             nodes=1,
             gpus_per_node=world,
-            memory_bytes=min(r["memory"] for r in per_rank),
+            memory_bytes=min(r["memory"] for r in per_rank) // (world if cpu else 1),
             matmul_flops=min(r["matmul_flops"] for r in per_rank),
             intra=intra,
             inter=intra,

@@ -197,7 +197,7 @@ def calibrated_cluster(gpus: int, device: str, refresh: bool = False) -> tuple[C
     probed_with = ("runtime_overhead" if dev == "cpu" else "ddp_param_fixed") + "-fused-adam"
     path = cache_dir() / f"cluster-{_key(name, gpus, dev, torch.__version__, probed_with)}.json"
     if path.exists() and not refresh:
-        return Cluster.load(str(path)), True
+        return _host_shared(Cluster.load(str(path)), gpus), True
     count = gpus if dev == "cuda" else CPU_PROBE_RANKS
     result = probe(
         ProbeOptions(
@@ -214,4 +214,14 @@ def calibrated_cluster(gpus: int, device: str, refresh: bool = False) -> tuple[C
     if dev == "cpu":  # ranks share the cores the profile had to itself
         cluster = replace(cluster, cpu_compute=host_probe.cpu_compute(range(1, gpus + 1)))
     cluster.save(str(path))
-    return cluster, False
+    return _host_shared(cluster, gpus), False
+
+
+def _host_shared(cluster: Cluster, ranks: int) -> Cluster:
+    """A cluster of CPU ranks with each rank's share of the host's memory (a CPU rank has
+    none of its own: counted whole, every rank was offered all of it), read from the host
+    as it is now, so that a cached probe taken before the share was kept gets it too."""
+    if cluster.device != "cpu":
+        return cluster
+    host = devices.total_memory(torch.device("cpu"))
+    return replace(cluster, memory_bytes=host // ranks) if host else cluster

@@ -9,6 +9,7 @@ Costs come a row at a time (every start for one end) as numpy vectors, which kee
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -45,6 +46,27 @@ def min_max_split(n: int, groups: int, row: RowCost) -> tuple[list[int], float]:
     for k in range(groups, 0, -1):
         bounds.append(int(choice[k, bounds[-1]]))
     return bounds[::-1], float(best[groups, n])
+
+
+def near_min_max_split(
+    n: int, groups: int, row: RowCost, *, slack: float, tie: RowCost
+) -> tuple[list[int], float]:
+    """Among the splits whose largest `row` cost is at most `slack` above the least
+    (min_max_split's), the one whose largest `tie` cost is least (the first such, where
+    several are), and its largest `row` cost. Splits that measurements cannot tell apart go
+    to a fixed rule rather than to whichever the noise made fastest."""
+    bounds, best = min_max_split(n, groups, row)
+    if not bounds or slack <= 0:
+        return bounds, best
+    limit = best + slack
+
+    def allowed(stop: int, group: int) -> np.ndarray:
+        costs = np.asarray(row(stop, group), dtype=float)
+        return np.where(costs <= limit, np.asarray(tie(stop, group), dtype=float), np.inf)
+
+    tied, _ = min_max_split(n, groups, allowed)  # the least-cost split is among them
+    worst = max(float(row(b, k)[a]) for k, (a, b) in enumerate(itertools.pairwise(tied)))
+    return tied, worst
 
 
 def additive_row(values: Sequence[float]) -> RowCost:

@@ -55,9 +55,11 @@ def split(
     memory_margin: float = 0.1,
     recompute: Recompute = "none",
     offload: Offload = "none",
+    tolerance: float = 0.0,
 ) -> Partition:
     """The pipeline's stages over `ranks` devices (times `replicas`): boundaries `how` names
-    ('0,10,40'), or the partition method `how` for this schedule and micro-batching."""
+    ('0,10,40'), or the partition method `how` for this schedule and micro-batching (with
+    Setting.tolerance)."""
     stages = ranks * stages_per_rank(schedule)
     placement = placement_of(schedule)
     bounds = parse_boundaries(how, profile.num_blocks)
@@ -78,6 +80,7 @@ def split(
         memory_margin=memory_margin,
         recompute=recompute,
         offload=offload,
+        tolerance=tolerance,
         placement=placement,
         ranks=ranks,
         replicas=replicas,

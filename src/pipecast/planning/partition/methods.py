@@ -16,7 +16,12 @@ from typing import Literal
 import numpy as np
 
 from pipecast.errors import ConfigError, UnknownNameError
-from pipecast.planning.partition.balance import RowCost, additive_row, min_max_split
+from pipecast.planning.partition.balance import (
+    RowCost,
+    additive_row,
+    min_max_split,
+    near_min_max_split,
+)
 from pipecast.planning.partition.memory import in_flight, static_bytes
 from pipecast.values.hardware.cluster import Cluster
 from pipecast.values.hardware.units import human_bytes
@@ -50,6 +55,10 @@ class Setting:
     offload: Offload = "none"
     """What a micro-batch keeps between its forward and its backward: a recomputed or
     offloaded one only its input (see stage_memory_row)."""
+    tolerance: float = 0.0
+    """Splits whose slowest stage is within this fraction of the least one count as equal,
+    and the one most even in blocks is taken (measured_spread gives a profile's own; 0:
+    the exact optimum). The time methods only: the others split deterministic figures."""
     placement: Placement = "one"
     ranks: int | None = None
     """Devices in the pipeline (placement 'loop'/'v': fewer than stages)."""
@@ -180,7 +189,13 @@ def partition(
         row = additive_row(list(np.diff(a.compute)))
     else:
         row = _balanced_row(a, cluster, setting, stages, limit)
-    bounds, _ = min_max_split(n, stages, row)
+    if setting.tolerance > 0 and method in ("forward", "compute", "balanced"):
+        bounds, best = min_max_split(n, stages, row)
+        bounds, _ = near_min_max_split(
+            n, stages, row, slack=best * setting.tolerance, tie=additive_row([1.0] * n)
+        )
+    else:
+        bounds, _ = min_max_split(n, stages, row)
     if not bounds:
         raise _nothing_fits(profile, a, cluster, setting, stages, limit)
     return from_boundaries(
@@ -190,6 +205,15 @@ def partition(
         ranks=setting.ranks,
         replicas=setting.replicas,
     )
+
+
+def measured_spread(profile: Profile, micro_batch: int) -> float:
+    """How far `profile`'s times at `micro_batch` moved across their repeats: its blocks'
+    relative spread of forward + backward (BlockCost.spread), weighted by their time. Two
+    splits whose slowest stages differ by less could swap places in a profile taken again."""
+    costs = [profile.cost(i, micro_batch) for i in range(profile.num_blocks)]
+    total = sum(c.forward + c.backward for c in costs)
+    return sum(c.spread * (c.forward + c.backward) for c in costs) / total if total > 0 else 0.0
 
 
 def _balanced_row(

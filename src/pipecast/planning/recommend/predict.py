@@ -17,6 +17,7 @@ from pipecast.planning.schedules.generators import make_plan
 from pipecast.planning.simulation.costs import Costs
 from pipecast.planning.simulation.pricing import costs_from_profile, cpu_turns
 from pipecast.planning.simulation.simulator import simulate
+from pipecast.values.batching import check_batch, largest_micro_batch
 from pipecast.values.hardware.cluster import Cluster
 from pipecast.values.partition import Partition, Stage
 from pipecast.values.plan.action import Plan
@@ -103,17 +104,13 @@ class Prediction:
 
 
 def micro_batch_of(batch: int, strategy: Strategy, *, uneven: bool = False) -> int:
-    """Samples per micro-batch; `uneven`: a batch that does not divide is split as torch
-    splits it (sizes differing by one), and the largest size is priced."""
-    per_step = strategy.replicas * strategy.microbatches
-    if batch < per_step:
-        raise ConfigError(
-            f"batch {batch} cannot fill {strategy.replicas} replica(s) x "
-            f"{strategy.microbatches} micro-batch(es) of at least one sample: use a larger "
-            "batch or fewer micro-batches"
-        )
+    """Samples per micro-batch; `uneven`: a batch that does not divide into the
+    micro-batches is split as the runtime splits it (check_batch's rule), and the largest
+    size is priced."""
+    check_batch(batch, strategy.replicas, strategy.microbatches)
     if uneven:
-        return -(-batch // per_step)
+        return largest_micro_batch(batch, strategy.replicas, strategy.microbatches)
+    per_step = strategy.replicas * strategy.microbatches
     if batch % per_step:
         raise ConfigError(
             f"batch {batch} does not split into {strategy.replicas} replica(s) x "

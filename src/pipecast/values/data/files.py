@@ -58,14 +58,22 @@ def _find(directory: Path, stem: str) -> Path:
     raise DataError(f"no '{stem}' (or .gz) in {directory}: point --data-dir at the MNIST files")
 
 
-def load_mnist(directory: str | Path, *, train: bool = True) -> ArrayData:
-    """MNIST from `directory` holding train-/t10k- images-idx3-ubyte and labels-idx1-ubyte."""
+def mnist_files(directory: str | Path, *, train: bool = True) -> tuple[Path, Path]:
+    """The images and labels files load_mnist reads, or a DataError naming what is missing
+    (cheap: run before any rank starts)."""
     root = Path(directory)
     if not root.is_dir():
         raise DataError(f"data directory not found: {root}")
     prefix = "train" if train else "t10k"
-    images = read_idx(_find(root, f"{prefix}-images-idx3-ubyte"))
-    labels = read_idx(_find(root, f"{prefix}-labels-idx1-ubyte"))
+    return _find(root, f"{prefix}-images-idx3-ubyte"), _find(root, f"{prefix}-labels-idx1-ubyte")
+
+
+def load_mnist(directory: str | Path, *, train: bool = True) -> ArrayData:
+    """MNIST from `directory` holding train-/t10k- images-idx3-ubyte and labels-idx1-ubyte."""
+    root = Path(directory)
+    image_file, label_file = mnist_files(root, train=train)
+    images = read_idx(image_file)
+    labels = read_idx(label_file)
     if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
         raise DataError(
             f"MNIST files in {root} disagree: images {images.shape}, labels {labels.shape}"
@@ -75,8 +83,9 @@ def load_mnist(directory: str | Path, *, train: bool = True) -> ArrayData:
     return ArrayData(x, torch.tensor(labels, dtype=torch.int64))
 
 
-def load_cifar10(directory: str | Path, *, train: bool = True) -> ArrayData:
-    """CIFAR-10 from the python batches (data_batch_1..5, test_batch) in `directory`."""
+def cifar10_files(directory: str | Path, *, train: bool = True) -> list[Path]:
+    """The python batches load_cifar10 reads (those present), or a DataError where there are
+    none (cheap: run before any rank starts)."""
     root = Path(directory)
     if (root / "cifar-10-batches-py").is_dir():
         root = root / "cifar-10-batches-py"
@@ -85,9 +94,17 @@ def load_cifar10(directory: str | Path, *, train: bool = True) -> ArrayData:
     names = [f"data_batch_{i}" for i in range(1, 6)] if train else ["test_batch"]
     present = [root / n for n in names if (root / n).exists()]
     if not present:
-        raise DataError(f"no CIFAR-10 batches ({', '.join(names)}) in {root}")
+        raise DataError(
+            f"no CIFAR-10 batches ({', '.join(names)}) in {root}: point --data-dir at the "
+            "CIFAR-10 python batches"
+        )
+    return present
+
+
+def load_cifar10(directory: str | Path, *, train: bool = True) -> ArrayData:
+    """CIFAR-10 from the python batches (data_batch_1..5, test_batch) in `directory`."""
     xs, ys = [], []
-    for path in present:
+    for path in cifar10_files(directory, train=train):
         try:
             with path.open("rb") as fh:
                 batch = pickle.load(fh, encoding="bytes")

@@ -10,14 +10,13 @@ the inputs and the last the targets of the same samples.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
-from pipecast.errors import ConfigError, DataError
+from pipecast.errors import ConfigError
 from pipecast.values.data.arrays import ArrayData
 from pipecast.values.data.digits import load_digits_as_mnist
-from pipecast.values.data.files import load_cifar10, load_mnist
+from pipecast.values.data.files import cifar10_files, load_cifar10, load_mnist, mnist_files
 from pipecast.values.data.registry import get_spec
 from pipecast.values.data.spec import DatasetSpec
 
@@ -68,8 +67,8 @@ class DataSource:
 
     def check(self, spec: DatasetSpec, batch: int) -> None:
         """What makes these samples wrong for the model, as a one-line error: given in memory,
-        checked whole here; files, where they are (the ranks that read them check them
-        through `fits`)."""
+        checked whole here; files, that the ones the readers read are there (the ranks that
+        read them check their contents through `fits`)."""
         if self.arrays is not None:
             fits(self.arrays, spec, batch)
         if self.directory is not None:
@@ -77,8 +76,10 @@ class DataSource:
                 raise ConfigError(
                     f"--data-dir reads {' or '.join(FILES)} files; this model takes {self.dataset}"
                 )
-            if not Path(self.directory).is_dir():
-                raise DataError(f"data directory not found: {self.directory}")
+            if self.dataset == "mnist":
+                mnist_files(self.directory)
+            else:
+                cifar10_files(self.directory)
 
 
 def fits(data: ArrayData, spec: DatasetSpec, batch: int) -> None:

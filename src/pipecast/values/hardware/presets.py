@@ -124,19 +124,30 @@ def preset(name: str) -> Cluster:
     return PRESETS[name]
 
 
+DESCRIBED_LINKS = {
+    "intra_bandwidth": "150GB/s",
+    "intra_latency": "10us",
+    "inter_bandwidth": "50GB/s",
+    "inter_latency": "20us",
+}
+"""describe's links where a user names none (`probe --describe` shows these): a link between
+nodes is never faster than one inside a node, in bandwidth or in latency."""
+
+
 def describe(
     *,
     gpus_per_node: int,
     memory: str,
     nodes: int = 1,
-    intra_bandwidth: str = "150GB/s",
-    intra_latency: str = "10us",
-    inter_bandwidth: str = "50GB/s",
-    inter_latency: str = "5us",
+    intra_bandwidth: str = DESCRIBED_LINKS["intra_bandwidth"],
+    intra_latency: str = DESCRIBED_LINKS["intra_latency"],
+    inter_bandwidth: str = DESCRIBED_LINKS["inter_bandwidth"],
+    inter_latency: str = DESCRIBED_LINKS["inter_latency"],
     device: str = "described",
 ) -> Cluster:
     """A machine you don't have, from the figures a user knows (the background recommender
-    asked for intra- and inter-connect speeds the same way)."""
+    asked for intra- and inter-connect speeds the same way); links default to
+    DESCRIBED_LINKS."""
     return Cluster(
         name=f"{nodes}x{gpus_per_node} {device}",
         device=device,

@@ -8,7 +8,11 @@ module, the operation and the way out.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
+import sys
+from collections.abc import Iterator
 
 import torch
 from torch import nn
@@ -41,6 +45,18 @@ def _first_line(exc: BaseException) -> str:
     return type(exc).__name__
 
 
+@contextlib.contextmanager
+def _said_only_if_it_works() -> Iterator[None]:
+    """What torch writes to stderr while it exports, kept back unless the export works: a
+    failing one logs a warning and prints its partial graph twice (twenty lines and more),
+    where the ShapeError says what went wrong in one. (torch's log handler writes to
+    whatever sys.stderr is when it logs.)"""
+    said = io.StringIO()
+    with contextlib.redirect_stderr(said):
+        yield
+    sys.stderr.write(said.getvalue())  # reached only where the export worked
+
+
 def capture(
     module: nn.Module, spec: DatasetSpec, *, name: str, max_blocks: int = 48
 ) -> nn.Sequential:
@@ -48,9 +64,10 @@ def capture(
     example = example_input(spec)
     batch = torch.export.Dim("batch", min=1)
     try:
-        exported = torch.export.export(
-            module, (example,), dynamic_shapes=({0: batch},), strict=False
-        )
+        with _said_only_if_it_works():
+            exported = torch.export.export(
+                module, (example,), dynamic_shapes=({0: batch},), strict=False
+            )
     except Exception as exc:
         raise ShapeError(
             f"cannot capture {name} ({type(module).__name__}) with torch.export: "

@@ -13,6 +13,7 @@ import inspect
 import os
 import sys
 from types import ModuleType
+from typing import Any
 
 import torch
 from torch import nn
@@ -73,13 +74,58 @@ def hf_model(
     """A causal LM of `model_type` ('gpt2', 'llama', ...) from its default config, sized by
     `spec` (vocabulary, sequence length) and the options given."""
     transformers = _import("hf")
+    config = hf_config(model_type, spec, layers=layers, width=width, heads=heads)
+    return LogitsOnly(transformers.AutoModelForCausalLM.from_config(config))
+
+
+HF_SIZES = (
+    ("hidden_size", "width", "--width"),
+    ("num_attention_heads", "heads", "--heads"),
+    ("num_hidden_layers", "layers", "--layers"),
+    ("vocab_size", "vocabulary", "--vocab"),
+    ("max_position_embeddings", "positions", "--seq-len"),
+)
+"""A Hugging Face config's sizes: its field, its name in words, the flag that sets it."""
+
+
+def hf_sizes(model_type: str, spec: DatasetSpec, **options: int) -> str:
+    """What hf:`model_type` is built at where that is not the model type's own
+    configuration, in one line naming the flags that build its own ('' where it is)."""
+    own = _default_config(model_type)
+    built = hf_config(model_type, spec, **options)
+    moved = []
+    for field, words, flag in HF_SIZES:
+        if getattr(built, field) != getattr(own, field):
+            moved.append((words, flag, getattr(built, field), getattr(own, field)))
+    if not moved:
+        return ""
+    now = ", ".join(f"{words} {value:,}" for words, _, value, _ in moved)
+    was = ", ".join(f"{words} {value:,}" for words, _, _, value in moved)
+    flags = " ".join(f"{flag} {value}" for _, flag, _, value in moved)
+    return (
+        f"hf:{model_type} is built at {now}, from pipecast's defaults for {spec.name}; its own "
+        f"configuration has {was} ({flags})"
+    )
+
+
+def _default_config(model_type: str) -> Any:
+    """The default configuration of a Hugging Face model type (offline, no download)."""
+    transformers = _import("hf")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
-        config = transformers.AutoConfig.for_model(model_type)
+        return transformers.AutoConfig.for_model(model_type)
     except ValueError:
         raise ConfigError(
             f"unknown Hugging Face model type '{model_type}' (e.g. gpt2, llama, mistral)"
         ) from None
+
+
+def hf_config(
+    model_type: str, spec: DatasetSpec, *, layers: int = 0, width: int = 0, heads: int = 0
+) -> Any:
+    """`model_type`'s default configuration sized by `spec` (vocabulary, sequence length)
+    and the options given, as hf_model builds it."""
+    config = _default_config(model_type)
     if spec.input_kind != "tokens":
         raise ConfigError(f"hf:{model_type} takes token ids: use --dataset tokens")
     config.vocab_size = spec.num_classes
@@ -103,7 +149,7 @@ def hf_model(
     for token in ("bos_token_id", "eos_token_id", "pad_token_id"):
         if getattr(config, token, None) is not None:
             setattr(config, token, 0)
-    return LogitsOnly(transformers.AutoModelForCausalLM.from_config(config))
+    return config
 
 
 def vision_model(library: str, name: str, spec: DatasetSpec) -> nn.Module:
@@ -178,6 +224,22 @@ def as_blocks(model: object, spec: DatasetSpec, name: str) -> nn.Sequential:
 
 def build_source_model(name: str, spec: DatasetSpec, **options: int) -> nn.Sequential:
     """The blocks of `name` ('library:model' or 'package.module:factory') for `spec`."""
+    return as_blocks(source_model(name, spec, **options), spec, name)
+
+
+def check_source_model(name: str, spec: DatasetSpec, **options: int) -> None:
+    """A one-line error where `name` makes no model for `spec` (an unknown name, a factory
+    that raises or returns no module), found on the meta device and without capturing it
+    (torch.export takes seconds for a large model)."""
+    with torch.device("meta"):
+        model = source_model(name, spec, **options)
+    if not isinstance(model, nn.Module):
+        as_sequential(model, origin=name)  # a list of modules passes; anything else raises
+
+
+def source_model(name: str, spec: DatasetSpec, **options: int) -> object:
+    """What `name` ('library:model' or 'package.module:factory') makes for `spec`, as it
+    comes (an nn.Module, a list of modules, or whatever a factory returns)."""
     library = library_of(name)
     _, _, model_name = name.partition(":")
     if library == "hf":
@@ -192,4 +254,4 @@ def build_source_model(name: str, spec: DatasetSpec, **options: int) -> nn.Seque
         model = vision_model(library, model_name, spec)
     else:
         model = call_factory(name, spec)
-    return as_blocks(model, spec, name)
+    return model

@@ -16,7 +16,12 @@ from pipecast.errors import ConfigError
 from pipecast.values.data.registry import DEFAULT_SEQ_LEN, DEFAULT_VOCAB, DEFAULT_WIDTH, get_spec
 from pipecast.values.data.spec import DatasetSpec
 from pipecast.values.models.registry import build_zoo_model, get_entry
-from pipecast.values.models.sources import build_source_model, is_source_path, library_of
+from pipecast.values.models.sources import (
+    build_source_model,
+    check_source_model,
+    is_source_path,
+    library_of,
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,6 +76,17 @@ class Workload:
             return build_source_model(self.model, spec, **options)
         options["ffn"] = self.ffn
         return build_zoo_model(self.model, spec, **options)
+
+    def check(self) -> None:
+        """A one-line error where the model cannot be made for the data set: found in a
+        shapes-only build, without capturing a model that is not a list of blocks (see
+        sources.check_source_model), so that a verb can refuse before it profiles."""
+        if not is_source_path(self.model):
+            self.build("meta")
+            return
+        check_source_model(
+            self.model, self.spec, layers=self.layers, width=self.width, heads=self.heads
+        )
 
     def block_count(self) -> int:
         """How many blocks the model has: a shapes-only build, remembered per workload in

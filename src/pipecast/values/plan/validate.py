@@ -52,7 +52,7 @@ def validate(plan: Plan) -> None:
     groups its Ws (Plan.weight_batch) in more micro-batches than it has or without a split
     backward."""
     k, m = plan.weight_batch, plan.num_microbatches
-    if not 1 <= k <= max(m, 1):
+    if k < 1:
         raise PlanError(
             f"a weight batch of {k} micro-batches does not fit the plan's {m}: choose 1 to {m}"
         )
@@ -60,6 +60,11 @@ def validate(plan: Plan) -> None:
         raise PlanError(
             f"a weight batch of {k} needs a split backward (B then W), which {plan.name} "
             "does not run: use zb-h1, zb-v or zb-auto"
+        )
+    if k > max(m, 1):
+        raise PlanError(
+            f"a weight batch of {k} is more than the {m} micro-batches {plan.name} runs a step "
+            f"(it groups them): give {m} or fewer"
         )
     if len(plan.stage_to_rank) != plan.num_stages:
         raise PlanError(

@@ -42,17 +42,45 @@ def poolable(base: Profile, other: Profile) -> str:
     """Why `other`'s host costs cannot be pooled with `base`'s ('' where they can): the same
     model and input shapes, dtype and GPU kind, host costs read on the same CPU model (where
     both record one), the same blocks, and every size of `base` measured."""
-    if (other.model, other.dataset, other.workload) != (base.model, base.dataset, base.workload):
-        return f"it profiles {other.model}/{other.dataset}, not {base.model}/{base.dataset}"
-    if (other.dtype, other.autocast) != (base.dtype, base.autocast):
-        return f"it was measured in {other.dtype}, not {base.dtype}"
-    if not carries(other.device, base.device):
-        return f"it was measured on {other.device}, not {base.device}"
     if other.host.cpu and base.host.cpu and other.host.cpu != base.host.cpu:
         return f"its host costs were read on {other.host.cpu}, not {base.host.cpu}"
-    if [b.name for b in other.blocks] != [b.name for b in base.blocks]:
-        return f"its {len(other.blocks)} blocks are not the {len(base.blocks)} of this one"
-    missing = sorted(set(base.micro_batch_sizes) - set(other.micro_batch_sizes))
+    return pool_mismatch(
+        other,
+        model=base.model,
+        dataset=base.dataset,
+        workload=base.workload,
+        dtype=base.dtype,
+        autocast=base.autocast,
+        device=base.device,
+        blocks=[b.name for b in base.blocks],
+        sizes=base.micro_batch_sizes,
+    )
+
+
+def pool_mismatch(
+    other: Profile,
+    *,
+    model: str,
+    dataset: str,
+    workload: dict[str, object],
+    dtype: str,
+    autocast: bool,
+    device: str,
+    blocks: Sequence[str],
+    sizes: Sequence[int],
+) -> str:
+    """Why `other` cannot pool with a profile of this model, dtype and device, of these
+    blocks at these sizes ('' where it can): poolable's checks that need no measurement, so
+    that a profile refuses a file of the wrong kind before it measures."""
+    if (other.model, other.dataset, other.workload) != (model, dataset, workload):
+        return f"it profiles {other.model}/{other.dataset}, not {model}/{dataset}"
+    if (other.dtype, other.autocast) != (dtype, autocast):
+        return f"it was measured in {other.dtype}, not {dtype}"
+    if not carries(other.device, device):
+        return f"it was measured on {other.device}, not {device}"
+    if [b.name for b in other.blocks] != list(blocks):
+        return f"its {len(other.blocks)} blocks are not the {len(blocks)} of this one"
+    missing = sorted(set(sizes) - set(other.micro_batch_sizes))
     if missing:
         return f"it lacks micro-batch sizes {missing}"
     return ""
