@@ -64,7 +64,7 @@ def validate(plan: Plan) -> None:
     if k > max(m, 1):
         raise PlanError(
             f"a weight batch of {k} is more than the {m} micro-batches {plan.name} runs a step "
-            f"(it groups them): give {m} or fewer"
+            f"(it groups them): choose 1 to {m}"
         )
     if len(plan.stage_to_rank) != plan.num_stages:
         raise PlanError(
