@@ -52,6 +52,7 @@ LOADS = {
     "resnet50": Load("resnet50", "imagenet", 256, "sgd"),
     "vgg16": Load("vgg16", "imagenet", 128, "sgd"),
     "gpt1024": Load("gpt", "tokens", 4, "adam", 1024, 16, 16, 2048),
+    "gpt4096": Load("gpt", "tokens", 8, "adam", 4096, 8, 32, 2048),
     "tiny": Load("gpt", "tokens", 2, "adam", 64, 2, 2, 64),  # dry runs on a CPU
 }
 
@@ -73,6 +74,7 @@ class Variant:
             parts.append("channels-last")
         if self.microbatches > 1:
             parts.append(f"M={self.microbatches}")
+        parts += [k for k, v in self.extra.items() if v is True]
         return " ".join(parts)
 
 
@@ -93,6 +95,24 @@ SETS: dict[str, list[tuple[str, list[str], list[Variant]]]] = {
             Variant("stage", False, True),
         ]),
         ("gpt2048", ["eager", "compile"], [Variant("blocks", False), Variant("blocks", True)]),
+    ],
+    "third": [
+        ("resnet50", ["eager", "compile"], [
+            Variant("blocks", False, True), Variant("stage", True, True),
+            Variant("stage", False, True),
+        ]),
+        ("vgg16", ["eager", "compile"], [
+            Variant("blocks", True, True), Variant("blocks", False, True),
+        ]),
+    ],
+    "fourth": [
+        ("gpt4096", [], [
+            Variant("blocks", False), Variant("blocks", False, extra={"float8": True}),
+        ]),
+        ("gpt1024", ["eager", "compile", "compile-whole"], [
+            Variant("blocks", True), Variant("blocks", False),
+        ]),
+        ("gpt768", ["compile-whole"], [Variant("blocks", True)]),
     ],
     "large": [
         ("gpt2048", ["eager", "compile"], [
@@ -130,7 +150,11 @@ def _pipecast(load: Load, variant: Variant) -> dict[str, Any]:
     result = run_job(job)
     assert result is not None
     s = result.summary
+    kinds: dict[str, float] = {}
+    for e in result.reports[0].events:  # the last step's actions, as the trace has them
+        kinds[e.kind] = kinds.get(e.kind, 0.0) + (e.end - e.start) * 1e3
     return {
+        "actions_ms": {k: round(v, 2) for k, v in kinds.items()},
         "step_ms": round(s["step_time"] * 1e3, 2),
         "peak_alloc_gib": round(s["peak_allocated"][0] / 2**30, 3),
         "peak_reserved_gib": round(s["peak_reserved"][0] / 2**30, 3),

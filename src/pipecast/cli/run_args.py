@@ -21,6 +21,7 @@ from pipecast.cli.common import (
     schedule_arg,
 )
 from pipecast.planning.schedules.generators import SCHEDULES
+from pipecast.runtime import float8
 from pipecast.values.training import COMPILE_MODES, LR_SCHEDULES, OFFLOADS
 
 BATCH, MICRO_BATCHES, GPUS = 64, 8, 2
@@ -208,6 +209,13 @@ def _add_memory_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
         "and weight gradients apart; compiled code is cached (TORCHINDUCTOR_CACHE_DIR, "
         "default ~/.cache/pipecast/inductor)",
     )
+    if not inference:
+        p.add_argument(
+            "--float8",
+            action="store_true",
+            help="train each Linear's matrix products in Float8 through torchao "
+            f"({float8.INSTALL}); GPUs of compute capability 8.9 or newer (H100, H200)",
+        )
     p.add_argument(
         "--channels-last",
         action="store_true",

@@ -324,6 +324,7 @@ def _config(args: argparse.Namespace) -> RunConfig:
         cuda_graphs=args.cuda_graphs,
         compile=args.compile,
         channels_last=args.channels_last,
+        float8=getattr(args, "float8", False),
         weight_batch=getattr(args, "weight_batch", 1),
     )
 

@@ -70,6 +70,10 @@ class RunConfig:
     with weights its own graph ('blocks', as torchtitan compiles each transformer block), or
     the whole stage as one ('stage'); the loss compiled too. A split backward compiles each
     graph's input and weight gradients apart. 'off': eager PyTorch."""
+    float8: bool = False
+    """Train each Linear's matrix products in Float8 (pipecast.runtime.float8, torchao's
+    tensorwise scaling); the weights, gradients and optimizer stay in `dtype`. GPUs of
+    compute capability 8.9 or newer only."""
     channels_last: bool = False
     """Convolutions' weights and 4-D activations in channels-last memory order (NHWC), the
     order the GPU's tensor-core convolutions read: without it cuDNN transposes around each

@@ -9,7 +9,7 @@ from typing import Any, Literal
 from torch import nn
 
 from pipecast.errors import ConfigError
-from pipecast.runtime import graphs
+from pipecast.runtime import float8, graphs
 from pipecast.runtime.checkpoint import Checkpointing, Saved, check_resumable, latest, stage_blocks
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.layout import Layout
@@ -136,6 +136,8 @@ class TrainJob:
         ):
             raise ConfigError(why)
         graphs.check(self.plan, self.config, self.device)
+        if self.config.float8 and (why := float8.why_not(self.device)):
+            raise ConfigError(why)
         if self.meshed:
             self._check_mesh()
         self.source().check(self.spec, self.batch)

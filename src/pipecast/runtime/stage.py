@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from pipecast.runtime import compiled, devices, sharding
+from pipecast.runtime import compiled, devices, float8, sharding
 from pipecast.runtime.backward import Cut
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.sharding import StageMesh
@@ -83,6 +83,8 @@ class StageModule:
         self.module = blocks.to(device)
         if config.channels_last:
             self.module = self.module.to(memory_format=torch.channels_last)
+        if config.float8:
+            float8.convert(self.module)
         self.mesh = mesh or StageMesh()
         """How torch's FSDP and tensor parallelism split and shard the blocks
         (pipecast.runtime.sharding); empty: the blocks run whole."""
