@@ -74,7 +74,7 @@ class Variant:
             parts.append("channels-last")
         if self.microbatches > 1:
             parts.append(f"M={self.microbatches}")
-        parts += [k for k, v in self.extra.items() if v is True]
+        parts += [k if v is True else f"{k}={v}" for k, v in self.extra.items()]
         return " ".join(parts)
 
 
@@ -113,6 +113,10 @@ SETS: dict[str, list[tuple[str, list[str], list[Variant]]]] = {
             Variant("blocks", True), Variant("blocks", False),
         ]),
         ("gpt768", ["compile-whole"], [Variant("blocks", True)]),
+        ("resnet50", ["eager"], [
+            Variant("blocks", False, True, extra={"compile_budget": 0.9}),
+            Variant("blocks", False, True, extra={"compile_budget": 0.6}),
+        ]),
     ],
     "large": [
         ("gpt2048", ["eager", "compile"], [

@@ -114,6 +114,7 @@ CASES = {
     "zb-v": ("zb-v", 2, 4, [0, 2, 4, 6, 8], {}),
     "zb-h1-weight-batch": ("zb-h1", 2, 4, [0, 4, 8], {"weight_batch": 2}),
     "zb-h1-recompute": ("zb-h1", 2, 4, [0, 4, 8], {"recompute": "all"}),
+    "zb-h1-budget": ("zb-h1", 2, 4, [0, 4, 8], {"compile_budget": 0.5}),
     "zb-h1-offload": ("zb-h1", 2, 4, [0, 4, 8], {"offload": "activations"}),
     "1f1b-stage": ("1f1b", 2, 4, [0, 4, 8], {"compile": "stage"}),
     "zb-h1-graphed": ("zb-h1", 2, 4, [0, 4, 8], {"cuda_graphs": True}),

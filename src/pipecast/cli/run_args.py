@@ -209,6 +209,14 @@ def _add_memory_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
         "and weight gradients apart; compiled code is cached (TORCHINDUCTOR_CACHE_DIR, "
         "default ~/.cache/pipecast/inductor)",
     )
+    p.add_argument(
+        "--compile-budget",
+        type=number_arg("--compile-budget", above=True),
+        default=1.0,
+        help="with --compile: the share (at most 1) of what the compiled forward would save "
+        "for the backward that it may keep; below 1 it recomputes normalisations and "
+        "activations in the backward instead",
+    )
     if not inference:
         p.add_argument(
             "--float8",

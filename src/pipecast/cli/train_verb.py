@@ -323,6 +323,7 @@ def _config(args: argparse.Namespace) -> RunConfig:
         timeout_s=args.timeout,
         cuda_graphs=args.cuda_graphs,
         compile=args.compile,
+        compile_budget=args.compile_budget,
         channels_last=args.channels_last,
         float8=getattr(args, "float8", False),
         weight_batch=getattr(args, "weight_batch", 1),

@@ -42,6 +42,7 @@ _PARAMS = "pipecast.compiled.params"
 _NODE = "CompiledFunctionBackward"
 CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
 Loss = Callable[[torch.Tensor, Any], torch.Tensor]
+Backend = Callable[[torch.fx.GraphModule, list[Any]], Any]
 
 
 def default_cache_dir() -> Path:
@@ -231,9 +232,11 @@ def _mark(outputs: Any, params: dict[int, torch.Tensor]) -> None:
             node = next((c for c, _ in node.next_functions if c is not None), None)
 
 
-def backend(*, split: bool) -> Callable[[torch.fx.GraphModule, list[Any]], Any]:
+def backend(
+    *, split: bool, budget: float = 1.0
+) -> Callable[[torch.fx.GraphModule, list[Any]], Any]:
     """A torch.compile backend: inductor's, with each backward compiled whole or (`split`)
-    as dI and dW."""
+    as dI and dW; `budget`: RunConfig.compile_budget."""
 
     def compile_module(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
         from torch._inductor.compile_fx import compile_fx, compile_fx_inner
@@ -248,7 +251,7 @@ def backend(*, split: bool) -> Callable[[torch.fx.GraphModule, list[Any]], Any]:
 
         # AOTAutograd's own cache stores whole compiled pairs, which a split backward is
         # not; inductor's cache of each graph's code still applies
-        with functorch_config.patch(enable_autograd_cache=False):
+        with functorch_config.patch(enable_autograd_cache=False, activation_memory_budget=budget):
             compiled: Any = compile_fx(gm, example_inputs, inner_compile=inner)
 
         def run(*args: Any) -> Any:
@@ -262,23 +265,27 @@ def backend(*, split: bool) -> Callable[[torch.fx.GraphModule, list[Any]], Any]:
     return compile_module
 
 
-_BACKENDS: dict[bool, Callable[[torch.fx.GraphModule, list[Any]], Any]] = {}
+_BACKENDS: dict[tuple[bool, float], Backend] = {}
 RECOMPILE_LIMIT = 64
 """Graphs dynamo keeps per code object: a model's blocks share their class's forward, and
 each shape of block (a ResNet stage's width, a micro-batch size) is one graph of it; torch's
 default of 8 would send the rest back to eager."""
 
 
-def compile_blocks(module: nn.Sequential, *, split: bool, whole: bool = False) -> None:
+def compile_blocks(
+    module: nn.Sequential, *, split: bool, whole: bool = False, budget: float = 1.0
+) -> None:
     """Compile `module`'s blocks in place (`whole`: the stage as one graph); `split`: their
-    backwards as dI and dW, for a stage whose backward is split. One backend object per
-    kind, so blocks of the same code and shapes share one compiled graph."""
+    backwards as dI and dW, for a stage whose backward is split; `budget`:
+    RunConfig.compile_budget. One backend object per kind, so blocks of the same code and
+    shapes share one compiled graph."""
     use_cache()
     dynamo = torch._dynamo.config
     dynamo.recompile_limit = max(dynamo.recompile_limit, RECOMPILE_LIMIT)
-    if split not in _BACKENDS:
-        _BACKENDS[split] = backend(split=split)
-    chosen = _BACKENDS[split]
+    key = (split, budget)
+    if key not in _BACKENDS:
+        _BACKENDS[key] = backend(split=split, budget=budget)
+    chosen = _BACKENDS[key]
     targets = [module] if whole else [b for b in module if _has_work(b)]
     for block in targets:
         block.compile(backend=chosen, dynamic=False)

@@ -70,6 +70,10 @@ class RunConfig:
     with weights its own graph ('blocks', as torchtitan compiles each transformer block), or
     the whole stage as one ('stage'); the loss compiled too. A split backward compiles each
     graph's input and weight gradients apart. 'off': eager PyTorch."""
+    compile_budget: float = 1.0
+    """With `compile`: the share of what AOTAutograd's min-cut partition would save for the
+    backward that a compiled graph may keep (torch's activation_memory_budget); below 1 it
+    recomputes cheap operations (normalisations, activations) in the backward instead."""
     float8: bool = False
     """Train each Linear's matrix products in Float8 (pipecast.runtime.float8, torchao's
     tensorwise scaling); the weights, gradients and optimizer stay in `dtype`. GPUs of
@@ -115,6 +119,11 @@ class RunConfig:
             raise ConfigError(f"bucket_bytes must be at least 1, got {self.bucket_bytes}")
         if self.compile not in COMPILE_MODES:
             raise ConfigError(f"unknown compile mode {self.compile!r}: {', '.join(COMPILE_MODES)}")
+        if not 0.0 < self.compile_budget <= 1.0:
+            raise ConfigError(
+                f"compile_budget is a share of the saved activations, above 0 and at most 1, "
+                f"got {self.compile_budget}"
+            )
         if why := why_not_streamed(self.offload, self.recompute, async_updates=False):
             raise ConfigError(why)
         if self.lr_warmup < 0 or self.lr_min < 0 or self.clip_grad_norm < 0:

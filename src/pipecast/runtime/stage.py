@@ -91,7 +91,10 @@ class StageModule:
         sharding.apply(self.module, self.mesh)
         if config.compile != "off":
             compiled.compile_blocks(
-                self.module, split=split and not self.meshed, whole=config.compile == "stage"
+                self.module,
+                split=split and not self.meshed,
+                whole=config.compile == "stage",
+                budget=config.compile_budget,
             )
         self.params = [p for p in self.module.parameters() if p.requires_grad]
         self.host_params: list[nn.Parameter] | None = None
