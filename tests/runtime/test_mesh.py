@@ -34,6 +34,7 @@ def _job(
     *,
     replicas: int = 1,
     workload: Workload = GPT,
+    compile: str = "off",
     **mesh: object,
 ) -> TrainJob:
     blocks = LLAMA_BLOCKS if workload is LLAMA else BLOCKS
@@ -47,7 +48,7 @@ def _job(
         batch=BATCH,
         replicas=replicas,
         steps=STEPS,
-        config=RunConfig(lr=0.1, timeout_s=60),
+        config=RunConfig(lr=0.1, timeout_s=120, compile=compile),  # type: ignore[arg-type]
     )
     return replace(job, **mesh)  # type: ignore[arg-type]
 
@@ -63,6 +64,9 @@ CASES = {
     "1f1b 2 stages x TP x2": _job("1f1b", 2, 2, tp=2),
     "zb-h1 2 stages x TP x2": _job("zb-h1", 2, 2, tp=2),
     "hf Llama TP x2": _job("1f1b", 1, 1, tp=2, workload=LLAMA),
+    # torch.compile over the blocks FSDP and tensor parallelism split, as torchtitan runs them
+    "FSDP x2, compiled": _job("1f1b", 1, 2, replicas=2, shard="full", compile="blocks"),
+    "zb-h1 2 stages x TP x2, compiled": _job("zb-h1", 2, 2, tp=2, compile="blocks"),
 }
 
 
