@@ -19,7 +19,7 @@ def test_train_runs_a_sharded_and_split_mesh(capsys: pytest.CaptureFixture[str])
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "samples/s" in out
-    assert "1f1b (FSDP x2 x TP x2) on 4 cpu rank(s)" in out  # the header names the mesh
+    assert "FSDP x2 x TP x2 on 4 cpu ranks" in out  # the header names the mesh
 
 
 def test_sharding_without_replicas_is_refused_not_ignored(

@@ -107,7 +107,7 @@ def test_every_default_is_shown_in_help() -> None:
     [
         ("train", ["--steps STEPS timed steps (default: 10)",
                    "--batch BATCH global batch per step (default: 64)",
-                   "split this many ways (default: 8)",
+                   "split this many ways (default: 1 where each replica is one stage, else 8)",
                    "--gpus GPUS processes: GPUs, or CPU ranks (default: 2)",
                    "(required, unless --recommendation)"]),
         ("infer", ["--batch BATCH global batch per step (default: 64; --mode latency: 1)",

@@ -69,7 +69,7 @@ def test_a_resumed_runs_first_step_has_a_row_that_says_it_is_untimed(
         ("train", ["--gpus", "1", "--partition", "0,12", "--micro-batches", "1"],
          "1f1b on 1 cpu rank, partition [0, 12], batch 64 in 1 micro-batch"),
         ("train", ["--gpus", "2", "--replicas", "2", "--shard", "grad", "--partition", "0,12"],
-         "FSDP x2 (no reshard) on 2 cpu ranks, partition [0, 12], batch 64 in 8 micro-batches"),
+         "FSDP x2 (no reshard) on 2 cpu ranks, partition [0, 12], batch 64 in 1 micro-batch"),
         ("train", ["--gpus", "4", "--replicas", "2"],
          "data parallel x2 x 1f1b 2 stages on 4 cpu ranks, partition [0, 6, 12]"),
     ],

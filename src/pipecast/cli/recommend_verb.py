@@ -23,14 +23,18 @@ from pipecast.cli.common import (
 )
 from pipecast.cli.console import console, human_bytes, human_seconds, progress
 from pipecast.cli.model_size import check_model_size
+from pipecast.cli.train_verb import default_device
+from pipecast.errors import ConfigError
 from pipecast.orchestration.recommend.session import Events, Request, both_profiles, recommend_for
 from pipecast.orchestration.recommend.validate import Measured, decide, too_close
 from pipecast.planning.recommend.predict import Prediction
 from pipecast.planning.recommend.rank import Recommendation, samples_rate
+from pipecast.runtime import float8
 from pipecast.values.hardware.cluster import Cluster
 from pipecast.values.hardware.load import load_cluster
 from pipecast.values.hardware.units import per_rank
 from pipecast.values.profile.types import Profile
+from pipecast.values.training import Compile
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -141,6 +145,23 @@ def _add_planning_args(p: argparse.ArgumentParser) -> None:
         help="predict strategies as CUDA graphs, one launch per action (default: on GPUs, as "
         "the runtime runs them); --no-cuda-graphs: eager, as train --no-cuda-graphs runs",
     )
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="also rank every strategy with its blocks inductor-compiled (train --compile "
+        "blocks), priced from a profile of the compiled blocks taken here",
+    )
+    p.add_argument(
+        "--channels-last",
+        action="store_true",
+        help="also rank them with convolutions in channels-last order (with --compile: "
+        "compiled and channels-last)",
+    )
+    p.add_argument(
+        "--float8",
+        action="store_true",
+        help="also rank them with compiled Float8 Linears (H100, H200; torchao)",
+    )
 
 
 def _add_validation_args(p: argparse.ArgumentParser) -> None:
@@ -171,6 +192,21 @@ def _add_validation_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _executions(args: argparse.Namespace) -> tuple[tuple[Compile, bool, bool], ...]:
+    """The other ways to run the blocks the flags ask to rank (Request.executions)."""
+    out: list[tuple[Compile, bool, bool]] = []
+    if args.compile:
+        out.append(("blocks", args.channels_last, False))
+    elif args.channels_last:
+        out.append(("off", True, False))
+    if args.float8:
+        device = args.device if args.device != "auto" else default_device()
+        if why := float8.why_not(device):
+            raise ConfigError(why)
+        out.append(("blocks", args.channels_last, True))
+    return tuple(out)
+
+
 def run(args: argparse.Namespace) -> int:
     if args.recalibrate and args.profile:  # before reading a file that may not be there
         raise both_profiles()
@@ -197,6 +233,7 @@ def run(args: argparse.Namespace) -> int:
         recalibrate=args.recalibrate,
         validate=args.validate,
         rounds=args.rounds,
+        executions=_executions(args),
     )
     if request.workload is not None and request.profile is None:
         request.workload.check()  # before the first "calibrating" line

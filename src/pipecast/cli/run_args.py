@@ -96,9 +96,13 @@ def _add_layout_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
     p.add_argument(
         "--micro-batches",
         type=count_arg("--micro-batches", 1),
-        default=None if inference else MICRO_BATCHES,
+        default=None,
         help=MICRO_BATCHES_HELP
-        + (f" (default: {MICRO_BATCHES}; --mode latency: 1)" if inference else ""),
+        + (
+            f" (default: {MICRO_BATCHES}; --mode latency: 1)"
+            if inference
+            else f" (default: 1 where each replica is one stage, else {MICRO_BATCHES})"
+        ),
     )
     p.add_argument(
         "--batch",

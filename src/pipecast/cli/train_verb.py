@@ -77,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "mode", "") == "latency":
         args.batch, args.micro_batches = 1, 1
     args.batch = BATCH if args.batch is None else args.batch  # infer leaves them unset
-    args.micro_batches = MICRO_BATCHES if args.micro_batches is None else args.micro_batches
+    if args.micro_batches is None:
+        args.micro_batches = _default_micro_batches(args, schedule)
     _check_installed(getattr(args, "compare", []))
     check_batch(args.batch, args.replicas, args.micro_batches, flags=True)  # before work
     _check_shard(getattr(args, "shard", "none"), args.replicas)
@@ -169,6 +170,14 @@ def check_fits(need: int, free: list[int] | None, gpus: int) -> None:
             f"{human_bytes(f)} free: use more GPUs or micro-batches, recomputation, or "
             "`pipecast recommend --memory-limit` to plan for what is free"
         )
+
+
+def _default_micro_batches(args: argparse.Namespace, schedule: str) -> int:
+    """--micro-batches when not given: one where a replica is one stage (nothing to overlap:
+    more would only run smaller products; a batch that does not fit says so and names the
+    flag), else MICRO_BATCHES for a pipeline's stages to overlap."""
+    stages = args.gpus // max(args.replicas * getattr(args, "tensor_parallel", 1), 1)
+    return 1 if stages <= 1 and schedule != "pipedream" else MICRO_BATCHES
 
 
 def _check_shard(shard: str, replicas: int) -> None:
@@ -401,6 +410,7 @@ def _follow(args: argparse.Namespace, path: str, pick: int) -> Chosen:
     args.schedule, args.micro_batches = c.schedule, s.microbatches
     args.batch, args.partition = c.batch, c.partition
     args.recompute, args.cuda_graphs, args.offload = s.recompute, s.cuda_graphs, s.offload
+    args.compile, args.channels_last, args.float8 = s.compile, s.channels_last, s.float8
     args.dtype, args.autocast, args.optimizer = c.dtype, c.autocast, c.optimizer
     args.device = "cuda" if c.device.startswith("cuda") else "cpu"
     return c

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from pipecast.values.training import Offload, Recompute
+from pipecast.values.training import Compile, Offload, Recompute
 
 Kind = Literal["single", "data", "pipeline", "hybrid"]
 Shard = Literal["none", "full", "grad"]
@@ -49,6 +49,19 @@ class Strategy:
     tp: int = 1
     """Tensor-parallel degree: the GPUs each stage's transformer blocks are split over
     (Megatron's column/row plan, through torch's parallelize_module)."""
+    compile: Compile = "off"
+    """The stages run as inductor-compiled code (RunConfig.compile), priced from a profile
+    of compiled blocks."""
+    channels_last: bool = False
+    """Convolutions in channels-last memory order (RunConfig.channels_last)."""
+    float8: bool = False
+    """Linears' products in Float8 (RunConfig.float8)."""
+
+    @property
+    def execution(self) -> tuple[Compile, bool, bool]:
+        """How the stages' code runs, as the profile that prices it was taken (Profile's
+        compiled, channels_last and float8)."""
+        return (self.compile, self.channels_last, self.float8)
 
     @property
     def gpus(self) -> int:
@@ -102,6 +115,12 @@ class Strategy:
             text += f", {HOSTED[self.offload]} on the host"
         if self.weight_batch > 1:
             text += f", W of {self.weight_batch} as one"
+        if self.compile != "off":
+            text += ", compiled" + (" stages" if self.compile == "stage" else "")
+        if self.float8:
+            text += ", Float8"
+        if self.channels_last:
+            text += ", channels-last"
         if self.cuda_graphs:
             text += ", CUDA graphs"
         return text

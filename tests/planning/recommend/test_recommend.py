@@ -181,9 +181,11 @@ def test_accumulation_goes_past_8_only_where_the_batch_does_not_fit_otherwise() 
     one = describe(gpus_per_node=1, memory="100MiB")
     rec = recommend(p, one, 4096)
     counts = sorted(
-        pred.strategy.microbatches for pred in rec.ranked if pred.strategy.offload == "none"
+        (pred.strategy.microbatches, pred.strategy.cuda_graphs)
+        for pred in rec.ranked
+        if pred.strategy.offload == "none"
     )
-    assert counts == [32]
+    assert counts == [(32, False), (32, True)]  # one device: graphed, and eager beside it
     assert {pred.strategy.microbatches for pred in rec.ranked} <= {8, 16, 32}
     assert rec.best.strategy.kind == "single"
     tried = {r.strategy.microbatches for r in rec.rejected}
@@ -727,7 +729,14 @@ def test_every_strategy_is_graphed_as_the_runtime_runs_it_on_gpus() -> None:
 def test_recommend_predicts_graphs_on_gpus_and_eager_where_asked() -> None:
     p = _host_bound(make_profile([1e-3] * 12, params=[10**6] * 12))
     rec = recommend(p, GPUS, 64)  # a GPU's profile: as the runtime runs it, graphed
-    assert all(pred.strategy.cuda_graphs == (pred.strategy.shard == "none") for pred in rec.ranked)
+    # (one device eagerly as well: there graphs buy nothing where the host keeps up)
+    assert all(
+        pred.strategy.cuda_graphs == (pred.strategy.shard == "none")
+        for pred in rec.ranked
+        if pred.strategy.kind != "single"
+    )
+    ones = [pred.strategy for pred in rec.ranked if pred.strategy.kind == "single"]
+    assert {s.cuda_graphs for s in ones} == {True, False}
     eager = recommend(p, GPUS, 64, cuda_graphs=False)
     assert not any(pred.strategy.cuda_graphs for pred in eager.ranked)
     by_strategy = {pred.strategy: pred for pred in eager.ranked}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pipecast.values.profile.types import Dtype
+from pipecast.values.training import Compile
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -41,6 +42,17 @@ class ProfileOptions:
     """Also time every block's forward and whole backward replayed as CUDA graphs (CUDA
     only, without autocast), for predictions of graphed runs (RunConfig.cuda_graphs):
     each block captured alone, then the whole model as one graph to share out."""
+    compile: Compile = "off"
+    """Profile the blocks as inductor-compiled code ('blocks': each block its own graph, its
+    backward split for B and W as a zero-bubble stage runs it; pipecast.runtime.compiled).
+    Every micro-batch size compiles its own graphs; the first pass at each size is timed
+    as Profile.compile_seconds."""
+    compile_budget: float = 1.0
+    """RunConfig.compile_budget for the compiled blocks."""
+    channels_last: bool = False
+    """Convolutions in channels-last memory order (RunConfig.channels_last)."""
+    float8: bool = False
+    """Linears in Float8 (RunConfig.float8)."""
     seed: int = 0
     tensor_parallel: tuple[int, ...] = ()
     """Tensor-parallel degrees to also profile the model at: each block with a plan

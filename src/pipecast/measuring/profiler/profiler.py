@@ -13,6 +13,7 @@ import datetime
 import gc
 import math
 import statistics
+import time
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -46,7 +47,7 @@ from pipecast.measuring.profiler.measure import (
 )
 from pipecast.measuring.profiler.options import ProfileOptions
 from pipecast.measuring.profiler.tensor_parallel import sharded_model, with_tensor_parallel
-from pipecast.runtime import devices
+from pipecast.runtime import compiled, devices, float8
 from pipecast.runtime.backward import backward_full
 from pipecast.values.data.loss import loss_for
 from pipecast.values.data.spec import DatasetSpec
@@ -180,7 +181,9 @@ class _Profiling:
         self.windows = options.host_windows if in_windows else 1
         if not self.offload:
             model = model.to(device)
-        self.loss_fn = loss_for(spec)
+        _execution(model, options)
+        self.loss_fn = compiled.compile_loss(loss_for(spec), options.compile)
+        self.compile_seconds = 0.0
         self.blocks = blocks = list(model)
         self.costs: list[dict[int, BlockCost]] = [{} for _ in blocks]
         self.input_counted = [False] * len(blocks)
@@ -204,7 +207,25 @@ class _Profiling:
     def whole_batch(self, size: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The batch the whole-model passes at `size` run on, on the device."""
         first, target = synthetic_batch(self.spec, size, seed=self.options.seed, dtype=self.dtype)
-        return first.to(self.device), target.to(self.device)
+        first = first.to(self.device)
+        if self.options.channels_last and first.dim() == 4:
+            first = first.contiguous(memory_format=torch.channels_last)
+        return first, target.to(self.device)
+
+    def compile_pass(self, size: int) -> None:
+        """One forward and backward of the whole model at `size` before anything is timed:
+        where the blocks are compiled, this compiles them (Profile.compile_seconds)."""
+        if self.options.compile == "off" or self.offload:
+            return
+        x, target = self.whole_batch(size)
+        began = time.perf_counter()
+        with precision(self.device, self.options):
+            loss = self.loss_fn(nn.Sequential(*self.blocks)(x), target)
+        torch.autograd.backward(loss)
+        for block in self.blocks:
+            block.zero_grad(set_to_none=True)
+        devices.synchronize(self.device)
+        self.compile_seconds += time.perf_counter() - began
 
     def _in_situ(self, size: int) -> Context:
         x_in, target = self.whole_batch(size)
@@ -220,6 +241,7 @@ class _Profiling:
 
     def measure_size(self, size: int) -> None:
         """Every block at `size` in isolation, the loss, then the whole-model passes."""
+        self.compile_pass(size)
         gc.collect()
         x, target = self.whole_batch(size)
         prev_saved_output = False
@@ -350,6 +372,10 @@ class _Profiling:
             issue_hidden=bool(contexts) and all(c.issue_hidden for c in contexts.values()),
             graph_times=graphs.enabled,
             graph_failure=graphs.failure,
+            compiled=self.options.compile,
+            compile_seconds=self.compile_seconds,
+            channels_last=self.options.channels_last,
+            float8=self.options.float8,
         )
 
     def _block_profile(self, i: int, block: nn.Module) -> BlockProfile:
@@ -385,6 +411,17 @@ class _Profiling:
                 if w
             },
         )
+
+
+def _execution(model: nn.Sequential, options: ProfileOptions) -> None:
+    """Run `model`'s blocks as the options say the runtime will (StageModule does the same):
+    channels-last, Float8 Linears, compiled with a split backward."""
+    if options.channels_last:
+        model.to(memory_format=torch.channels_last)
+    if options.float8:
+        float8.convert(model)
+    if options.compile != "off":
+        compiled.compile_blocks(model, split=True, budget=options.compile_budget)
 
 
 def _check_shapes(

@@ -27,6 +27,7 @@ from pipecast.values.models.tensor_plans import why_not_split
 from pipecast.values.models.workload import Workload
 from pipecast.values.profile.pool import pool_host, poolable
 from pipecast.values.profile.types import Dtype, Profile
+from pipecast.values.training import Compile
 
 HISTORY = 8
 """How many of a model's newest profiles on one machine the cached profile's host costs are
@@ -94,14 +95,18 @@ def calibrated_profile(
     ranks: int = 1,
     batch: int = 0,
     pool: bool | None = None,
+    execution: tuple[Compile, bool, bool] = ("off", False, False),
 ) -> tuple[Profile, bool]:
     """The cached profile for this workload and device, measuring what is missing (and,
     with `refresh`, measuring it again). Returns (profile, came_from_cache). With `pool`
     (default: on GPUs), a profile measured here takes host costs pooled over it and the
     earlier ones in its history (pooled_with_history). On a CPU with `ranks` of 2 or more,
     the profile also holds how much slower the model computes in n ranks sharing the cores
-    (n: sharing_counts), each at `batch` // n samples (Profile.shared_compute)."""
+    (n: sharing_counts), each at `batch` // n samples (Profile.shared_compute). `execution`:
+    the blocks compiled, channels-last, in Float8 (Profile.execution), each its own profile
+    (tensor-parallel readings only in the plain one)."""
     dev = devices.resolve(device)
+    compile_, channels_last, in_float8 = execution
     name = devices.name(dev)
     split = tensor_parallel_degrees(workload, ranks) if dev.type == "cuda" else ()
     options = ProfileOptions(
@@ -111,7 +116,10 @@ def calibrated_profile(
         autocast=autocast,
         warmup=2,
         repeats=5,
-        tensor_parallel=split,
+        tensor_parallel=split if execution == ("off", False, False) else (),
+        compile=compile_,
+        channels_last=channels_last,
+        float8=in_float8,
     )
     # profiles cached before device times were taken with the issuing hidden are re-taken
     hidden = f"hide_issue={options.hide_issue}"
@@ -131,6 +139,7 @@ def calibrated_profile(
         graphed,
         sharing,
         split,
+        *(("execution", *execution) if execution != ("off", False, False) else ()),
     )
     path = cache_dir() / f"profile-{file_stem(workload.model)}-{key}.json"
     if path.exists() and not refresh:

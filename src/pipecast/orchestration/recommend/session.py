@@ -41,7 +41,7 @@ from pipecast.values.hardware.presets import PRESETS, gpu_kind
 from pipecast.values.models.workload import Workload
 from pipecast.values.profile.reference import UNNAMED, carries, label, reference_profile, shipped
 from pipecast.values.profile.types import Profile
-from pipecast.values.training import Optimizer
+from pipecast.values.training import Compile, Optimizer
 
 Source = Literal["given", "cached", "measured", "shipped", "preset", "probed"]
 
@@ -84,6 +84,11 @@ class Request:
     recalibrate: bool = False
     validate: int | Literal["auto"] = 0
     rounds: int = 2
+    executions: tuple[tuple[Compile, bool, bool], ...] = ()
+    """Other ways to run the blocks to rank beside eager ones (Profile.execution: compiled,
+    channels-last, Float8), each profiled here (or, for --profile, taken from `variants`)."""
+    variants: tuple[Profile, ...] = ()
+    """Profiles of the same model run another way, given rather than measured."""
 
 
 @dataclass
@@ -327,6 +332,7 @@ def recommend_for(request: Request, events: Events | None = None) -> Outcome:
             f"{target}: drop --validate, or run it on that machine"
         )
     profile, psource = _profile(r, elsewhere, target, here, ev)
+    variants = list(r.variants) + _variants(r, profile, psource, elsewhere, ev)
     cluster, csource = _cluster(r, ev, defaulted=request.cluster is None)
     if r.memory_limit:
         cluster = replace(cluster, memory_bytes=r.memory_limit)
@@ -350,6 +356,7 @@ def recommend_for(request: Request, events: Events | None = None) -> Outcome:
         methods=r.methods,
         cuda_graphs=r.cuda_graphs,
         serving=r.serve,
+        variants=variants,
     )
     if ev.ranked is not None:
         ev.ranked(rec)
@@ -408,6 +415,50 @@ def _profile(
         batch=r.batch,
     )
     return profile, "cached" if cached else "measured"
+
+
+def _variants(
+    r: Request, profile: Profile, source: Source, elsewhere: bool, ev: Events
+) -> list[Profile]:
+    """A profile of each other way to run the blocks the request asks for, measured here
+    (cached like the plain one); none where the plain one is shipped or given, whose
+    machine is not this one."""
+    wanted = [e for e in r.executions if e != profile.execution]
+    if not wanted:
+        return []
+    if elsewhere or source == "given" or r.workload is None:
+        ev.say(
+            "compiled, channels-last and Float8 strategies need a profile measured that way "
+            "on the GPU planned for: not ranked"
+        )
+        return []
+    assert r.dtype is not None
+    out = []
+    for execution in wanted:
+        if ev.calibrating is not None:
+            ev.calibrating("profiling " + describe_execution(execution))
+        measured, _ = calibrated_profile(
+            r.workload,
+            profile_sizes(r.batch, r.gpus),
+            device=r.device,
+            dtype=r.dtype,
+            autocast=r.autocast,
+            progress=ev.profiling,
+            refresh=r.recalibrate,
+            ranks=r.gpus,
+            batch=r.batch,
+            execution=execution,
+        )
+        out.append(measured)
+    return out
+
+
+def describe_execution(execution: tuple[Compile, bool, bool]) -> str:
+    """'compiled, channels-last, Float8' in words ('eager' for none of them)."""
+    compile_, channels_last, in_float8 = execution
+    words = [w for w, on in (("compiled", compile_ != "off"), ("Float8", in_float8),
+                             ("channels-last", channels_last)) if on]  # fmt: skip
+    return ", ".join(words) or "eager"
 
 
 def _cluster(r: Request, ev: Events, *, defaulted: bool) -> tuple[Cluster, Source]:

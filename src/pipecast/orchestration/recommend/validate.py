@@ -85,6 +85,9 @@ def job_for(
                 "recompute": pred.strategy.recompute,
                 "offload": pred.strategy.offload,
                 "cuda_graphs": pred.strategy.cuda_graphs,
+                "compile": pred.strategy.compile,
+                "channels_last": pred.strategy.channels_last,
+                "float8": pred.strategy.float8,
             }
         ),
         device="cuda" if device.startswith("cuda") else "cpu",

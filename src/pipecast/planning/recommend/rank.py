@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 from pipecast.errors import ConfigError, PipecastError
@@ -20,7 +20,13 @@ from pipecast.values.hardware.cluster import Cluster
 from pipecast.values.hardware.units import human_bytes, per_rank
 from pipecast.values.profile.types import Profile
 from pipecast.values.strategy import Strategy
-from pipecast.values.training import OPTIMIZER_STATE, Optimizer, offloads_weights, why_not_streamed
+from pipecast.values.training import (
+    OPTIMIZER_STATE,
+    Compile,
+    Optimizer,
+    offloads_weights,
+    why_not_streamed,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,13 +84,19 @@ def recommend(
     schedules: tuple[str, ...] | None = None,
     cuda_graphs: bool | None = None,
     serving: bool = False,
+    variants: Sequence[Profile] = (),
 ) -> Recommendation:
     """Rank every strategy on up to `gpus` GPUs (default: the whole cluster), as the runtime
-    runs them: on GPUs (a GPU's profile) with every action replayed as a CUDA graph, on CPU
+    runs them: on GPUs (a GPU's profile) with every action replayed as a CUDA graph, and one
+    device eagerly too (where graphs buy it nothing, their pool only costs memory); on CPU
     ranks eagerly; `cuda_graphs` True or False insists on one or the other. `serving`:
-    the fastest way to run inference on `batch` samples (forward only)."""
+    the fastest way to run inference on `batch` samples (forward only). `variants`:
+    profiles of the same model run otherwise (compiled, channels-last, Float8:
+    Profile.execution); every strategy is ranked as each runs it too, priced from it."""
+    both = cuda_graphs is None and profile.device != "cpu"
     if cuda_graphs is None:
         cuda_graphs = profile.device != "cpu"
+    priced = {p.execution: p for p in (profile, *variants)}
     gpus = gpus or cluster.world
     if gpus > cluster.world:
         raise ConfigError(
@@ -100,16 +112,17 @@ def recommend(
         kwargs = {"serving": True}
     fits, rejected = [], []
     without_recompute: set[Strategy] = set()
-    accumulated: set[tuple[str, int, bool, str, int]] = set()  # one GPU or data parallel
+    accumulated: set[tuple[object, ...]] = set()  # one GPU or data parallel
 
     def predicted(s: Strategy) -> Prediction:
-        return predict(profile, cluster, s, batch, optimizer=optimizer, memory_margin=memory_margin)
+        by = priced[s.execution]
+        return predict(by, cluster, s, batch, optimizer=optimizer, memory_margin=memory_margin)
 
     if not serving:
         kwargs["tensor_parallel"] = tuple(profile.tensor_parallel)
         kwargs["weight_batches"] = WEIGHT_BATCHES if batches_weights(profile) else (1,)
     todo = strategies(gpus, batch, blocks=profile.num_blocks, methods=methods, **kwargs)  # type: ignore[arg-type]
-    for strategy in graphed(todo) if cuda_graphs else todo:
+    for strategy in _as_run(todo, cuda_graphs, both, list(priced)):
         base = Strategy(**{**strategy.to_dict(), "recompute": "none"})
         if strategy.recompute != "none" and base in without_recompute:
             continue  # recomputation only where it is needed to fit
@@ -119,6 +132,7 @@ def recommend(
             strategy.cuda_graphs,
             strategy.shard,
             strategy.tp,
+            strategy.execution,
         )
         if strategy.microbatches > ACCUMULATION and whole in accumulated:
             continue  # more accumulation only where fewer micro-batches did not fit
@@ -167,6 +181,24 @@ def recommend(
         batch=batch,
         epoch_samples=epoch_samples,
     )
+
+
+def _as_run(
+    todo: Iterable[Strategy],
+    cuda_graphs: bool,
+    both: bool,
+    executions: list[tuple[Compile, bool, bool]],
+) -> Iterator[Strategy]:
+    """Each strategy as the runtime would run it (graphed where `cuda_graphs`; one device
+    eagerly as well where `both`), once per way of running the blocks in `executions`."""
+    runs = graphed(iter(todo)) if cuda_graphs else iter(todo)
+    for strategy in runs:
+        forms = [strategy]
+        if both and strategy.kind == "single" and strategy.cuda_graphs:
+            forms.append(replace(strategy, cuda_graphs=False))
+        for form in forms:
+            for compile_, channels_last, float8 in executions:
+                yield replace(form, compile=compile_, channels_last=channels_last, float8=float8)
 
 
 def fastest_first(predictions: Iterable[Prediction]) -> tuple[Prediction, ...]:

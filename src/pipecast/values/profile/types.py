@@ -20,6 +20,7 @@ from pipecast.values.profile.host_readings import HostReadings
 from pipecast.values.profile.interpolate import interp
 from pipecast.values.profile.segments import segments
 from pipecast.values.profile.stage_memory import backward_peak
+from pipecast.values.training import Compile
 
 FORMAT_VERSION = jsonform.FORMAT_VERSION
 SMALL_REQUEST = 2**20
@@ -189,6 +190,16 @@ class Profile:
     (BlockCost.graph_forward, graph_backward; ProfileOptions.graph_times on a GPU)."""
     graph_failure: str = ""
     """Why a profile that tried to time CUDA graphs has none (the capture's error)."""
+    compiled: Compile = "off"
+    """How the blocks ran: eager ('off') or each as inductor-compiled code ('blocks',
+    RunConfig.compile), its backward split for B and W as a zero-bubble stage runs it."""
+    compile_seconds: float = 0.0
+    """Wall seconds the first pass took to compile the blocks (0 where nothing compiled,
+    or everything came from inductor's cache)."""
+    channels_last: bool = False
+    """Convolutions ran in channels-last memory order (RunConfig.channels_last)."""
+    float8: bool = False
+    """Linears ran in Float8 (RunConfig.float8)."""
     shared_compute: dict[int, float] = field(default_factory=dict)
     """CPU profiles: n -> how much slower the model's forward and backward ran in each of n
     ranks computing at once (each with the runtime's cores // n threads) than in the
@@ -199,6 +210,12 @@ class Profile:
     """Degree t -> every block as one of t tensor-parallel ranks runs it: a block with a
     TP plan profiled at its sharded shapes (its collectives priced apart), the others as
     they are (empty: not profiled)."""
+
+    @property
+    def execution(self) -> tuple[Compile, bool, bool]:
+        """How the blocks ran (compiled, channels_last, float8): a strategy that runs them
+        so is priced from this profile (Strategy.execution)."""
+        return (self.compiled, self.channels_last, self.float8)
 
     def at_tensor_parallel(self, degree: int) -> Profile:
         """The profile of one of `degree` tensor-parallel ranks (degree 1: this one)."""
