@@ -284,3 +284,40 @@ def test_a_captured_llama_runs_on_a_gpu_in_bf16_as_hugging_faces_does() -> None:
     blocks = capture(model, tokens, name="llama").to("cuda", torch.bfloat16)
     x = torch.randint(0, 64, (2, 16), device="cuda")
     torch.testing.assert_close(blocks(x), reference(x), rtol=2e-2, atol=2e-2)
+
+
+def _fp8_units() -> bool:
+    from pipecast.runtime import float8
+
+    return float8.why_not("cuda") is None
+
+
+@_needs(1)
+def test_float8_trains_as_bf16_does_over_50_steps() -> None:
+    """A GPT of width 256 (Linears of multiples of 16) trained 50 steps with Adam on the same
+    batches, once in bf16 and once with Float8 Linears, both compiled: over the last 10
+    steps Float8's mean loss lies within bf16's own spread there (three standard deviations
+    of its steps' losses) of bf16's mean."""
+    if not _fp8_units():
+        pytest.skip("needs a GPU with FP8 matrix units and torchao")
+    import statistics
+
+    from pipecast.api import make_job
+    from pipecast.runtime.run import run_job
+
+    workload = Workload(model="gpt", dataset="tokens", width=256, layers=4, heads=4, seq_len=256)
+    losses: dict[bool, list[float]] = {}
+    for f8 in (False, True):
+        config = RunConfig(dtype="bf16", optimizer="adam", lr=1e-3, compile="blocks", float8=f8)
+        job, _ = make_job(
+            workload, gpus=1, microbatches=1, batch=16, partition="0,6", steps=50,
+            warmup_steps=0, device="cuda", config=config,
+        )  # fmt: skip
+        result = run_job(job)
+        assert result is not None
+        losses[f8] = [s.loss for r in result.reports for s in r.steps if s.loss is not None]
+    assert len(losses[False]) == len(losses[True]) == 50
+    tail = {f8: values[-10:] for f8, values in losses.items()}
+    spread = 3 * statistics.stdev(tail[False])
+    assert abs(statistics.mean(tail[True]) - statistics.mean(tail[False])) <= spread
+    assert statistics.mean(tail[False]) < losses[False][0]  # it learned

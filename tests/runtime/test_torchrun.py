@@ -35,7 +35,7 @@ def test_torchrun_trains_to_the_weights_of_a_local_run(tmp_path: Path) -> None:
     command += ["--out-dir", str(tmp_path / "out"), "--checkpoint-dir", str(launched)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.count("1f1b on 2 cpu rank(s)") == 1  # rank 0 speaks for both
+    assert done.stdout.count("1f1b on 2 cpu ranks") == 1  # rank 0 speaks for both
     assert (tmp_path / "out" / "lenet5-1f1b-2.measured.trace.json").exists()
     want, got = checkpoint.model_state(local), checkpoint.model_state(launched)
     assert set(want) == set(got)
