@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 from rich.table import Table
 
@@ -19,9 +20,11 @@ from pipecast.cli.console import console, human_bytes, human_count, human_second
 from pipecast.cli.model_size import check_model_size
 from pipecast.errors import ConfigError
 from pipecast.measuring.profiler.profiler import ProfileOptions, profile_model
-from pipecast.runtime import devices
+from pipecast.runtime import devices, float8
 from pipecast.values.models.summary import block_name
+from pipecast.values.models.workload import Workload
 from pipecast.values.profile.pool import pool_host, pool_mismatch, poolable
+from pipecast.values.profile.tile import layer_repeat, tiled
 from pipecast.values.profile.types import Profile
 
 
@@ -80,8 +83,39 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "costs become the mean over them and this one (one profile reads the host in one of "
         "its spells; device times and memory stay this one's)",
     )
+    p.add_argument(
+        "--compile",
+        choices=("off", "blocks"),
+        default="off",
+        help="profile the blocks as inductor-compiled code, each block its own graph, its "
+        "backward split as zero-bubble stages run it (train --compile blocks)",
+    )
+    p.add_argument(
+        "--channels-last", action="store_true", help="convolutions in channels-last order"
+    )
+    p.add_argument("--float8", action="store_true", help="Linears in Float8 (H100, H200; torchao)")
+    p.add_argument(
+        "--measure-layers",
+        type=count_arg("--measure-layers", 1),
+        default=0,
+        help="profile the model built at this many layers and tile the last one to --layers "
+        "(a model too large to profile whole; the profile says so)",
+    )
     p.add_argument("-o", "--output", type=output_file, help="where to write the profile JSON")
     p.set_defaults(func=run)
+
+
+def _measured_workload(workload: Workload, layers: int) -> Workload:
+    """The model to profile: `workload` itself, or (`layers`, --measure-layers) the same
+    model at that many layers, to tile up to the workload's."""
+    if not layers:
+        return workload
+    if workload.layers <= layers:
+        raise ConfigError(
+            f"--measure-layers {layers} tiles a profile up to --layers, which is "
+            f"{workload.layers or 'the model default'}: give --layers above {layers}"
+        )
+    return replace(workload, layers=layers)
 
 
 def print_profile(profile: Profile, micro_batch: int | None = None) -> None:
@@ -152,10 +186,16 @@ def run(args: argparse.Namespace) -> int:
         host_windows=args.host_windows,
         hide_issue=args.hide_issue,
         graph_times=args.graph_times,
+        compile=args.compile,
+        channels_last=args.channels_last,
+        float8=args.float8,
     )
+    if args.float8 and (why := float8.why_not("cuda" if args.device != "cpu" else "cpu")):
+        raise ConfigError(why)
     earlier = [Profile.load(path) for path in args.pool_host]  # a bad file fails before profiling
-    check_model_size(workload, device=args.device)
-    model = workload.build()
+    measured = _measured_workload(workload, args.measure_layers)
+    check_model_size(measured, device=args.device)
+    model = measured.build()
     for path, other in zip(args.pool_host, earlier, strict=True):
         why = pool_mismatch(
             other,
@@ -182,9 +222,12 @@ def run(args: argparse.Namespace) -> int:
             workload.spec,
             options,
             model_name=workload.model,
-            workload=workload.to_dict(),
+            workload=measured.to_dict(),
             progress=step,
         )
+    if measured is not workload:
+        profile = tiled(profile, measured.layers, workload.layers, layer_repeat(workload))
+        console.print(f"profile {profile.tiled}")
     for path, other in zip(args.pool_host, earlier, strict=True):
         why = poolable(profile, other)
         if why:

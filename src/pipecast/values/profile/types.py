@@ -200,6 +200,10 @@ class Profile:
     """Convolutions ran in channels-last memory order (RunConfig.channels_last)."""
     float8: bool = False
     """Linears ran in Float8 (RunConfig.float8)."""
+    tiled: str = ""
+    """Where the blocks are a few measured layers repeated to the model's depth (a model too
+    large to profile whole, values/profile/tile.py): what was measured and what tiled;
+    empty where every block was measured."""
     shared_compute: dict[int, float] = field(default_factory=dict)
     """CPU profiles: n -> how much slower the model's forward and backward ran in each of n
     ranks computing at once (each with the runtime's cores // n threads) than in the
