@@ -25,6 +25,7 @@ The compiled code runs inside pipecast's CUDA graphs like any other kernels: the
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -59,6 +60,9 @@ def use_cache() -> None:
     the graph, and pipecast's W re-enters kept graphs (backward.py, mesh_backward.py)."""
     os.environ.setdefault(CACHE_ENV, str(default_cache_dir()))
     functorch_config.donated_buffer = False
+    # inductor's C++ toolchain on a CPU-only torch warns of a missing CUDA runtime it
+    # never needs there, once per rank
+    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
 
 
 @dataclass
@@ -98,12 +102,12 @@ class PendingWeights:
 _SPLIT_STATE: dict[str, list[PendingWeights] | None] = {"pending": None}
 
 
+_COUNTS = {"whole": 0, "split": 0, "weights": 0}
+
+
 def counts() -> dict[str, int]:
     """Backwards of compiled blocks this process has run: whole, and split (B, then W)."""
     return dict(_COUNTS)
-
-
-_COUNTS = {"whole": 0, "split": 0, "weights": 0}
 
 
 @contextlib.contextmanager
