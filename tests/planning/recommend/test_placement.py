@@ -17,9 +17,9 @@ import pytest
 from tests.planning.partition.test_partition import make_profile
 
 from pipecast.planning.recommend.predict import predict
-from pipecast.runtime.layout import Layout
 from pipecast.values.hardware.cluster import Cluster, Link
 from pipecast.values.hardware.presets import describe
+from pipecast.values.parallel import Layout
 from pipecast.values.profile.types import Profile
 from pipecast.values.strategy import Strategy
 
@@ -110,28 +110,13 @@ def _recording(cluster: Cluster, priced: list[tuple[str, tuple[int, ...]]]) -> C
 
 
 def _runtime_groups(strategy: Strategy) -> tuple[set[tuple[int, ...]], set[tuple[int, int]]]:
-    """The groups the runtime builds for `strategy`'s ranks: each (pipeline rank, t)'s
-    replicas, each (replica, pipeline rank)'s tensor-parallel ranks; and the pairs of
-    pipeline neighbours of each (replica, t), both ways."""
-    layout = Layout(strategy.replicas, strategy.stages, strategy.tp)
-    replicas, ranks, tp = strategy.replicas, strategy.stages, strategy.tp
-    groups = {
-        tuple(sorted(layout.rank(k, r, t) for k in range(replicas)))
-        for r in range(ranks)
-        for t in range(tp)
-    } | {
-        tuple(sorted(layout.rank(k, r, t) for t in range(tp)))
-        for k in range(replicas)
-        for r in range(ranks)
-    }
-    pairs = {
-        (layout.rank(k, a, t), layout.rank(k, b, t))
-        for k in range(replicas)
-        for t in range(tp)
-        for a in range(ranks)
-        for b in range(ranks)
-        if a != b
-    }
+    """The groups the runtime builds for `strategy`'s ranks (values/parallel.py's Layout, as
+    runtime/job.py lays them out): each place's replicas and tensor-parallel ranks; and the
+    pairs of pipeline neighbours, both ways."""
+    layout = Layout(replicas=strategy.replicas, pipeline=strategy.stages, tensor=strategy.tp)
+    ranks = range(layout.world)
+    groups = {layout.group("data", r) for r in ranks} | {layout.group("tensor", r) for r in ranks}
+    pairs = {(r, n) for r in ranks for n in layout.group("pipeline", r) if n != r}
     return groups, pairs
 
 
