@@ -31,10 +31,14 @@ TP = 8
 
 def _profile() -> Profile:
     """Four blocks of 80 MB of weights and 8 MB outputs, 1 ms forward each, each split over
-    TP ranks (an eighth of the weights on a rank)."""
+    4 or 8 tensor-parallel ranks (a quarter or an eighth of the weights on a rank)."""
     p = make_profile([1e-3] * 4, params=[80_000_000] * 4, out_bytes=[8_000_000] * 4)
-    split = tuple(replace(b, param_bytes=b.param_bytes // TP) for b in p.blocks)
-    return replace(p, tensor_parallel={TP: split})
+    return replace(
+        p,
+        tensor_parallel={
+            t: tuple(replace(b, param_bytes=b.param_bytes // t) for b in p.blocks) for t in (4, 8)
+        },
+    )
 
 
 EXAMPLES = {
@@ -48,6 +52,13 @@ EXAMPLES = {
     ),
     "FSDP x8 x TP x8": (8, Strategy(kind="data", replicas=8, shard="full", tp=TP), "1GB/s"),
 }
+MORE = {
+    "2 x interleaved 2 ranks x TP x4": (
+        2,
+        Strategy(kind="hybrid", stages=2, replicas=2, schedule="interleaved", microbatches=4, tp=4),
+        "",
+    ),
+}
 WITHOUT_TP = {
     "2 x 2 stages": (1, Strategy(kind="hybrid", stages=2, replicas=2, microbatches=4), ""),
 }
@@ -60,12 +71,6 @@ def _step(nodes: int, strategy: Strategy, inter: str) -> float:
     return predict(_profile(), cluster, strategy, batch).step_time
 
 
-PLACEMENT_BUG = pytest.mark.xfail(
-    strict=True, reason="issue 67: the planner counts devices without the TP stride"
-)
-
-
-@PLACEMENT_BUG
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_traffic_between_nodes_is_priced_on_the_link_between_them(name: str) -> None:
     """Each example's replicas (or pipeline neighbours) sit on different nodes, so a slower
@@ -124,13 +129,17 @@ def _runtime_groups(strategy: Strategy) -> tuple[set[tuple[int, ...]], set[tuple
     ("name", "expected"),
     [
         # by hand: replica k's tensor-parallel rank 0 is global rank 8k (node k)
-        pytest.param("FSDP x2 x TP x8", ("group", (0, 8)), marks=PLACEMENT_BUG),
-        pytest.param("data parallel x2 x TP x8", ("group", (0, 8)), marks=PLACEMENT_BUG),
-        pytest.param(
-            "FSDP x8 x TP x8", ("group", (0, 8, 16, 24, 32, 40, 48, 56)), marks=PLACEMENT_BUG
-        ),
+        ("FSDP x2 x TP x8", ("group", (0, 8))),
+        ("data parallel x2 x TP x8", ("group", (0, 8))),
+        ("FSDP x8 x TP x8", ("group", (0, 8, 16, 24, 32, 40, 48, 56))),
         # pipeline rank 1's tensor-parallel rank 0 is global rank 8 (node 1)
-        pytest.param("2 stages x TP x8", ("link", (0, 8)), marks=PLACEMENT_BUG),
+        ("2 stages x TP x8", ("link", (0, 8))),
+        # pipeline rank 1's tensor-parallel ranks
+        ("2 stages x TP x8", ("group", tuple(range(8, 16)))),
+        # replica 1 on node 1; stage 1 on ranks 4-7, stage 2 back on 0-3
+        ("2 x interleaved 2 ranks x TP x4", ("group", (0, 8))),
+        ("2 x interleaved 2 ranks x TP x4", ("link", (4, 0))),
+        ("2 x interleaved 2 ranks x TP x4", ("group", (4, 5, 6, 7))),
         # pipeline rank 0 of replica 1 is global rank 2; replica 0's transfers are priced
         ("2 x 2 stages", ("group", (0, 2))),
         ("2 x 2 stages", ("link", (0, 1))),
@@ -142,7 +151,7 @@ def test_what_is_priced_is_the_runtimes_groups(
     """Every collective priced runs over a group the runtime builds (a stage's replicas, or
     a replica's tensor-parallel ranks) and every transfer between pipeline neighbours of
     the runtime's layout; the example's cross-node group (by hand) is among them."""
-    nodes, strategy, _ = {**EXAMPLES, **WITHOUT_TP}[name]
+    nodes, strategy, _ = {**EXAMPLES, **MORE, **WITHOUT_TP}[name]
     priced: list[tuple[str, tuple[int, ...]]] = []
     cluster = _recording(describe(gpus_per_node=8, nodes=nodes, memory="80GiB"), priced)
     predict(_profile(), cluster, strategy, 8 * strategy.replicas * strategy.microbatches)
