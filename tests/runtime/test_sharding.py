@@ -15,11 +15,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from pipecast.measuring.profiler.tensor_parallel import reduces
 from pipecast.runtime.launch import Context, spawn
-from pipecast.runtime.layout import Layout
 from pipecast.runtime.sharding import apply, build_mesh, split_blocks
 from pipecast.values.models import Workload
 from pipecast.values.models.tensor_plans import FALLBACK_REDUCES
 from pipecast.values.models.tensor_plans import GPT as GPT_PLAN
+from pipecast.values.parallel import Layout
 from pipecast.values.strategy import Shard
 
 GPT = Workload(model="gpt", dataset="tokens", seq_len=8, vocab=64, width=32, layers=2, heads=4)
@@ -44,7 +44,7 @@ def _on_rank(ctx: Context) -> dict[str, Any]:
     split over the two ranks runs in its forward and in its backward."""
     from torch.distributed.fsdp import FSDPModule
 
-    mesh = build_mesh(ctx.device, Layout(replicas=2, width=1), "full")  # once a process
+    mesh = build_mesh(ctx.device, Layout(replicas=2, pipeline=1), "full")  # once a process
     out: dict[str, Any] = {}
     for shard in SHARDS:
         torch.manual_seed(0)

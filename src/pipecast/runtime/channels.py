@@ -24,8 +24,8 @@ import torch
 import torch.distributed as dist
 
 from pipecast.errors import PipecastError, RuntimeTimeout
-from pipecast.runtime.layout import Layout
 from pipecast.runtime.peer_loss import how_lost
+from pipecast.values.parallel import Layout
 from pipecast.values.plan.action import Action, Plan
 
 MessageKey = tuple[int, str, int]
@@ -93,7 +93,7 @@ class Channels:
         layout: Layout | None = None,
         tensor: int = 0,
     ) -> None:
-        """`layout`: where the job's processes sit (runtime/layout.py); this rank is
+        """`layout`: where the job's processes sit (values/parallel.py); this rank is
         tensor-parallel rank `tensor`, and talks to the same one of each neighbour."""
         self.device = device
         self.timeout = datetime.timedelta(seconds=timeout_s)
@@ -101,11 +101,14 @@ class Channels:
         orders = channel_orders(plan)
         self.outgoing: dict[int, _Channel] = {}
         self.incoming: dict[int, _Channel] = {}
-        layout = layout or Layout(replicas, plan.num_ranks)
+        layout = layout or Layout(replicas=replicas, pipeline=plan.num_ranks)
         # every rank creates every group, in the same order (new_group is collective)
-        for t, k in itertools.product(range(layout.tp), range(replicas)):
+        for t, k in itertools.product(range(layout.tensor), range(replicas)):
             for src, dst in sorted(orders):
-                ranks = [layout.rank(k, src, t), layout.rank(k, dst, t)]
+                ranks = [
+                    layout.rank(replica=k, pipeline=src, tensor=t),
+                    layout.rank(replica=k, pipeline=dst, tensor=t),
+                ]
                 group = cached_group(ranks, "p2p") if dist.is_initialized() else None
                 if (k, t) != (replica, tensor):
                     continue

@@ -29,7 +29,6 @@ from pipecast.runtime.channels import Channels, cached_group
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.events import ActionClock
 from pipecast.runtime.gradients import LossScaler, clip_global_norm
-from pipecast.runtime.layout import Layout
 from pipecast.runtime.micro_backward import Micro, run_backward
 from pipecast.runtime.offload import HostActivations
 from pipecast.runtime.replay import Replay
@@ -40,6 +39,7 @@ from pipecast.runtime.step_result import StepResult, StepRun, charge, tick
 from pipecast.runtime.watchdog import Watchdog
 from pipecast.runtime.weight_batch import Deferred, run_group
 from pipecast.runtime.weight_stream import hooks_of
+from pipecast.values.parallel import Layout
 from pipecast.values.plan.action import Action, Plan
 from pipecast.values.plan.validate import validate
 from pipecast.values.training import offloads_activations, why_not_streamed
@@ -98,8 +98,8 @@ class PipelineEngine:
         """Parameters shared with other stages (pipecast.runtime.ties)."""
         self._uncounted = ties.uncounted(self.ties)
         """Copies of tied parameters the global gradient norm leaves out."""
-        layout = layout or Layout(replicas, plan.num_ranks)
-        self.global_rank = layout.rank(replica, pipeline_rank, tensor)
+        layout = layout or Layout(replicas=replicas, pipeline=plan.num_ranks)
+        self.global_rank = layout.rank(replica=replica, pipeline=pipeline_rank, tensor=tensor)
         self.channels = Channels(
             plan, pipeline_rank, replica, replicas, device, config.timeout_s, layout, tensor
         )
@@ -111,9 +111,9 @@ class PipelineEngine:
         """Replicas whose gradients are summed (pipecast's all-reduce); 1 where FSDP
         averages them."""
         if replicas > 1 and not sharded:
-            for t in range(layout.tp):  # collective: every rank creates every group, in order
-                for r in range(layout.width):
-                    ranks = [layout.rank(k, r, t) for k in range(replicas)]
+            for t in range(layout.tensor):  # collective: every rank creates every group, in order
+                for r in range(layout.pipeline):
+                    ranks = list(layout.replica_group(pipeline=r, tensor=t))
                     group = cached_group(ranks, "dp")
                     if (r, t) == (pipeline_rank, tensor):
                         self.dp_group = group

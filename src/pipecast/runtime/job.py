@@ -12,13 +12,13 @@ from pipecast.errors import ConfigError
 from pipecast.runtime import float8, graphs
 from pipecast.runtime.checkpoint import Checkpointing, Saved, check_resumable, latest, stage_blocks
 from pipecast.runtime.config import RunConfig
-from pipecast.runtime.layout import Layout
 from pipecast.values.batching import check_batch
 from pipecast.values.data.registry import get_spec
 from pipecast.values.data.source import DataSource
 from pipecast.values.data.spec import DatasetSpec
 from pipecast.values.models.tensor_plans import check_split
 from pipecast.values.models.workload import Workload
+from pipecast.values.parallel import Layout
 from pipecast.values.partition import Partition
 from pipecast.values.plan.action import Plan
 from pipecast.values.strategy import Shard
@@ -85,7 +85,13 @@ class TrainJob:
     @property
     def layout_of_ranks(self) -> Layout:
         """Where each process sits: replica, pipeline rank, tensor-parallel rank."""
-        return Layout(self.replicas, self.plan.num_ranks, self.tp)
+        sharded = self.shard != "none" and self.replicas > 1
+        return Layout(
+            replicas=self.replicas,
+            fsdp=self.replicas if sharded else 1,
+            pipeline=self.plan.num_ranks,
+            tensor=self.tp,
+        )
 
     @property
     def meshed(self) -> bool:

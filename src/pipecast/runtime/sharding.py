@@ -2,7 +2,7 @@
 parallelize_module, sharded over the data-parallel replicas by FSDP (fully_shard).
 
 The job's ranks form one device mesh, outermost first: data-parallel replica, pipeline rank,
-tensor-parallel rank (runtime/layout.py numbers them the same way). A stage splits each
+tensor-parallel rank (values/parallel.py numbers them the same way). A stage splits each
 planned block (values/models/tensor_plans.py) over its "tp" sub-mesh, then shards every
 block with weights as a unit of its own over its "dp" sub-mesh, and the stage as the root
 unit: as torchtitan applies them, tensor parallelism first.
@@ -23,8 +23,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from pipecast.runtime.layout import Layout
+from pipecast.errors import ConfigError
 from pipecast.values.models.tensor_plans import local_shapes, plan_of
+from pipecast.values.parallel import Layout
 from pipecast.values.strategy import Shard
 
 
@@ -43,21 +44,25 @@ class StageMesh:
 
 def build_mesh(device: torch.device, layout: Layout, shard: Shard) -> StageMesh:
     """The job's device mesh and this rank's sub-meshes. Collective: every rank calls it."""
-    if layout.tp == 1 and (shard == "none" or layout.replicas == 1):
+    if layout.tensor == 1 and (shard == "none" or layout.replicas == 1):
         return StageMesh()
+    if layout.context != 1:
+        raise ConfigError(
+            f"context parallelism (degree {layout.context}) does not run yet: use degree 1"
+        )
     from torch.distributed.device_mesh import init_device_mesh
 
     mesh = init_device_mesh(
         device.type,
-        (layout.replicas, layout.width, layout.tp),
+        (layout.replicas, layout.pipeline, layout.tensor),
         mesh_dim_names=("dp", "pp", "tp"),
     )
     sharded = shard != "none" and layout.replicas > 1
     return StageMesh(
-        tp=mesh["tp"] if layout.tp > 1 else None,
+        tp=mesh["tp"] if layout.tensor > 1 else None,
         dp=mesh["dp"] if sharded else None,
         shard=shard if sharded else "none",
-        within_pipeline=layout.width > 1,
+        within_pipeline=layout.pipeline > 1,
     )
 
 

@@ -141,7 +141,7 @@ def run_rank(ctx: Context, job: TrainJob) -> RankReport:
     job.check()
     release_earlier_jobs(ctx.device)
     layout = job.layout_of_ranks
-    replica, pipeline_rank, tensor = layout.place(ctx.rank)
+    replica, pipeline_rank, _, tensor = layout.place(ctx.rank)
     own = job.plan.stages_of(pipeline_rank)
     spec = job.spec
     mesh = sharding.build_mesh(ctx.device, layout, job.shard)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from pipecast import jsonio
 from pipecast.errors import ConfigError
+from pipecast.values.parallel import Layout, Placement
 
 FORMAT_VERSION = 1
-Placement = Literal["one", "loop", "v"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,7 +19,8 @@ class Stage:
     stop: int
     """Last block + 1."""
     devices: tuple[int, ...] = (0,)
-    """Cluster ranks holding this stage, one per data-parallel replica."""
+    """Cluster ranks holding this stage, one per data-parallel replica (its first
+    tensor-parallel rank; Layout.stage_ranks)."""
 
     @property
     def replicas(self) -> int:
@@ -115,6 +116,33 @@ class Partition:
         )
 
 
+def pipeline_layout(
+    stages: int,
+    *,
+    placement: Placement = "one",
+    ranks: int | None = None,
+    replicas: int = 1,
+    tp: int = 1,
+) -> Layout:
+    """Where a pipeline of `stages` stages runs: `ranks` pipeline ranks (default: one per
+    stage), each running stages // ranks of them by `placement`, `replicas` times over, each
+    place split over `tp` tensor-parallel ranks (values/parallel.py)."""
+    ranks = ranks or stages
+    if stages % ranks:
+        raise ConfigError(
+            f"{stages} stages do not share out evenly over {ranks} pipeline ranks: "
+            "give each rank as many"
+        )
+    virtual = stages // ranks
+    return Layout(
+        replicas=replicas,
+        pipeline=ranks,
+        virtual=virtual,
+        placement=placement if virtual > 1 else "one",
+        tensor=tp,
+    )
+
+
 def from_boundaries(
     boundaries: list[int],
     *,
@@ -122,21 +150,15 @@ def from_boundaries(
     placement: Placement = "one",
     ranks: int | None = None,
     replicas: int = 1,
+    tp: int = 1,
 ) -> Partition:
-    """A Partition from split points [0, b1, ..., N]. Devices: stage s on pipeline rank
-    (s, s % ranks, or V-shaped), replica k on rank + k * ranks."""
+    """A Partition from split points [0, b1, ..., N], each stage on the ranks the pipeline's
+    layout gives it (pipeline_layout; Layout.stage_ranks): one per replica, each that
+    replica's first tensor-parallel rank of the stage's pipeline rank, so its replicas and
+    pipeline neighbours are `tp` ranks apart and more, as the runtime numbers them."""
     stages = len(boundaries) - 1
-    ranks = ranks or stages
-    out = []
-    for s in range(stages):
-        if placement == "one":
-            rank = s
-        elif placement == "loop":
-            rank = s % ranks
-        else:
-            rank = s if s < ranks else 2 * ranks - 1 - s
-        devices = tuple(rank + k * ranks for k in range(replicas))
-        out.append(Stage(boundaries[s], boundaries[s + 1], devices))
-    return Partition(
-        stages=tuple(out), num_blocks=boundaries[-1], method=method, placement=placement
+    layout = pipeline_layout(stages, placement=placement, ranks=ranks, replicas=replicas, tp=tp)
+    out = tuple(
+        Stage(boundaries[s], boundaries[s + 1], layout.stage_ranks(s)) for s in range(stages)
     )
+    return Partition(stages=out, num_blocks=boundaries[-1], method=method, placement=placement)

@@ -3,7 +3,8 @@
 from pipecast.planning.partition.methods import METHODS, Setting, partition
 from pipecast.planning.partition.pipedream import pipedream_partition
 from pipecast.planning.partition.report import PartitionReport, analyze, efficiency
-from pipecast.values.partition import Partition, Placement, Stage, from_boundaries
+from pipecast.values.parallel import Placement
+from pipecast.values.partition import Partition, Stage, from_boundaries
 
 __all__ = [
     "METHODS",

@@ -7,12 +7,16 @@ optimizer it must serve.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from pipecast.errors import ConfigError
 from pipecast.planning.partition.methods import METHODS, Setting, partition
 from pipecast.planning.schedules.generators import stages_per_rank
 from pipecast.values.hardware.cluster import Cluster
-from pipecast.values.partition import Partition, Placement, from_boundaries
+from pipecast.values.parallel import Layout, Placement
+from pipecast.values.partition import Partition, from_boundaries, pipeline_layout
 from pipecast.values.profile.types import Profile
+from pipecast.values.strategy import Strategy
 from pipecast.values.training import Offload, Optimizer, Recompute
 
 PLACEMENT: dict[str, Placement] = {"interleaved": "loop", "zb-v": "v"}
@@ -21,6 +25,22 @@ PLACEMENT: dict[str, Placement] = {"interleaved": "loop", "zb-v": "v"}
 
 def placement_of(schedule: str) -> Placement:
     return PLACEMENT.get(schedule, "one")
+
+
+def layout_of(strategy: Strategy) -> Layout:
+    """Where `strategy`'s ranks sit (values/parallel.py): its replicas (one FSDP group of
+    them all where it shards), its pipeline ranks with the stages its schedule puts on each,
+    and its tensor-parallel ranks."""
+    pipelined = strategy.kind in ("pipeline", "hybrid")
+    schedule = strategy.schedule if pipelined else "1f1b"
+    layout = pipeline_layout(
+        strategy.stages * stages_per_rank(schedule),
+        placement=placement_of(schedule),
+        ranks=strategy.stages,
+        replicas=strategy.replicas,
+        tp=strategy.tp,
+    )
+    return replace(layout, fsdp=strategy.replicas) if strategy.sharded else layout
 
 
 def parse_boundaries(text: str, blocks: int) -> list[int] | None:
@@ -56,8 +76,10 @@ def split(
     recompute: Recompute = "none",
     offload: Offload = "none",
     tolerance: float = 0.0,
+    tp: int = 1,
 ) -> Partition:
-    """The pipeline's stages over `ranks` devices (times `replicas`): boundaries `how` names
+    """The pipeline's stages over `ranks` pipeline ranks (times `replicas`, each split over
+    `tp` tensor-parallel ranks, placed as values/parallel.py's Layout): boundaries `how` names
     ('0,10,40'), or the partition method `how` for this schedule and micro-batching (with
     Setting.tolerance)."""
     stages = ranks * stages_per_rank(schedule)
@@ -70,7 +92,7 @@ def split(
                 f"{ranks} GPUs needs {stages}"
             )
         return from_boundaries(
-            bounds, method="given", placement=placement, ranks=ranks, replicas=replicas
+            bounds, method="given", placement=placement, ranks=ranks, replicas=replicas, tp=tp
         )
     setting = Setting(
         micro_batch=micro_batch,
@@ -84,5 +106,6 @@ def split(
         placement=placement,
         ranks=ranks,
         replicas=replicas,
+        tp=tp,
     )
     return partition(profile, cluster, stages, setting, how)

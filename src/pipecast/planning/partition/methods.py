@@ -25,7 +25,8 @@ from pipecast.planning.partition.balance import (
 from pipecast.planning.partition.memory import in_flight, static_bytes
 from pipecast.values.hardware.cluster import Cluster
 from pipecast.values.hardware.units import human_bytes
-from pipecast.values.partition import Partition, Placement, from_boundaries
+from pipecast.values.parallel import Layout, Placement
+from pipecast.values.partition import Partition, from_boundaries, pipeline_layout
 from pipecast.values.profile.types import Profile
 from pipecast.values.training import (
     Offload,
@@ -63,6 +64,18 @@ class Setting:
     ranks: int | None = None
     """Devices in the pipeline (placement 'loop'/'v': fewer than stages)."""
     replicas: int = 1
+    tp: int = 1
+    """Tensor-parallel ranks each stage is split over."""
+
+    def layout(self, stages: int) -> Layout:
+        """Where the pipeline's `stages` stages run (values/partition.py's pipeline_layout)."""
+        return pipeline_layout(
+            stages,
+            placement=self.placement,
+            ranks=self.ranks,
+            replicas=self.replicas,
+            tp=self.tp,
+        )
 
 
 class _Arrays:
@@ -86,18 +99,9 @@ class _Arrays:
         self.peak = np.array([c.peak_bytes for c in costs], dtype=float)
 
 
-def _devices_of(stage: int, setting: Setting) -> tuple[int, int]:
-    """(pipeline rank of stage, pipeline rank of the next stage)."""
-    ranks = setting.ranks or 1 << 30
-
-    def rank(s: int) -> int:
-        if setting.placement == "loop":
-            return s % ranks
-        if setting.placement == "v":
-            return s if s < ranks else 2 * ranks - 1 - s
-        return s
-
-    return rank(stage), rank(stage + 1)
+def _device_of(stage: int, layout: Layout) -> int:
+    """The rank replica 0 runs `stage` on (the one that carries the pipeline's transfers)."""
+    return layout.stage_ranks(stage)[0]
 
 
 def stage_memory_row(
@@ -204,6 +208,7 @@ def partition(
         placement=setting.placement,
         ranks=setting.ranks,
         replicas=setting.replicas,
+        tp=setting.tp,
     )
 
 
@@ -219,10 +224,13 @@ def measured_spread(profile: Profile, micro_batch: int) -> float:
 def _balanced_row(
     a: _Arrays, cluster: Cluster, setting: Setting, stages: int, limit: float
 ) -> RowCost:
+    layout = setting.layout(stages)
+
     def row(stop: int, position: int) -> np.ndarray:
         compute = a.compute[stop] - a.compute[:stop]
-        src, dst = _devices_of(position, setting)
-        prev_src, _ = _devices_of(max(position - 1, 0), setting)
+        src = _device_of(position, layout)
+        dst = _device_of(min(position + 1, stages - 1), layout)
+        prev_src = _device_of(max(position - 1, 0), layout)
         out_time = 0.0
         if position < stages - 1 and src != dst:
             out_time = cluster.link(src, dst).time(a.out[stop - 1])

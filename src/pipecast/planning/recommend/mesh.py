@@ -14,13 +14,16 @@ reduce-scatters. Both run eagerly: the runtime replays neither as CUDA graphs.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
+from pipecast.planning.partition.boundaries import layout_of
 from pipecast.planning.simulation.costs import Costs
 from pipecast.planning.simulation.pricing import costs_from_profile
 from pipecast.planning.simulation.sharded import ShardedStep, Unit, sharded_step
 from pipecast.values.hardware.cluster import Cluster
 from pipecast.values.models.tensor_plans import FALLBACK_REDUCES
+from pipecast.values.parallel import Layout
 from pipecast.values.partition import Partition, Stage
 from pipecast.values.profile.types import Profile
 from pipecast.values.strategy import Strategy
@@ -42,14 +45,17 @@ def tp_collectives(
     cluster: Cluster,
     degree: int,
     backward: bool = False,
+    *,
+    group: Sequence[int] = (),
 ) -> float:
     """Seconds of the all-reduces tensor parallelism adds to the forward (or `backward`) of
     blocks [start, stop) at micro-batch `size`, each of a block's output's size: as many as
     the block's split recorded (BlockProfile.tp_reduces), else a GPT block's
-    (FALLBACK_REDUCES)."""
+    (FALLBACK_REDUCES). `group`: the tensor-parallel ranks that run them (Layout's
+    tensor_group; default the first, ranks 0 to degree - 1)."""
     if degree <= 1:
         return 0.0
-    ranks = range(degree)
+    ranks = group or range(degree)
     split = profile.at_tensor_parallel(degree).blocks
     total = 0.0
     for i in range(start, stop):
@@ -67,16 +73,21 @@ def with_tensor_parallel(
     partition: Partition,
     size: int,
     cluster: Cluster,
-    degree: int,
+    layout: Layout,
 ) -> Costs:
     """`costs` (from the profile of one rank, Profile.at_tensor_parallel) with each stage's
-    all-reduces on its forward and on the backward that passes the input gradient on."""
+    all-reduces on its forward and on the backward that passes the input gradient on, over
+    the tensor-parallel ranks of replica 0's place of the stage (`layout`)."""
+    degree = layout.tensor
     if degree <= 1:
         return costs
     stages = []
     for times, st in zip(costs.stages, partition.stages, strict=True):
-        fwd = tp_collectives(profile, st.start, st.stop, size, cluster, degree)
-        bwd = tp_collectives(profile, st.start, st.stop, size, cluster, degree, backward=True)
+        group = layout.group("tensor", st.devices[0])
+        fwd = tp_collectives(profile, st.start, st.stop, size, cluster, degree, group=group)
+        bwd = tp_collectives(
+            profile, st.start, st.stop, size, cluster, degree, backward=True, group=group
+        )
         stages.append(
             replace(
                 times,
@@ -98,7 +109,9 @@ def sharded_timeline(
     """A sharded data-parallel step of `strategy` (its replicas sharding every block, each
     block split over its tensor-parallel ranks) at micro-batch `size`."""
     rank = profile.at_tensor_parallel(strategy.tp)
-    replicas = tuple(range(strategy.replicas))
+    layout = layout_of(strategy)
+    replicas = layout.group("fsdp", 0)
+    tensor = layout.tensor_group()
     blocks = profile.num_blocks
     units = Partition(
         stages=tuple(Stage(i, i + 1, replicas) for i in range(blocks)),
@@ -108,8 +121,10 @@ def sharded_timeline(
     costs = costs_from_profile(rank, units, size, cluster, optimizer=optimizer)
     steps = []
     for i, times in enumerate(costs.stages):
-        fwd = tp_collectives(profile, i, i + 1, size, cluster, strategy.tp)
-        bwd = tp_collectives(profile, i, i + 1, size, cluster, strategy.tp, backward=True)
+        fwd = tp_collectives(profile, i, i + 1, size, cluster, strategy.tp, group=tensor)
+        bwd = tp_collectives(
+            profile, i, i + 1, size, cluster, strategy.tp, backward=True, group=tensor
+        )
         steps.append(
             Unit(
                 forward=max(times.forward, times.host_forward) + fwd,

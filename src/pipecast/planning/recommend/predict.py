@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from pipecast.errors import ConfigError
-from pipecast.planning.partition.boundaries import split
+from pipecast.planning.partition.boundaries import layout_of, split
 from pipecast.planning.recommend import error_ranges
 from pipecast.planning.recommend.auto_schedule import auto_plan
 from pipecast.planning.recommend.mesh import (
@@ -19,7 +19,7 @@ from pipecast.planning.simulation.pricing import costs_from_profile, cpu_turns
 from pipecast.planning.simulation.simulator import simulate
 from pipecast.values.batching import check_batch, largest_micro_batch
 from pipecast.values.hardware.cluster import Cluster
-from pipecast.values.partition import Partition, Stage
+from pipecast.values.partition import Partition, from_boundaries
 from pipecast.values.plan.action import Plan
 from pipecast.values.profile.types import Profile
 from pipecast.values.strategy import Strategy
@@ -129,8 +129,9 @@ def partition_for(
     memory_margin: float = 0.1,
 ) -> Partition:
     if strategy.kind in ("single", "data"):
-        whole = Stage(0, profile.num_blocks, tuple(range(strategy.replicas)))
-        return Partition(stages=(whole,), num_blocks=profile.num_blocks, method="whole")
+        return from_boundaries(
+            [0, profile.num_blocks], method="whole", replicas=strategy.replicas, tp=strategy.tp
+        )
     return split(
         profile,
         cluster,
@@ -144,6 +145,7 @@ def partition_for(
         memory_margin=memory_margin,
         recompute=strategy.recompute,
         offload=strategy.offload,
+        tp=strategy.tp,
     )
 
 
@@ -205,7 +207,7 @@ def predict(
         runtime=runtime and not ddp,
         weight_batch=strategy.weight_batch,
     )
-    costs = with_tensor_parallel(costs, profile, part, size, cluster, strategy.tp)
+    costs = with_tensor_parallel(costs, profile, part, size, cluster, layout_of(strategy))
     if strategy.sharded and strategy.stages > 1:
         costs = sharded_stages(costs, rank, part, cluster)
     memory_limit = int(cluster.memory_bytes * (1 - memory_margin))
