@@ -1,0 +1,82 @@
+"""Model FLOPs per step, TFLOP/s per GPU and MFU, against numbers worked out by hand."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from tests.planning.partition.test_partition import make_profile
+
+from pipecast.planning.recommend.flops import step_flops
+from pipecast.planning.recommend.predict import predict
+from pipecast.planning.recommend.rank import recommend
+from pipecast.values.hardware.peak import PeakRate, peak_rate
+from pipecast.values.hardware.presets import PRESETS, describe
+from pipecast.values.profile.flops import with_forward_flops
+from pipecast.values.strategy import Strategy
+
+FORWARD = (0, 1000, 3000, 500)
+"""Hand-set forward FLOPs per sample of four blocks: 4,500 in all."""
+NODE = describe(gpus_per_node=4, memory="80GiB", device="NVIDIA H100 80GB HBM3")
+
+
+def test_a_training_step_is_three_forwards_and_recomputation_is_hardware_flops_only() -> None:
+    p = with_forward_flops(make_profile([1e-3] * 4), FORWARD)
+    plain = Strategy(kind="pipeline", stages=2, microbatches=4)
+    assert step_flops(p, plain, 32) == (3 * 4500 * 32, 3 * 4500 * 32)
+    every = replace(plain, recompute="all")  # one more forward per micro-batch
+    assert step_flops(p, every, 32) == (3 * 4500 * 32, 4 * 4500 * 32)
+    but_last = replace(plain, recompute="all-but-last")  # 3 of the 4 micro-batches
+    assert step_flops(p, but_last, 32) == (3 * 4500 * 32, 3 * 4500 * 32 + 4500 * 24)
+    serving = Strategy(kind="single", schedule="forward-only")
+    assert step_flops(p, serving, 32) == (4500 * 32, 4500 * 32)
+
+
+def test_a_profile_without_counts_has_no_flops() -> None:
+    p = make_profile([1e-3] * 4)
+    assert step_flops(p, Strategy(kind="single"), 8) == (0.0, 0.0)
+    pred = predict(p, NODE, Strategy(kind="single"), 8)
+    assert pred.model_flops == 0 and pred.flops_per_gpu == 0
+    assert recommend(p, NODE, 8).mfu(pred) is None
+
+
+def test_a_predictions_rate_per_gpu_divides_the_steps_flops_by_its_time_and_gpus() -> None:
+    p = with_forward_flops(make_profile([1e-3] * 4, params=[10**6] * 4), FORWARD)
+    s = Strategy(kind="hybrid", stages=2, replicas=2, microbatches=2)
+    pred = predict(p, NODE, s, 16)
+    assert pred.model_flops == 3 * 4500 * 16
+    assert pred.flops_per_gpu == pytest.approx(3 * 4500 * 16 / pred.step_time / 4)
+
+
+def test_mfu_divides_by_the_presets_measured_rate_on_every_strategy() -> None:
+    """A described H100 node has no rate of its own: the h100-nvlink preset's (a median of
+    probes, 789 TFLOP/s) is taken, and MFU is TFLOP/s per GPU over it."""
+    p = with_forward_flops(make_profile([1e-3] * 4, params=[10**6] * 4), FORWARD)
+    rec = recommend(p, NODE, 16)
+    assert rec.peak == PeakRate(flops=789e12, source="preset", name="h100-nvlink")
+    for pred in rec.ranked:
+        assert pred.model_flops == 3 * 4500 * 16  # the same model, whatever the strategy
+        expected = 3 * 4500 * 16 / pred.step_time / pred.strategy.gpus / 789e12
+        assert rec.mfu(pred) == pytest.approx(expected)
+
+
+def test_the_peak_is_the_clusters_own_reading_where_it_has_one() -> None:
+    probed = replace(PRESETS["h100-nvlink"], name="probed", matmul_flops=700e12)
+    assert peak_rate(probed) == PeakRate(flops=700e12, source="probe", name="probed")
+    # a preset, resized as recommend resizes it, is still the preset's figure
+    preset = PRESETS["h200-nvlink"].subset(2)
+    assert peak_rate(preset) == PeakRate(flops=789e12, source="preset", name="h200-nvlink")
+    # a described machine takes the preset of the GPU the profile was measured on
+    plain = describe(gpus_per_node=2, memory="80GiB")
+    assert peak_rate(plain, "NVIDIA H200") == PeakRate(
+        flops=789e12, source="preset", name="h200-nvlink"
+    )
+    assert peak_rate(plain, "some accelerator") is None
+    assert peak_rate(replace(PRESETS["cpu"], matmul_flops=1e11)) is None  # CPU ranks: no MFU
+
+
+def test_the_peak_says_where_it_came_from() -> None:
+    assert PeakRate(flops=789e12, source="preset", name="h100-nvlink").describe() == (
+        "789 TFLOP/s a GPU, the h100-nvlink preset's measured bf16 matrix rate"
+    )
+    assert "the probe's" in PeakRate(flops=7e14, source="probe", name="probed").describe()
