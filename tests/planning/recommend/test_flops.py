@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from tests.planning.partition.test_partition import make_profile
 
+from pipecast.cli.main import main
+from pipecast.cli.recommend_verb import tflops
 from pipecast.planning.recommend.flops import step_flops
 from pipecast.planning.recommend.predict import predict
 from pipecast.planning.recommend.rank import recommend
@@ -80,3 +85,38 @@ def test_the_peak_says_where_it_came_from() -> None:
         "789 TFLOP/s a GPU, the h100-nvlink preset's measured bf16 matrix rate"
     )
     assert "the probe's" in PeakRate(flops=7e14, source="probe", name="probed").describe()
+
+
+def test_recommend_shows_and_writes_tflops_and_mfu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """From the shipped H100 profile of ResNet-18, which predates the count: counted from
+    its workload, 1.81 G multiply-adds a 224 x 224 image (torchvision's ResNet18_Weights:
+    1.81 'GFLOPS', which are multiply-adds), a step 3 forwards, MFU over the preset's
+    789 TFLOP/s."""
+    monkeypatch.setenv("PIPECAST_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "rec.json"
+    argv = ["recommend", "--model", "resnet18", "--batch", "64", "--gpus", "2", "--top", "6"]
+    assert main([*argv, "--cluster", "h100-nvlink", "--device", "cpu", "-o", str(out)]) == 0
+    printed = capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    assert doc["peak_flops"] == {"flops": 789e12, "source": "preset", "name": "h100-nvlink"}
+    for entry in doc["ranked"]:
+        assert entry["model_flops"] == pytest.approx(3 * 2 * 1.81e9 * 64, rel=0.01)
+        gpus = Strategy.from_dict(entry["strategy"]).gpus
+        per_gpu = entry["model_flops"] / entry["step_time"] / gpus
+        assert entry["tflops_per_gpu"] == pytest.approx(per_gpu / 1e12)
+        assert entry["mfu"] == pytest.approx(per_gpu / 789e12)
+    # the table: one row per strategy shown, its own MFU to the per cent (they differ)
+    rows = [line for line in printed.splitlines() if re.match(r"│ \d+ │", line)]
+    assert len(rows) == 6 and len({f"{e['mfu']:.0%}" for e in doc["ranked"][:6]}) > 1
+    for row, entry in zip(rows, doc["ranked"], strict=False):
+        cells = [c.strip() for c in row.split("│")]
+        assert f"{entry['mfu']:.0%}" in cells and tflops(entry["tflops_per_gpu"] * 1e12) in cells
+    said = " ".join(printed.split())  # the note as one line, wherever the console wrapped it
+    assert "MFU: model FLOPs (3 x the forward's, recomputation not counted)" in said
+    assert "789 TFLOP/s a GPU, the h100-nvlink preset's measured bf16 matrix rate" in said
+
+
+def test_tflops_keep_the_digits_that_mean_something() -> None:
+    assert [tflops(r) for r in (412.4e12, 41.24e12, 0.05123e12)] == ["412", "41.2", "0.0512"]
