@@ -23,6 +23,7 @@ from pipecast.cli.common import (
 )
 from pipecast.cli.console import console, human_bytes, human_seconds, progress
 from pipecast.cli.model_size import check_model_size
+from pipecast.cli.rates import tflops
 from pipecast.cli.train_verb import default_device
 from pipecast.errors import ConfigError
 from pipecast.orchestration.recommend.session import Events, Request, both_profiles, recommend_for
@@ -386,13 +387,6 @@ def print_recommendation(rec: Recommendation, top: int) -> None:
     for r in rec.rejected[:3]:
         console.print(f"[dim]does not fit: {r.strategy.label()}: {r.reason}[/]")
     console.print(f"[bold green]recommendation:[/] {rec.reason()}")
-
-
-def tflops(per_second: float) -> str:
-    """FLOP/s as TFLOP/s to the digits that mean something: whole ones from 100 up (412),
-    three figures below (41.2, 0.0512)."""
-    value = per_second / 1e12
-    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
 
 def print_validation(measured: list[Measured]) -> None:

@@ -11,7 +11,7 @@ import pytest
 from tests.planning.partition.test_partition import make_profile
 
 from pipecast.cli.main import main
-from pipecast.cli.recommend_verb import tflops
+from pipecast.cli.rates import tflops
 from pipecast.planning.recommend.flops import step_flops
 from pipecast.planning.recommend.predict import predict
 from pipecast.planning.recommend.rank import recommend
@@ -116,7 +116,3 @@ def test_recommend_shows_and_writes_tflops_and_mfu(
     said = " ".join(printed.split())  # the note as one line, wherever the console wrapped it
     assert "MFU: model FLOPs (3 x the forward's, recomputation not counted)" in said
     assert "789 TFLOP/s a GPU, the h100-nvlink preset's measured bf16 matrix rate" in said
-
-
-def test_tflops_keep_the_digits_that_mean_something() -> None:
-    assert [tflops(r) for r in (412.4e12, 41.24e12, 0.05123e12)] == ["412", "41.2", "0.0512"]
