@@ -92,8 +92,8 @@ def _meta_state(block: nn.Module) -> dict[str, torch.Tensor]:
     weights agreeing)."""
     state = {**dict(block.named_parameters()), **dict(block.named_buffers())}
     return {
-        name: torch.empty_like(
-            t, device="meta", dtype=torch.float32 if t.is_floating_point() else t.dtype
+        name: torch.empty(
+            t.shape, device="meta", dtype=torch.float32 if t.is_floating_point() else t.dtype
         )
         for name, t in state.items()
     }

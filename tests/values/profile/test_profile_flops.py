@@ -10,7 +10,7 @@ from torch import nn
 
 from pipecast.values.data.spec import DatasetSpec
 from pipecast.values.models.workload import Workload
-from pipecast.values.profile.flops import counted, forward_flops, with_forward_flops
+from pipecast.values.profile.flops import counted, forward_flops, with_forward_flops, workload_flops
 from pipecast.values.profile.reference import shipped
 from pipecast.values.profile.types import Profile
 
@@ -49,7 +49,7 @@ def test_gpt_blocks_match_megatrons_closed_form() -> None:
     counts = forward_flops(list(w.build("meta")), w.spec)
     layer = 24 * s * h * h + 4 * s * s * h
     assert counts == (0, *[layer] * layers, 2 * s * h * v)
-    # and the sum is the paper's 24 l s h^2 (1 + s / 6h + V / 12 l h), times 1 (forward)
+    # and the sum is a third of Megatron-LM's model FLOPs, 72 l s h^2 (1 + s/6h + V/12lh)
     assert sum(counts) == pytest.approx(
         24 * layers * s * h * h * (1 + s / (6 * h) + v / (12 * layers * h))
     )
@@ -79,19 +79,37 @@ def test_a_block_that_cannot_run_on_meta_leaves_the_model_uncounted() -> None:
     assert forward_flops([nn.Linear(4, 4), Reads()], _vectors(4)) is None
 
 
-def test_a_shipped_profile_is_counted_from_its_workload() -> None:
-    """Shipped profiles predate the count: counted() fills it in from the workload they
-    name. ResNet-50 at 224 x 224 is 4.09 G multiply-adds (torchvision's weights table,
+def _uncounted(model: str) -> Profile:
+    """A shipped profile as it was before the profiler counted FLOPs."""
+    p = next(p for p in shipped("h100") if p.model == model)
+    return replace(p, blocks=tuple(replace(b, forward_flops=None) for b in p.blocks))
+
+
+def test_a_profile_without_counts_is_counted_from_its_workload() -> None:
+    """counted() fills in a profile taken before the count from the workload it names.
+    ResNet-50 at 224 x 224 is 4.09 G multiply-adds (torchvision's weights table,
     ResNet50_Weights: 4.09 'GFLOPS', which are multiply-adds)."""
-    plain = next(p for p in shipped("h100") if p.model == "resnet50")
+    plain = _uncounted("resnet50")
     assert plain.forward_flops is None
     with_counts = counted(plain)
     assert with_counts.forward_flops == pytest.approx(2 * 4.09e9, rel=0.005)
     assert counted(with_counts) is with_counts  # its own counts are kept
+    unnamed = replace(plain, workload={})  # a module profiled as given: nothing to count from
+    assert counted(unnamed) is unnamed
+
+
+@pytest.mark.parametrize("gpu", ["h100", "h200"])
+def test_every_shipped_profile_carries_the_count_of_its_workload(gpu: str) -> None:
+    """The shipped profiles carry their counts (so that planning from them imports no
+    counter), each what counting its workload gives now."""
+    for p in shipped(gpu):
+        assert [b.forward_flops for b in p.blocks] == list(
+            workload_flops(Workload.from_dict(p.workload)) or []
+        ), p.model
 
 
 def test_counts_survive_the_profiles_json_and_older_files_load_without_them() -> None:
-    plain = next(p for p in shipped("h100") if p.model == "resnet18")
+    plain = _uncounted("resnet18")
     with_counts = counted(plain)
     again = Profile.from_json(with_counts.to_json())
     assert [b.forward_flops for b in again.blocks] == [b.forward_flops for b in with_counts.blocks]
@@ -100,7 +118,7 @@ def test_counts_survive_the_profiles_json_and_older_files_load_without_them() ->
 
 
 def test_a_count_that_does_not_match_the_blocks_is_not_applied() -> None:
-    plain = next(p for p in shipped("h100") if p.model == "resnet18")
+    plain = _uncounted("resnet18")
     assert with_forward_flops(plain, (1, 2)) is plain
     assert with_forward_flops(plain, None) is plain
     partial = replace(plain, blocks=(replace(plain.blocks[0], forward_flops=5), *plain.blocks[1:]))
