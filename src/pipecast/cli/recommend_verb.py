@@ -381,8 +381,8 @@ def print_recommendation(rec: Recommendation, top: int) -> None:
     console.print(table)
     if mfu and rec.peak is not None:
         console.print(
-            f"[dim]MFU: model FLOPs (3 x the forward's, recomputation not counted) per step "
-            f"/ step time / GPUs / {rec.peak.describe()} (docs/flops.md)[/]"
+            f"[dim]MFU = model FLOPs (recomputation not counted) / step time / GPUs / "
+            f"{rec.peak.describe()}; docs/flops.md[/]"
         )
     for r in rec.rejected[:3]:
         console.print(f"[dim]does not fit: {r.strategy.label()}: {r.reason}[/]")

@@ -4,13 +4,14 @@
 A training step is TRAINING_PASSES forwards' worth of FLOPs per sample: the forward, and a
 backward that computes the gradients of each product's input and of its weight, each as
 many FLOPs as the forward's product (Kaplan et al. 2020: 6N per token for N parameters;
-Narayanan et al. 2021: 72 B s l h^2 (1 + s/6h + V/12lh) for a GPT, three times its
-forward). Model FLOPs leave recomputation out, as Megatron-LM
-(Narayanan et al. 2021) and PaLM (Chowdhery et al. 2022, appendix B) count them for MFU: a
-strategy that recomputes does more work for the same model, and its MFU is lower for it.
-Hardware FLOPs add the recomputed forwards (PaLM's HFU). Serving (the forward-only schedule)
-is one forward. Every strategy of one model and batch has the same model FLOPs, so MFU ranks
-as step time does.
+Megatron-LM's 72 B s l h^2 (1 + s/6h + V/12lh) for a GPT, three times its forward). Model
+FLOPs leave recomputation out, as PaLM (Chowdhery et al. 2022, appendix B) and Megatron-LM
+since Korthikanti et al. 2022 (arXiv 2205.05198) count them for MFU: a strategy that
+recomputes does more work for the same model, and its MFU is lower for it. Hardware FLOPs
+add the recomputed forwards (their HFU); Narayanan et al. 2021 (arXiv 2104.04473) quote
+TFLOP/s of that kind, 96 B s l h^2 (1 + s/6h + V/16lh) with every layer recomputed. Serving
+(the forward-only schedule) is one forward. Every strategy of one model and batch has the
+same model FLOPs, so MFU ranks as step time does.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ class PeakRate:
     def describe(self) -> str:
         """'789 TFLOP/s, the h100-nvlink preset's measured bf16 rate' (or 'the probe's')."""
         whose = f"the {self.name} preset's" if self.source == "preset" else "the probe's"
-        return f"{self.flops / 1e12:,.0f} TFLOP/s a GPU, {whose} measured bf16 matrix rate"
+        return f"{self.flops / 1e12:,.0f} TFLOP/s, {whose} measured bf16 rate"
 
 
 def peak_rate(cluster: Cluster, device: str = "") -> PeakRate | None:

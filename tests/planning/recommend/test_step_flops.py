@@ -82,7 +82,7 @@ def test_the_peak_is_the_clusters_own_reading_where_it_has_one() -> None:
 
 def test_the_peak_says_where_it_came_from() -> None:
     assert PeakRate(flops=789e12, source="preset", name="h100-nvlink").describe() == (
-        "789 TFLOP/s a GPU, the h100-nvlink preset's measured bf16 matrix rate"
+        "789 TFLOP/s, the h100-nvlink preset's measured bf16 rate"
     )
     assert "the probe's" in PeakRate(flops=7e14, source="probe", name="probed").describe()
 
@@ -90,10 +90,9 @@ def test_the_peak_says_where_it_came_from() -> None:
 def test_recommend_shows_and_writes_tflops_and_mfu(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """From the shipped H100 profile of ResNet-18, which predates the count: counted from
-    its workload, 1.81 G multiply-adds a 224 x 224 image (torchvision's ResNet18_Weights:
-    1.81 'GFLOPS', which are multiply-adds), a step 3 forwards, MFU over the preset's
-    789 TFLOP/s."""
+    """From the shipped H100 profile of ResNet-18: 1.81 G multiply-adds a 224 x 224 image
+    (torchvision's ResNet18_Weights: 1.81 'GFLOPS', which are multiply-adds), a step 3
+    forwards, MFU over the preset's 789 TFLOP/s."""
     monkeypatch.setenv("PIPECAST_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "rec.json"
     argv = ["recommend", "--model", "resnet18", "--batch", "64", "--gpus", "2", "--top", "6"]
@@ -114,5 +113,5 @@ def test_recommend_shows_and_writes_tflops_and_mfu(
         cells = [c.strip() for c in row.split("│")]
         assert f"{entry['mfu']:.0%}" in cells and tflops(entry["tflops_per_gpu"] * 1e12) in cells
     said = " ".join(printed.split())  # the note as one line, wherever the console wrapped it
-    assert "MFU: model FLOPs (3 x the forward's, recomputation not counted)" in said
-    assert "789 TFLOP/s a GPU, the h100-nvlink preset's measured bf16 matrix rate" in said
+    assert "MFU = model FLOPs (recomputation not counted) / step time / GPUs / 789" in said
+    assert "789 TFLOP/s, the h100-nvlink preset's measured bf16 rate" in said
