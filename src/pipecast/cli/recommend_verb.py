@@ -23,6 +23,7 @@ from pipecast.cli.common import (
 )
 from pipecast.cli.console import console, human_bytes, human_seconds, progress
 from pipecast.cli.model_size import check_model_size
+from pipecast.cli.rates import tflops
 from pipecast.cli.train_verb import default_device
 from pipecast.errors import ConfigError
 from pipecast.orchestration.recommend.session import Events, Request, both_profiles, recommend_for
@@ -337,19 +338,27 @@ class _Shown:
 
 
 def print_recommendation(rec: Recommendation, top: int) -> None:
+    shown = rec.ranked[:top]
+    cpu = bool(rec.ranked) and rec.ranked[0].cpu
+    usable = f"; {human_bytes(rec.best.memory_limit)} usable {per_rank(cpu)}" if shown else ""
     table = Table(
         title=f"strategies for batch {rec.batch}, fastest first "
         f"({len(rec.ranked)} fit, {len(rec.rejected)} do not; an epoch is "
-        f"{rec.epoch_samples:,} samples)"
+        f"{rec.epoch_samples:,} samples{usable})"
     )
     # the host's share only means something where a host issues work to a device
-    host = any(p.timeline.host_share > 0 for p in rec.ranked[:top])
-    memory = "peak memory/" + ("rank" if rec.ranked and rec.ranked[0].cpu else "GPU")
-    columns = ["#", "strategy", "step", "samples/s", "epoch", memory, "headroom", "bubble"]
-    columns.append("comm")
+    host = any(p.timeline.host_share > 0 for p in shown)
+    counted = any(p.model_flops for p in shown)  # the profile's forward FLOPs
+    mfu = counted and rec.peak is not None
+    memory = "peak memory/" + ("rank" if cpu else "GPU")
+    columns = ["#", "strategy", "step", "samples/s", "epoch", memory, "bubble", "comm"]
+    # two lines: the column's figures are a few digits wide
+    columns += (["TFLOP/s\nper " + ("rank" if cpu else "GPU")] if counted else []) + (
+        ["MFU"] if mfu else []
+    )
     for col in columns + (["host"] if host else []):
         table.add_column(col, justify="left" if col == "strategy" else "right")
-    for i, pred in enumerate(rec.ranked[:top], 1):
+    for i, pred in enumerate(shown, 1):
         t = pred.timeline
         cells = [
             str(i),
@@ -359,14 +368,22 @@ def print_recommendation(rec: Recommendation, top: int) -> None:
             human_seconds(rec.epoch_time(pred)),
             human_bytes(pred.peak_memory)
             + (f" + {human_bytes(pred.peak_host_memory)} host" if pred.peak_host_memory else ""),
-            human_bytes(pred.memory_limit - pred.peak_memory),
             f"{t.bubble_fraction:.0%}",
             f"{pred.comm_fraction:.0%}",
         ]
+        if counted:
+            cells.append(tflops(pred.flops_per_gpu))
+        if mfu:
+            cells.append(f"{rec.mfu(pred) or 0:.0%}")
         if host:
             cells.append(f"{t.host_share:.0%}" + (" bound" if pred.host_bound else ""))
         table.add_row(*cells)
     console.print(table)
+    if mfu and rec.peak is not None:
+        console.print(
+            f"[dim]MFU = model FLOPs (recomputation not counted) / step time / GPUs / "
+            f"{rec.peak.describe()}; docs/flops.md[/]"
+        )
     for r in rec.rejected[:3]:
         console.print(f"[dim]does not fit: {r.strategy.label()}: {r.reason}[/]")
     console.print(f"[bold green]recommendation:[/] {rec.reason()}")

@@ -16,6 +16,7 @@ from pipecast import jsonio
 from pipecast.api import make_job
 from pipecast.cli.common import note_sizes, workload_from_args
 from pipecast.cli.console import console, counted, human_bytes, human_seconds, progress
+from pipecast.cli.rates import measured_rate
 from pipecast.cli.run_args import BATCH, GPUS, MICRO_BATCHES, add_run_args
 from pipecast.errors import ConfigError, DataError, DeviceError
 from pipecast.extras import check_installed
@@ -508,6 +509,7 @@ def print_result(result: JobResult, *, inference: bool, first: int = 0) -> None:
     )
     if inference and steps:
         line += f", batch latency {human_seconds(statistics.median(steps.values()))}"
+    line += measured_rate(result.job, summary["step_time"], inference=inference)
     console.print(
         line + (f"; peak memory per rank: {memory}" if any(summary["peak_allocated"]) else "")
     )

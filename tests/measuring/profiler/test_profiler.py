@@ -115,6 +115,15 @@ def test_profile_counts_the_parameters_whose_gradients_take_large_segments() -> 
     assert Profile.from_json(p.to_json()).blocks[1].large_param_bytes == 784 * 1024 * 4
 
 
+def test_profile_counts_each_blocks_forward_flops_per_sample() -> None:
+    """Counted, not timed: 2 FLOPs per multiply-add of each Linear for one sample, whatever
+    sizes were profiled; none for a flatten or a ReLU (values.profile.flops)."""
+    model = nn.Sequential(nn.Flatten(), nn.Linear(784, 32), nn.ReLU(), nn.Linear(32, 10))
+    p = profile_model(model, get_spec("mnist"), ProfileOptions(micro_batch_sizes=(2,), repeats=1))
+    assert [b.forward_flops for b in p.blocks] == [0, 2 * 784 * 32, 0, 2 * 32 * 10]
+    assert Profile.from_json(p.to_json()).forward_flops == 2 * (784 * 32 + 32 * 10)
+
+
 def test_host_issue_reading_leaves_the_global_generator_alone() -> None:
     torch.manual_seed(7)
     expected = torch.rand(3)

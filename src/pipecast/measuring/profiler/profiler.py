@@ -53,6 +53,7 @@ from pipecast.values.data.loss import loss_for
 from pipecast.values.data.spec import DatasetSpec
 from pipecast.values.data.synthetic import synthetic_batch
 from pipecast.values.models.summary import block_name
+from pipecast.values.profile.flops import forward_flops, with_forward_flops
 from pipecast.values.profile.host_readings import HostReadings
 from pipecast.values.profile.stats import robust
 from pipecast.values.profile.types import (
@@ -90,7 +91,9 @@ def profile_model(
     progress: Progress | None = None,
 ) -> Profile:
     """Measure `model` block by block; `progress` is called once per (size, block). On a GPU
-    the host stays on the GPU's NUMA node meanwhile, as the runtime's ranks do."""
+    the host stays on the GPU's NUMA node meanwhile, as the runtime's ranks do. Each block's
+    forward FLOPs are counted beside, before anything runs (values.profile.flops)."""
+    flops = forward_flops(list(model), spec)
     with devices.pinned(devices.resolve(options.device)):
         profile = _profile_model(
             model, spec, options, model_name=model_name, workload=workload, progress=progress
@@ -106,7 +109,7 @@ def profile_model(
                 progress=progress,
             )
             profile = with_tensor_parallel(profile, ranks, model, degree)
-        return profile
+        return with_forward_flops(profile, flops)
 
 
 def quick_profile(

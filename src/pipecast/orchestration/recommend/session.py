@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -39,6 +39,7 @@ from pipecast.values.data.registry import epoch_samples
 from pipecast.values.hardware.cluster import Cluster
 from pipecast.values.hardware.presets import PRESETS, gpu_kind
 from pipecast.values.models.workload import Workload
+from pipecast.values.profile.flops import counted
 from pipecast.values.profile.reference import UNNAMED, carries, label, reference_profile, shipped
 from pipecast.values.profile.types import Profile
 from pipecast.values.training import Compile, Optimizer
@@ -154,6 +155,8 @@ class Outcome:
                 "host_pooled": profile.host.pooled,
             },
             "batch": rec.batch,
+            # what MFU divides by: one GPU's measured dense bf16 matrix rate (docs/flops.md)
+            "peak_flops": asdict(rec.peak) if rec.peak is not None else None,
             "recommended": rec.best.strategy.to_dict(),
             "reason": rec.reason(),
             "run": {
@@ -204,6 +207,11 @@ def _entry(p: Prediction, rec: Recommendation) -> dict[str, Any]:
         "host_share": p.timeline.host_share,
         "host_bound": p.host_bound,
         "likely_measured": list(p.measured_range),
+        # model FLOPs (recomputation not counted) and hardware FLOPs per step; 0: not counted
+        "model_flops": p.model_flops,
+        "hardware_flops": p.hardware_flops,
+        "tflops_per_gpu": p.flops_per_gpu / 1e12,
+        "mfu": rec.mfu(p),
         "partition": p.partition.boundaries,
         "plan": p.plan.to_text(),
     }
@@ -333,6 +341,9 @@ def recommend_for(request: Request, events: Events | None = None) -> Outcome:
         )
     profile, psource = _profile(r, elsewhere, target, here, ev)
     variants = list(r.variants) + _variants(r, profile, psource, elsewhere, ev)
+    # forward FLOPs for MFU: a profile taken before the profiler counted them (the shipped
+    # ones among them) has them counted from its workload, shapes only
+    profile, variants = counted(profile), [counted(v) for v in variants]
     cluster, csource = _cluster(r, ev, defaulted=request.cluster is None)
     if r.memory_limit:
         cluster = replace(cluster, memory_bytes=r.memory_limit)

@@ -8,6 +8,7 @@ from pipecast.errors import ConfigError
 from pipecast.planning.partition.boundaries import layout_of, split
 from pipecast.planning.recommend import error_ranges
 from pipecast.planning.recommend.auto_schedule import auto_plan
+from pipecast.planning.recommend.flops import step_flops
 from pipecast.planning.recommend.mesh import (
     sharded_stages,
     sharded_timeline,
@@ -64,6 +65,11 @@ class Prediction:
     """Usable bytes per GPU (device memory less the safety margin)."""
     cpu: bool = False
     """Predicted for CPU ranks (CPU_ERROR_RANGE applies)."""
+    model_flops: float = 0.0
+    """FLOPs of one step by the model-FLOPs convention, recomputation not counted
+    (planning.recommend.flops; 0: the profile has no forward count)."""
+    hardware_flops: float = 0.0
+    """... with the recomputed forwards counted."""
 
     @property
     def step_time(self) -> float:
@@ -72,6 +78,12 @@ class Prediction:
     @property
     def samples_per_second(self) -> float:
         return self.batch / self.step_time if self.step_time > 0 else 0.0
+
+    @property
+    def flops_per_gpu(self) -> float:
+        """Model FLOPs a second on each GPU: what MFU divides by the GPU's peak (0: not
+        counted)."""
+        return self.model_flops / self.step_time / self.strategy.gpus if self.step_time else 0.0
 
     @property
     def peak_memory(self) -> int:
@@ -221,6 +233,7 @@ def predict(
         if profile.device == "cpu":  # CPU ranks beyond the cores take turns on them
             per_step *= cpu_turns(profile, cluster, strategy.gpus)
         timeline = replace(timeline, step_time=timeline.step_time + per_step)
+    model_flops, hardware_flops = step_flops(profile, strategy, batch)
     return Prediction(
         strategy=strategy,
         batch=batch,
@@ -230,4 +243,6 @@ def predict(
         timeline=timeline,
         memory_limit=memory_limit,
         cpu=profile.device == "cpu",
+        model_flops=model_flops,
+        hardware_flops=hardware_flops,
     )

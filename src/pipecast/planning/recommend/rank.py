@@ -17,6 +17,7 @@ from pipecast.planning.recommend.enumerate import (
 )
 from pipecast.planning.recommend.predict import Prediction, predict
 from pipecast.values.hardware.cluster import Cluster
+from pipecast.values.hardware.peak import PeakRate, peak_rate
 from pipecast.values.hardware.units import human_bytes, per_rank
 from pipecast.values.profile.types import Profile
 from pipecast.values.strategy import Strategy
@@ -44,6 +45,9 @@ class Recommendation:
     rejected: tuple[Rejected, ...] = field(default_factory=tuple)
     batch: int
     epoch_samples: int
+    peak: PeakRate | None = None
+    """One GPU's dense bf16 matrix rate, which MFU divides by (None: CPU ranks, or a GPU
+    without a measured rate)."""
 
     @property
     def best(self) -> Prediction:
@@ -51,6 +55,13 @@ class Recommendation:
 
     def epoch_time(self, pred: Prediction) -> float:
         return self.epoch_samples / pred.samples_per_second if pred.samples_per_second else 0.0
+
+    def mfu(self, pred: Prediction) -> float | None:
+        """Model FLOPs utilisation: model FLOPs per step / step time / (GPUs x the peak);
+        None where the FLOPs were not counted or the peak is unknown."""
+        if self.peak is None or not pred.flops_per_gpu:
+            return None
+        return pred.flops_per_gpu / self.peak.flops
 
     def reason(self) -> str:
         text = explain(self.best, self.ranked)
@@ -180,6 +191,7 @@ def recommend(
         rejected=tuple(rejected),
         batch=batch,
         epoch_samples=epoch_samples,
+        peak=peak_rate(cluster, profile.device),
     )
 
 

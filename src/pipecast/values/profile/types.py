@@ -103,6 +103,10 @@ class BlockProfile:
     forward and its backward each add, one per row-wise projection in the forward (its
     partial output) and one per column-wise projection in the backward (torch's
     ColwiseParallel all-reduces each one's input gradient on its own); None: not recorded."""
+    forward_flops: int | None = None
+    """FLOPs of the block's forward for one sample, counted (not timed) by torch's
+    FlopCounterMode: matrix products, convolutions and attention, 2 per multiply-add
+    (pipecast.values.profile.flops; None: not counted, as in profiles taken before)."""
 
     @property
     def large_params(self) -> int:
@@ -343,6 +347,12 @@ class Profile:
     @property
     def params(self) -> int:
         return sum(b.params for b in self.blocks)
+
+    @property
+    def forward_flops(self) -> int | None:
+        """The whole model's forward FLOPs for one sample (None: a block is not counted)."""
+        counts = [b.forward_flops for b in self.blocks]
+        return None if any(n is None for n in counts) else sum(n or 0 for n in counts)
 
     @cached_property
     def _cache(self) -> dict[int, Any]:
