@@ -286,9 +286,9 @@ class _Shown:
         self._stop()
         if not console.is_terminal:  # no spinner where output goes to a file or a pipe
             console.print(f"calibrating: {what} (first use on this machine; cached after)")
-        if what == "profiling":
+        if what.startswith("profiling"):  # the plain profile, or a compiled one's
             self.bar = self.stack.enter_context(progress())
-            self.task = self.bar.add_task("calibrating: profiling", total=None)
+            self.task = self.bar.add_task(f"calibrating: {what}", total=None)
         else:
             self.status = self.stack.enter_context(console.status(f"calibrating: {what}"))
 

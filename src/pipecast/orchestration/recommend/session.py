@@ -412,9 +412,20 @@ def _profile(
     assert r.workload is not None and r.dtype is not None
     if elsewhere:
         return _reference(r.workload, r.dtype, r.autocast, target, here), "shipped"
+    profile, cached = _measured(r, ev, ("off", False, False))
+    return profile, "cached" if cached else "measured"
+
+
+def _measured(
+    r: Request, ev: Events, execution: tuple[Compile, bool, bool]
+) -> tuple[Profile, bool]:
+    """The request's model profiled here with its blocks run as `execution` says (cached:
+    calibrate.calibrated_profile); (profile, whether it came from the cache)."""
+    assert r.workload is not None and r.dtype is not None
     if ev.calibrating is not None:
-        ev.calibrating("profiling")
-    profile, cached = calibrated_profile(
+        plain = execution == ("off", False, False)
+        ev.calibrating("profiling" + ("" if plain else " " + describe_execution(execution)))
+    return calibrated_profile(
         r.workload,
         profile_sizes(r.batch, r.gpus),
         device=r.device,
@@ -424,8 +435,8 @@ def _profile(
         refresh=r.recalibrate,
         ranks=r.gpus,
         batch=r.batch,
+        execution=execution,
     )
-    return profile, "cached" if cached else "measured"
 
 
 def _variants(
@@ -443,25 +454,7 @@ def _variants(
             "on the GPU planned for: not ranked"
         )
         return []
-    assert r.dtype is not None
-    out = []
-    for execution in wanted:
-        if ev.calibrating is not None:
-            ev.calibrating("profiling " + describe_execution(execution))
-        measured, _ = calibrated_profile(
-            r.workload,
-            profile_sizes(r.batch, r.gpus),
-            device=r.device,
-            dtype=r.dtype,
-            autocast=r.autocast,
-            progress=ev.profiling,
-            refresh=r.recalibrate,
-            ranks=r.gpus,
-            batch=r.batch,
-            execution=execution,
-        )
-        out.append(measured)
-    return out
+    return [_measured(r, ev, execution)[0] for execution in wanted]
 
 
 def describe_execution(execution: tuple[Compile, bool, bool]) -> str:
