@@ -13,6 +13,7 @@ from pipecast.planning.recommend.predict import Prediction
 from pipecast.planning.recommend.rank import recommend
 from pipecast.values.hardware.presets import preset
 from pipecast.values.profile.reference import shipped
+from pipecast.values.strategy import Strategy
 
 
 def _ranked(gib: float) -> list[Prediction]:
@@ -30,12 +31,19 @@ def test_when_nothing_fits_as_it_is_activations_go_to_the_host() -> None:
     """ResNet-18 at batch 256 over 2 GPUs of 0.2 GiB (0.18 usable): every plain strategy
     with whole copies of the weights needs more; with its activations on the host, data
     parallelism accumulating 64 fits (sharding the weights, which are small beside
-    ResNet-18's activations, fits only at 128 micro-batches, four times slower)."""
+    ResNet-18's activations, fits only at 128 micro-batches, four times slower). Fastest:
+    at 32 micro-batches, the weights streamed and every block recomputed on its own (one
+    more forward, against copying the activations out and back)."""
     ranked = _ranked(0.2)
     whole = [p for p in ranked if p.strategy.shard == "none"]
-    assert whole and all(p.strategy.offload in ("activations", "all") for p in whole)
-    best = ranked[0]
-    assert best.strategy.offload == "activations"
+    recomputed = [p for p in whole if p.strategy.recompute == "all"]
+    assert all(p.strategy.offload == "weights" for p in recomputed)
+    assert whole and all(
+        p.strategy.offload in ("activations", "all") for p in whole if p not in recomputed
+    )
+    assert ranked[0] in recomputed and ranked[0].strategy.microbatches == 32
+    best = next(p for p in ranked if p not in recomputed)
+    assert best.strategy.offload == "activations" and best.strategy.microbatches == 64
     # streaming the weights too is offered only where moving the activations is not enough
     lighter = {replace(p.strategy, offload="none") for p in ranked if p.strategy.offload != "all"}
     assert all(
@@ -73,13 +81,16 @@ def _gpt(gib: float) -> Prediction:
 def test_recomputation_where_it_fits_offload_where_nothing_else_does() -> None:
     """The GPT stack (batch 32) on 4 GPUs. At 3 GiB a split recomputing every micro-batch
     fits, and beats copying 64 MB a layer to the host and back (on 4 x H200 the offloaded
-    1F1B ran 4.7x slower than recomputation on the same split); at 2 GiB only the offload
-    fits. The partitioner must count what recomputation and offloading leave on the GPU,
-    or it finds no split for either."""
+    1F1B ran 4.7x slower than recomputation on the same split); at 2 GiB only an offload
+    fits: the fastest streams the weights and recomputes (copying a stage's weights in
+    twice a micro-batch, against a layer's 64 MB of activations out and back). The
+    partitioner must count what recomputation and offloading leave on the GPU, or it finds
+    no split for either."""
     roomier = _gpt(3.0)
     assert roomier.strategy.recompute == "all" and roomier.strategy.offload == "none"
     tight = _gpt(2.0)
-    assert tight.strategy.offload == "activations" and tight.fits
+    assert tight.strategy.offload == "weights" and tight.strategy.recompute == "all"
+    assert tight.fits
 
 
 def test_adam_state_goes_to_the_host_where_the_weights_alone_fit() -> None:
@@ -96,3 +107,22 @@ def test_adam_state_goes_to_the_host_where_the_weights_alone_fit() -> None:
     assert rec.best.strategy.offload == "optimizer"
     assert all(p.strategy.offload in ("optimizer", "both") for p in rec.ranked)
     assert recommend(profile, one, 8).best.strategy.offload == "none"  # SGD keeps no state
+
+
+def test_streamed_weights_are_offered_recomputed_where_they_can_run() -> None:
+    """A strategy that does not fit is offered its weights streamed and every block
+    recomputed (from a recomputing one, its weights streamed), eagerly; not with its stage
+    compiled as one graph, which can't recompute a block at a time, nor under PipeDream."""
+    from pipecast.planning.recommend.rank import offloaded
+
+    def streamed(s: Strategy) -> list[tuple[str, str, bool]]:
+        got = offloaded(s, "adam")
+        return [(o.offload, o.recompute, o.cuda_graphs) for o in got if o.offload == "weights"]
+
+    graphed = Strategy(kind="single", microbatches=4, cuda_graphs=True)
+    assert streamed(graphed) == [("weights", "none", False), ("weights", "all", False)]
+    assert streamed(replace(graphed, recompute="all")) == [("weights", "all", False)]
+    whole = replace(graphed, compile="stage")
+    assert streamed(whole) == [("weights", "none", False)]
+    assert streamed(replace(whole, recompute="all")) == []
+    assert streamed(Strategy(kind="pipeline", stages=2, schedule="pipedream")) == []

@@ -112,6 +112,7 @@ def recommend(
         kwargs = {"serving": True}
     fits, rejected = [], []
     without_recompute: set[Strategy] = set()
+    tried: set[Strategy] = set()  # offloaded strategies predicted so far
     accumulated: set[tuple[object, ...]] = set()  # one GPU or data parallel
 
     def predicted(s: Strategy) -> Prediction:
@@ -150,6 +151,9 @@ def recommend(
             # so only where nothing lighter fits
             hosted = []
             for moved in offloaded(strategy, optimizer):
+                if moved in tried:  # streamed and recomputed: from either base
+                    continue
+                tried.add(moved)
                 with contextlib.suppress(PipecastError):
                     other = predicted(moved)
                     if other.fits:
@@ -210,19 +214,26 @@ def fastest_first(predictions: Iterable[Prediction]) -> tuple[Prediction, ...]:
 def offloaded(strategy: Strategy, optimizer: Optimizer) -> list[Strategy]:
     """`strategy` with its activations, its optimizer's state (where it has some), or both
     on the host (a strategy that recomputes every micro-batch, its optimizer's state
-    alone); and, where nothing is recomputed and the updates are synchronous, with its
-    weights streamed from the host too. A step that copies activations or weights runs
-    eagerly."""
-    if strategy.recompute == "all":  # nothing saved to move: only the optimizer's state
-        return [replace(strategy, offload="optimizer")] if OPTIMIZER_STATE[optimizer] else []
-    out = [replace(strategy, offload="activations", cuda_graphs=False)]
-    if OPTIMIZER_STATE[optimizer]:
-        out += [
-            replace(strategy, offload="optimizer"),
-            replace(strategy, offload="both", cuda_graphs=False),
-        ]
-    if not why_not_streamed("weights", strategy.recompute, strategy.schedule == "pipedream"):
-        out += [replace(strategy, offload=o, cuda_graphs=False) for o in ("weights", "all")]
+    alone); and, where the updates are synchronous, with its weights streamed from the host
+    too: with its activations or without, and recomputed (the least memory: each block's
+    weights on the device only while it runs, one block's activations at a time). A step
+    that copies activations or weights runs eagerly."""
+    pipedream = strategy.schedule == "pipedream"
+
+    def streams(recompute: str) -> bool:
+        return why_not_streamed("weights", recompute, pipedream, strategy.compile) is None
+
+    eager = replace(strategy, cuda_graphs=False)
+    state = [replace(strategy, offload="optimizer")] if OPTIMIZER_STATE[optimizer] else []
+    if strategy.recompute == "all":  # nothing saved to move: the state, and the weights
+        return state + ([replace(eager, offload="weights")] if streams("all") else [])
+    out = [replace(eager, offload="activations")]
+    if state:
+        out += [*state, replace(eager, offload="both")]
+    if streams(strategy.recompute):
+        out += [replace(eager, offload=o) for o in ("weights", "all")]
+    if strategy.recompute == "none" and streams("all"):
+        out.append(replace(eager, offload="weights", recompute="all"))
     return out
 
 
