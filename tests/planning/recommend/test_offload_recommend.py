@@ -9,11 +9,15 @@ import pytest
 from tests.values.profile.helpers import shipped_profile
 
 from pipecast.cli.main import main
-from pipecast.planning.recommend.predict import Prediction
+from pipecast.errors import ConfigError
+from pipecast.planning.recommend.predict import Prediction, predict
 from pipecast.planning.recommend.rank import recommend
-from pipecast.values.hardware.presets import preset
+from pipecast.values.hardware.presets import describe, preset
+from pipecast.values.hardware.units import human_bytes
 from pipecast.values.profile.reference import shipped
+from pipecast.values.profile.types import BlockCost, BlockProfile, Profile
 from pipecast.values.strategy import Strategy
+from pipecast.values.training import OFFLOADS
 
 
 def _ranked(gib: float) -> list[Prediction]:
@@ -126,3 +130,52 @@ def test_streamed_weights_are_offered_recomputed_where_they_can_run() -> None:
     assert streamed(whole) == [("weights", "none", False)]
     assert streamed(replace(whole, recompute="all")) == []
     assert streamed(Strategy(kind="pipeline", stages=2, schedule="pipedream")) == []
+
+
+def _four_blocks() -> tuple[Profile, int]:
+    """Four blocks of 4 MiB of weights, each saving 8 MiB and handing the next 0.25 MiB, on a
+    GPU whose host link (20 GB/s) is slower than the forward: and the bytes the smallest
+    plan needs, by hand. Streamed and recomputed, one GPU holds the gradients (16 MiB), two
+    blocks' weights (8), the inputs of blocks 1-3 (0.75), one block's activations
+    recomputed (8), the loss (two fp32 copies of the 0.25 MiB output: 0.5) and the batch
+    (one 4-byte sample)."""
+    mib = 2**20
+    weights, saved, out = 4 * mib, 8 * mib, mib // 4
+    cost = BlockCost(
+        forward=1e-4, backward_input=1e-4, backward_weight=1e-4, backward=2e-4,
+        output_bytes=out, saved_bytes=saved,
+    )  # fmt: skip
+    blocks = tuple(
+        BlockProfile(index=i, name=f"b{i}", params=weights // 4, param_bytes=weights,
+                     input_counted=True, costs={1: cost})
+        for i in range(4)
+    )  # fmt: skip
+    profile = Profile(
+        model="hand", dataset="x", device="gpu", dtype="fp32", torch_version="t",
+        micro_batch_sizes=(1,), input_bytes_per_sample=4, blocks=blocks,
+    )  # fmt: skip
+    return profile, 4 * weights + 2 * weights + 3 * out + saved + 2 * out + 4
+
+
+def test_recommend_reaches_the_smallest_plan_and_names_it_below() -> None:
+    """One GPU, batch 1. Of every way to run it (each offload, recomputed or not), the
+    weights streamed and recomputed need the least, the bytes counted by hand. On a GPU of
+    exactly that (no margin) recommend answers with it, the only plan that fits; a byte
+    less and it refuses, naming that plan, its need in bytes and the GPU it fits."""
+    profile, need = _four_blocks()
+    gpu = describe(gpus_per_node=1, memory="1GiB")
+    needs = {}
+    for offload in OFFLOADS:
+        for recompute in ("none", "all"):
+            strategy = Strategy(kind="single", offload=offload, recompute=recompute)  # type: ignore[arg-type]
+            needs[strategy] = predict(profile, gpu, strategy, 1, memory_margin=0.0).peak_memory
+    smallest = min(needs, key=lambda s: needs[s])
+    assert (smallest.offload, smallest.recompute) == ("weights", "all")
+    assert needs[smallest] == need
+    rec = recommend(profile, replace(gpu, memory_bytes=need), 1, memory_margin=0.0)
+    assert [p.strategy.label() for p in rec.ranked] == [smallest.label()]
+    with pytest.raises(ConfigError) as refused:
+        recommend(profile, replace(gpu, memory_bytes=need - 1), 1, memory_margin=0.0)
+    said = str(refused.value)
+    assert f"the closest, {smallest.label()}, needs {human_bytes(need)} per GPU" in said
+    assert f"1 B short ({need:,} bytes; it fits GPUs of {human_bytes(need)})" in said

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -35,6 +36,8 @@ class Rejected:
     reason: str
     short: int = 0
     """Bytes per GPU it lacks, where it was predicted whole (0: rejected before that)."""
+    need: int = 0
+    """Bytes per GPU it needs, where it was predicted whole (0: rejected before that)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -158,6 +161,8 @@ def recommend(
                     other = predicted(moved)
                     if other.fits:
                         hosted.append(other)
+                    else:
+                        rejected.append(too_large(other))
             light = [p for p in hosted if not offloads_weights(p.strategy.offload)]
             fits += light or hosted
         if pred is None:
@@ -169,21 +174,27 @@ def recommend(
             if strategy.kind in ("single", "data"):
                 accumulated.add(whole)
         else:
-            need, have = human_bytes(pred.peak_memory), human_bytes(pred.memory_limit)
-            rejected.append(
-                Rejected(
-                    strategy=strategy,
-                    reason=f"needs {need} {per_rank(pred.cpu)}, {have} usable",
-                    short=pred.peak_memory - pred.memory_limit,
-                )
-            )
+            rejected.append(too_large(pred))
     if not fits:
-        raise ConfigError(nothing_fits(rejected, gpus, cluster, cpu=profile.device == "cpu"))
+        raise ConfigError(
+            nothing_fits(rejected, gpus, cluster, cpu=profile.device == "cpu", margin=memory_margin)
+        )
     return Recommendation(
         ranked=fastest_first(fits),
         rejected=tuple(rejected),
         batch=batch,
         epoch_samples=epoch_samples,
+    )
+
+
+def too_large(pred: Prediction) -> Rejected:
+    """`pred` rejected for its memory: what it needs against what is usable."""
+    need, have = human_bytes(pred.peak_memory), human_bytes(pred.memory_limit)
+    return Rejected(
+        strategy=pred.strategy,
+        reason=f"needs {need} {per_rank(pred.cpu)}, {have} usable",
+        short=pred.peak_memory - pred.memory_limit,
+        need=pred.peak_memory,
     )
 
 
@@ -238,11 +249,17 @@ def offloaded(strategy: Strategy, optimizer: Optimizer) -> list[Strategy]:
 
 
 def nothing_fits(
-    rejected: list[Rejected], gpus: int, cluster: Cluster, *, cpu: bool = False
+    rejected: list[Rejected],
+    gpus: int,
+    cluster: Cluster,
+    *,
+    cpu: bool = False,
+    margin: float = 0.1,
 ) -> str:
-    """Why no strategy fits, naming the one closest to fitting and how much memory it lacks
-    (else the first rejected one and its reason). `cpu`: the ranks are CPU processes, whose
-    memory is the host's."""
+    """Why no strategy fits, naming the one closest to fitting, offloaded or not: how much
+    memory it lacks, its need in bytes and the smallest memory it fits (else the first
+    rejected one and its reason). `cpu`: the ranks are CPU processes, whose memory is the
+    host's; `margin`: the share of memory kept free."""
     if not rejected:
         return "no strategy to evaluate"
     ranks = f"{gpus} CPU rank(s) with" if cpu else f"{gpus} GPU(s) of"
@@ -253,10 +270,14 @@ def nothing_fits(
         first = rejected[0]
         return f"{head} (e.g. {first.strategy.label()}: {first.reason}): {fix}"
     closest = min(measured, key=lambda r: r.short)
-    return (
+    text = (
         f"{head}: the closest, {closest.strategy.label()}, {closest.reason}, "
-        f"{human_bytes(closest.short)} short: {fix}"
+        f"{human_bytes(closest.short)} short"
     )
+    if closest.need:
+        enough = human_bytes(math.ceil(closest.need / (1.0 - margin)))
+        text += f" ({closest.need:,} bytes; it fits {'ranks' if cpu else 'GPUs'} of {enough})"
+    return f"{text}: {fix}"
 
 
 def samples_rate(per_second: float) -> str:
