@@ -174,8 +174,23 @@ def test_recommend_reaches_the_smallest_plan_and_names_it_below() -> None:
     assert needs[smallest] == need
     rec = recommend(profile, replace(gpu, memory_bytes=need), 1, memory_margin=0.0)
     assert [p.strategy.label() for p in rec.ranked] == [smallest.label()]
+    # the host holds the weights, their gradients (SGD: no state): 2 x 16 MiB
+    assert rec.best.host_memory == 32 * 2**20
+    assert "32.00 MiB of the host's memory, pinned" in rec.reason()
     with pytest.raises(ConfigError) as refused:
         recommend(profile, replace(gpu, memory_bytes=need - 1), 1, memory_margin=0.0)
     said = str(refused.value)
     assert f"the closest, {smallest.label()}, needs {human_bytes(need)} per GPU" in said
     assert f"1 B short ({need:,} bytes; it fits GPUs of {human_bytes(need)})" in said
+
+
+def test_the_host_holds_every_replicas_offload() -> None:
+    """Adam's state on the host for two replicas of four 1 GiB blocks: each rank pins its
+    weights, gradients and two moments (16 GiB); the machine holds both (32 GiB)."""
+    from tests.planning.partition.test_partition import make_profile
+
+    profile = make_profile([1e-3] * 4, params=[2**30] * 4)
+    two = describe(gpus_per_node=2, memory="80GiB")
+    strategy = Strategy(kind="data", replicas=2, offload="optimizer")
+    pred = predict(profile, two, strategy, 8, optimizer="adam")
+    assert pred.peak_host_memory == 16 * 2**30 and pred.host_memory == 32 * 2**30

@@ -328,6 +328,8 @@ def explain(best: Prediction, ranked: tuple[Prediction, ...]) -> str:
         detail.append(f"bubble {t.bubble_fraction:.0%}")
     if t.exposed_comm > 0:
         detail.append(f"exposed communication {best.comm_fraction:.0%}")
+    if best.host_memory:
+        detail.append(f"{human_bytes(best.host_memory)} of the host's memory, pinned")
     if best.host_bound:
         detail.append(
             f"host-bound: the host issues work {t.host_share:.0%} of the step, so expect a "
