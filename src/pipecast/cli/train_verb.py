@@ -117,9 +117,8 @@ def run(args: argparse.Namespace) -> int:
             plan=followed.plan if followed is not None else None,
         )
     jsonio.check_output(_trace_path(args, job))  # before the run, not after it
-    if job.device == "cuda" and not under_torchrun():
-        need = followed.peak_memory if followed is not None else _predicted_peak(args, job, profile)
-        check_fits(need, devices.free_on_gpus(), job.world)
+    if not under_torchrun():
+        _check_memory(args, job, profile, followed)
     console.print(
         f"{_layout(job, schedule)} on {counted(job.world, f'{args.device} rank')}, partition "
         f"{job.partition.boundaries}, batch {job.batch} in "
@@ -173,6 +172,37 @@ def check_fits(need: int, free: list[int] | None, gpus: int) -> None:
         )
 
 
+def check_host_fits(need: int, free: int | None) -> None:
+    """A one-line ConfigError where the plan's predicted pinned host memory (`need`, bytes;
+    0: none or unknown) exceeds what the host has free (`free`; None: unknown), before
+    anything starts: pinning more than is free fails, or swaps the rest out."""
+    if need and free is not None and need > free:
+        raise ConfigError(
+            f"the plan needs {human_bytes(need)} of host memory (predicted: what it keeps "
+            f"on the host, every rank's), the host has {human_bytes(free)} free: offload "
+            "less (--offload), use more GPUs, or free host memory"
+        )
+
+
+def _check_memory(
+    args: argparse.Namespace, job: TrainJob, profile: Profile | None, followed: Chosen | None
+) -> None:
+    """The plan's predicted memory against what the GPUs and the host have free (the
+    recommendation's prediction, else the quick profile's), before anything starts."""
+    offloads = job.config.offload != "none"
+    if job.device != "cuda" and not offloads:
+        return
+    if followed is not None:
+        need, host = followed.peak_memory, followed.host_memory
+    else:
+        predicted = _quick_prediction(args, job, profile)
+        need = predicted.peak_memory if predicted is not None else 0
+        host = predicted.host_memory if predicted is not None else 0
+    if job.device == "cuda":
+        check_fits(need, devices.free_on_gpus(), job.world)
+    check_host_fits(host, devices.free_host_memory())
+
+
 def _default_micro_batches(args: argparse.Namespace, schedule: str) -> int:
     """--micro-batches when not given: one where a replica is one stage (nothing to overlap:
     more would only run smaller products; a batch that does not fit says so and names the
@@ -216,12 +246,6 @@ def _steps_done(step: int, warmup: int) -> str:
         return f"after {warm}"
     steps = "step 1" if timed == 1 else f"steps 1 to {timed}"
     return f"after {warm} and {steps}" if warmup else f"after {steps}"
-
-
-def _predicted_peak(args: argparse.Namespace, job: TrainJob, profile: Profile | None) -> int:
-    """The peak per GPU the quick profile predicts for `job` (0 where it has none)."""
-    predicted = _quick_prediction(args, job, profile)
-    return predicted.peak_memory if predicted is not None else 0
 
 
 def _quick_prediction(

@@ -124,7 +124,7 @@ class RunConfig:
                 f"compile_budget is a share of the saved activations, above 0 and at most 1, "
                 f"got {self.compile_budget}"
             )
-        if why := why_not_streamed(self.offload, self.recompute, async_updates=False):
+        if why := why_not_streamed(self.offload, self.recompute, False, self.compile):
             raise ConfigError(why)
         if self.lr_warmup < 0 or self.lr_min < 0 or self.clip_grad_norm < 0:
             raise ConfigError(

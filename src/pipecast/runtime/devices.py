@@ -172,6 +172,20 @@ def free_memory(device: torch.device) -> int:
     return total_memory(device)
 
 
+def free_host_memory() -> int | None:
+    """Bytes of this machine's memory free for a new allocation without swapping, as the
+    kernel estimates them (MemAvailable: free pages and the caches it can drop); None where
+    it does not say. Pinned memory can't be swapped out, so this is what it can take."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def free_on_gpus() -> list[int] | None:
     """Free bytes on each GPU of this machine as the driver reports them, read without
     creating a CUDA context here (a context would take memory from rank 0 for the whole

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from pipecast.errors import ConfigError
 from pipecast.runtime import compiled, devices, float8, sharding
 from pipecast.runtime.backward import Cut
 from pipecast.runtime.config import RunConfig
@@ -247,7 +248,7 @@ class StageModule:
                         leaf = h.detach().requires_grad_(True)
                         cuts.append(Cut(output=h, leaf=leaf))
                         h = leaf
-                    h = checkpoint(part, h, use_reentrant=False) if recompute else part(h)
+                    h = self._part(part, h, recompute)
         except RuntimeError as exc:
             if _INPLACE_ERROR not in str(exc) or (self.copy_input and len(parts) == 1):
                 raise
@@ -259,6 +260,18 @@ class StageModule:
             return self._run(x, self.parts, recompute)
         out: torch.Tensor = h
         return out, cuts
+
+    def _part(self, part: Callable[[Any], torch.Tensor], h: Any, recompute: bool) -> Any:
+        """One part of the stage's forward, recomputed in the backward where `recompute`:
+        as one checkpoint, or, with the weights streamed, a group of blocks at a time
+        (pipecast.runtime.weight_stream)."""
+        if not recompute:
+            return part(h)
+        if self.streamed is None:
+            return checkpoint(part, h, use_reentrant=False)
+        if not isinstance(part, nn.Sequential):  # only PipeDream's stashed weights run so
+            raise ConfigError("streamed weights recompute blocks, not a stage's function")
+        return self.streamed.recomputed(part, h)
 
     def stash(self) -> dict[str, torch.Tensor]:
         """A copy of the current weights that autograd can differentiate (PipeDream)."""

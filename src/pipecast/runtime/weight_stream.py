@@ -16,12 +16,21 @@ reaches next) before autograd reads it. The tensor itself is kept, so the view s
 refilled storage. Refilling a weight does not count as modifying it: its version counter is
 preserved, or autograd would reject the saved weights.
 
+Recomputed, a micro-batch saves no weights: checkpoint's own hooks take what its forward
+saves, and the recomputed forward saves the weights again, where these hooks can't see them.
+So a recomputed stage runs each block with weights as a checkpoint of its own (with the
+weightless blocks after it: `recomputed`), and autograd recomputes that group just before
+its backward, inside the backward. Its forward pre-hooks make the group's weights resident
+and, in a recomputed forward, prefetch the block below (the next the backward reaches), so
+its backward finds them where the recomputation left them; the next group's recomputation
+releases them. Each micro-batch keeps the input of every group instead of the stage's
+input alone, and only one group's activations come back at a time.
+
 A parameter two blocks share (a tied embedding and head) stays resident: no block streams it,
 since releasing it with one block would leave the other without it. The host's optimizer
 steps it with the rest, so after each step it takes the new weights from the host at once.
-Recomputation is not supported: checkpoint's own hooks hide the recomputed weights' unpacks
-from these. On CPU ranks the host copy is a plain tensor, so the same path runs and is tested
-without a GPU.
+On CPU ranks the host copy is a plain tensor, so the same path runs and is tested without a
+GPU.
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ from typing import Any
 import torch
 from torch import nn
 from torch.autograd.grad_mode import _unsafe_preserve_version_counter
+from torch.utils.checkpoint import checkpoint
 
 from pipecast.runtime.offload import HostActivations
 
@@ -83,9 +93,54 @@ class WeightStream:
         """Storage address of each resident streamed weight -> its block."""
         self.moved_bytes = 0
         """Bytes of weights copied in so far (for the run's report)."""
+        self._recomputing = 0
+        """Recomputed forwards under way (inside a backward, which goes down the blocks)."""
         for b, block in enumerate(blocks):
-            block.register_forward_pre_hook(lambda _m, _a, b=b: self.fetch(b, b + 1))
+            block.register_forward_pre_hook(lambda _m, _a, b=b: self._entering(b))
         self.release_all()
+
+    def _entering(self, index: int) -> None:
+        """Block `index`'s forward begins: its weights resident, and the block the pass
+        reaches next coming in. In a forward the backward recomputes, that is the nearest
+        block with weights below, and a weightless block moves nothing: the group's block
+        with weights, before it, must stay for the group's backward."""
+        if not self._recomputing:
+            self.fetch(index, index + 1)
+        elif self.blocks[index].params:
+            below = [b for b in range(index) if self.blocks[b].params]
+            self.fetch(index, below[-1] if below else -1)
+
+    def recomputed(self, blocks: nn.Sequential, x: Any) -> Any:
+        """`blocks` (consecutive blocks of this stream) on `x`, recomputed in the backward a
+        group at a time: each block with weights, and the weightless blocks after it, one
+        checkpoint (`groups`)."""
+        for group in groups(list(blocks)):
+            x = checkpoint(self._recomputable(group), x, use_reentrant=False)
+        return x
+
+    def _recomputable(self, group: list[nn.Module]) -> Callable[[Any], Any]:
+        """`group`'s blocks one after another, for checkpoint: its first call is the
+        forward; every later one is a recomputation inside a backward, whose blocks
+        prefetch the block below theirs."""
+        calls = 0
+
+        def run(x: Any) -> Any:
+            for block in group:
+                x = block(x)
+            return x
+
+        def again(x: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                return run(x)
+            self._recomputing += 1
+            try:
+                return run(x)
+            finally:
+                self._recomputing -= 1
+
+        return again
 
     def fetch(self, index: int, following: int) -> None:
         """Make block `index` resident for the compute stream, release every other block
@@ -170,6 +225,25 @@ class WeightStream:
             self._owner.pop(p.untyped_storage().data_ptr(), None)
             p.untyped_storage().resize_(0)
         block.resident = False
+
+
+def groups(blocks: Sequence[nn.Module]) -> list[list[nn.Module]]:
+    """`blocks` cut before each block with weights: the checkpoints of a recomputed stage
+    whose weights are streamed (the weightless blocks before the first with weights join
+    it). A group needs one block's weights, and a weightless block alone would only keep
+    one more input per micro-batch."""
+    out: list[list[nn.Module]] = []
+    weighted = False
+    """Whether the last group holds a block with weights."""
+    for block in blocks:
+        has = any(p.requires_grad for p in block.parameters())
+        if not out or (has and weighted):
+            out.append([block])
+            weighted = has
+        else:
+            out[-1].append(block)
+            weighted = weighted or has
+    return out
 
 
 def hooks_of(

@@ -41,16 +41,19 @@ def offloads_weights(offload: str) -> bool:
     return offload in ("weights", "all")
 
 
-def why_not_streamed(offload: str, recompute: str, async_updates: bool) -> str | None:
-    """Why `offload` can't stream the weights beside this recomputation and these updates
-    (None: it can, or streams none). Checkpoint's own hooks hide the recomputed forward's
-    saved weights from the stream's, and PipeDream's stashed versions are more weights."""
+def why_not_streamed(
+    offload: str, recompute: str, async_updates: bool, compile: str = "off"
+) -> str | None:
+    """Why `offload` can't stream the weights beside this recomputation, these updates and
+    this compilation (None: it can, or streams none). Recomputed, the weights stream a
+    group of blocks at a time (pipecast.runtime.weight_stream), which a stage compiled as
+    one graph doesn't run; PipeDream's stashed versions are more weights."""
     if not offloads_weights(offload):
         return None
-    if recompute != "none":
+    if recompute != "none" and compile == "stage":
         return (
-            "streamed weights (offload 'weights' or 'all') can't be recomputed: use "
-            "recompute 'none', or offload 'both' beside recomputation"
+            "streamed weights (offload 'weights' or 'all') are recomputed a block at a "
+            "time, which a stage compiled whole can't: use compile 'blocks' or 'off'"
         )
     if async_updates:
         return (

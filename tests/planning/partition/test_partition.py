@@ -281,3 +281,27 @@ def test_streamed_weights_leave_the_gradients_and_two_blocks_per_stage() -> None
 
     assert row("optimizer") - row("weights") == 900 - 800
     assert row("none") - row("weights") == 900 - 800
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_partitioner_counts_streamed_checkpoints_as_the_simulator_does(seed: int) -> None:
+    """Streamed and recomputed, a stage keeps each checkpoint's input and recomputes one
+    checkpoint at a time: the partitioner's rows, for every start at once, equal the
+    simulator's stage by stage (pricing.checkpoints) on random blocks with and without
+    weights."""
+    from pipecast.planning.partition.methods import _Arrays, _checkpointed
+    from pipecast.planning.simulation.pricing import checkpoints
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 9))
+    profile = make_profile(
+        [1e-3] * n,
+        params=[int(p) for p in rng.choice([0, 10], n)],
+        out_bytes=[int(b) for b in rng.integers(1, 1000, n)],
+        saved=[int(b) for b in rng.integers(1, 1000, n)],
+    )
+    arrays = _Arrays(profile, 8)
+    for stop in range(1, n + 1):
+        held, back = _checkpointed(arrays, stop)
+        for start in range(stop):
+            assert (held[start], back[start]) == checkpoints(profile, start, stop, 8)

@@ -182,3 +182,52 @@ def test_a_link_that_just_keeps_up_holds_no_copies_in_flight() -> None:
     is saved, so none is held; a hair slower and the 90 bytes the stage saves pile up."""
     assert copies_under_way(_stage(1.0)) == 0
     assert copies_under_way(_stage(1.0 + 1e-9)) == 90
+
+
+def test_streamed_and_recomputed_actions_take_no_less_than_the_weights_copy() -> None:
+    """ZB-H1, two stages, one micro-batch, each stage's weights in in 1.5 s, recomputed.
+    Stage 1: F max(1, 1.5) = 1.5; B its 1 s and the forward again, 2 s, over the one copy
+    its recomputation and its backward share; W recomputes too, so copies the weights
+    again: max(1, 1.5) = 1.5. Stage 0 has no W (its B is its whole backward): 0. Without
+    recomputation W copies nothing (1 s) and B is its own 1 s under the copy (1.5)."""
+    st1 = replace(_stage(0.25), weights_in=1.5)
+    st0 = replace(st1, backward_input=2.0, backward_weight=0.0)
+    plan = make_plan("zb-h1", 2, 1)
+
+    def took(recompute: str) -> dict[str, float]:
+        costs = Costs(stages=(st0, st1), offload="weights", recompute=recompute)  # type: ignore[arg-type]
+        t = simulate(plan, costs)
+        return {f"{e.stage}{e.kind}": e.end - e.start for e in t.events if e.kind in "FBW"}
+
+    assert took("all") == pytest.approx(
+        {"0F": 1.5, "1F": 1.5, "1B": 2.0, "1W": 1.5, "0B": 3.0, "0W": 0.0}
+    )
+    assert took("none") == pytest.approx(
+        {"0F": 1.5, "1F": 1.5, "1B": 1.5, "1W": 1.0, "0B": 2.0, "0W": 0.0}
+    )
+
+
+def test_a_streamed_stage_recomputes_one_checkpoint_at_a_time() -> None:
+    """Blocks of weights 10, 0, 10, 10 bytes, outputs 100-400, saving 1000-4000: streamed
+    and recomputed, checkpoints [0 1] [2] [3]. A micro-batch keeps the inputs of [2] and
+    [3] (outputs of blocks 1 and 2: 500) and its backward recomputes at most block 3's 4000,
+    where plain recomputation keeps the stage's input (nothing, at the first stage) and
+    brings all 10000 back at once: its peak is the unrecomputed one's, 5500 above. A stage
+    from block 1, [1 2] [3], keeps its received 100 and block 2's 300; recomputes 5000."""
+    from pipecast.planning.simulation.pricing import checkpoints
+
+    profile = make_profile(
+        [1e-3] * 4,
+        params=[10, 0, 10, 10],
+        out_bytes=[100, 200, 300, 400],
+        saved=[1000, 2000, 3000, 4000],
+    )
+    assert checkpoints(profile, 0, 4, 8) == (500, 4000)
+    assert checkpoints(profile, 1, 4, 8) == (400, 5000)
+
+    def peak(offload: str, recompute: str) -> int:
+        strategy = Strategy(kind="single", offload=offload, recompute=recompute)  # type: ignore[arg-type]
+        return predict(profile, GPU_80, strategy, 8).peak_memory
+
+    assert peak("weights", "none") - peak("weights", "all") == 10000 - (500 + 4000)
+    assert peak("optimizer", "none") == peak("optimizer", "all")

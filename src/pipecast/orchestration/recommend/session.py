@@ -203,6 +203,7 @@ def _entry(p: Prediction, rec: Recommendation) -> dict[str, Any]:
         "epoch_time": rec.epoch_time(p),
         "comm": p.comm_fraction,
         "peak_memory": p.peak_memory,
+        "host_memory": p.host_memory,
         "bubble": p.timeline.bubble_fraction,
         "host_share": p.timeline.host_share,
         "host_bound": p.host_bound,

@@ -128,6 +128,9 @@ def stage_memory_row(
         received = np.where(starts > 0, a.out[np.maximum(starts - 1, 0)], 0)
         largest = np.maximum.accumulate(a.block_saved[:stop][::-1])[::-1]  # max over [i, stop)
         back = activation if setting.recompute != "none" else largest
+        if setting.recompute != "none" and offloads_weights(setting.offload):
+            # streamed: one checkpoint a block with weights, recomputed one at a time
+            received, back = _checkpointed(a, stop)
         last = activation if setting.recompute == "all-but-last" else received
         kept = received * (flight - 1) + last + back
     weights = factor * params
@@ -135,6 +138,30 @@ def stage_memory_row(
         window = 2 * np.maximum.accumulate(a.block_params[:stop][::-1])[::-1]
         weights = (factor - 1.0) * params + np.minimum(window, params)
     return np.asarray(weights + kept + peak, dtype=float)
+
+
+def _checkpointed(a: _Arrays, stop: int) -> tuple[np.ndarray, np.ndarray]:
+    """For every start i < stop, stage [i, stop) streamed and recomputed, a checkpoint per
+    block with weights (simulation.pricing.checkpoints): the bytes a micro-batch keeps (each
+    checkpoint's input, the received one for the first) and the most one checkpoint saves.
+    From the last block down: a block with weights makes the first one so far begin a
+    checkpoint of its own; a weightless one joins the first checkpoint."""
+    held, back = np.zeros(stop), np.zeros(stop)
+    inputs = rest = first = 0.0  # later checkpoints' inputs, their largest; the first's bytes
+    lead, lead_bytes = -1, 0.0  # the first block with weights, its own checkpoint's bytes
+    for i in range(stop - 1, -1, -1):
+        if a.block_params[i] > 0:
+            if lead >= 0:
+                rest = max(rest, lead_bytes)
+                inputs += a.out[lead - 1]
+                first -= lead_bytes
+            first += a.block_saved[i]
+            lead, lead_bytes = i, first
+        else:
+            first += a.block_saved[i]
+        held[i] = (a.out[i - 1] if i > 0 else 0.0) + inputs
+        back[i] = max(rest, first)
+    return held, back
 
 
 def _memory_limit(cluster: Cluster, setting: Setting, stages: int) -> float:

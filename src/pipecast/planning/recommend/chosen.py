@@ -33,6 +33,9 @@ class Chosen:
     """Predicted seconds per step."""
     peak_memory: int = 0
     """Predicted peak bytes per GPU (0: not recorded)."""
+    host_memory: int = 0
+    """Predicted pinned host bytes of the whole run (0: nothing offloaded, or not
+    recorded)."""
     plan: Plan | None = None
     """The plan that was predicted (None: a file from before plans were recorded, rebuilt
     from the schedule's name): a schedule searched on costs (zb-auto) runs as searched."""
@@ -89,5 +92,6 @@ def chosen(doc: dict[str, Any], pick: int = 0) -> Chosen:
         optimizer=str(doc.get("optimizer", "sgd")),
         predicted=float(entry.get("step_time", 0.0)),
         peak_memory=int(entry.get("peak_memory", 0)),
+        host_memory=int(entry.get("host_memory", 0)),
         plan=Plan.from_text(entry["plan"]) if entry.get("plan") else None,
     )

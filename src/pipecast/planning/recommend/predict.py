@@ -95,6 +95,12 @@ class Prediction:
         return max(self.timeline.peak_host_memory, default=0)
 
     @property
+    def host_memory(self) -> int:
+        """Pinned host bytes the whole run holds: every rank's peak, of every replica (the
+        ranks of one machine share its memory; 0: nothing offloaded)."""
+        return sum(self.timeline.peak_host_memory) * self.strategy.replicas
+
+    @property
     def fits(self) -> bool:
         return self.peak_memory <= self.memory_limit
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -36,6 +37,8 @@ class Rejected:
     reason: str
     short: int = 0
     """Bytes per GPU it lacks, where it was predicted whole (0: rejected before that)."""
+    need: int = 0
+    """Bytes per GPU it needs, where it was predicted whole (0: rejected before that)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,6 +126,7 @@ def recommend(
         kwargs = {"serving": True}
     fits, rejected = [], []
     without_recompute: set[Strategy] = set()
+    tried: set[Strategy] = set()  # offloaded strategies predicted so far
     accumulated: set[tuple[object, ...]] = set()  # one GPU or data parallel
 
     def predicted(s: Strategy) -> Prediction:
@@ -161,10 +165,15 @@ def recommend(
             # so only where nothing lighter fits
             hosted = []
             for moved in offloaded(strategy, optimizer):
+                if moved in tried:  # streamed and recomputed: from either base
+                    continue
+                tried.add(moved)
                 with contextlib.suppress(PipecastError):
                     other = predicted(moved)
                     if other.fits:
                         hosted.append(other)
+                    else:
+                        rejected.append(too_large(other))
             light = [p for p in hosted if not offloads_weights(p.strategy.offload)]
             fits += light or hosted
         if pred is None:
@@ -176,22 +185,28 @@ def recommend(
             if strategy.kind in ("single", "data"):
                 accumulated.add(whole)
         else:
-            need, have = human_bytes(pred.peak_memory), human_bytes(pred.memory_limit)
-            rejected.append(
-                Rejected(
-                    strategy=strategy,
-                    reason=f"needs {need} {per_rank(pred.cpu)}, {have} usable",
-                    short=pred.peak_memory - pred.memory_limit,
-                )
-            )
+            rejected.append(too_large(pred))
     if not fits:
-        raise ConfigError(nothing_fits(rejected, gpus, cluster, cpu=profile.device == "cpu"))
+        raise ConfigError(
+            nothing_fits(rejected, gpus, cluster, cpu=profile.device == "cpu", margin=memory_margin)
+        )
     return Recommendation(
         ranked=fastest_first(fits),
         rejected=tuple(rejected),
         batch=batch,
         epoch_samples=epoch_samples,
         peak=peak_rate(cluster, profile.device),
+    )
+
+
+def too_large(pred: Prediction) -> Rejected:
+    """`pred` rejected for its memory: what it needs against what is usable."""
+    need, have = human_bytes(pred.peak_memory), human_bytes(pred.memory_limit)
+    return Rejected(
+        strategy=pred.strategy,
+        reason=f"needs {need} {per_rank(pred.cpu)}, {have} usable",
+        short=pred.peak_memory - pred.memory_limit,
+        need=pred.peak_memory,
     )
 
 
@@ -222,28 +237,41 @@ def fastest_first(predictions: Iterable[Prediction]) -> tuple[Prediction, ...]:
 def offloaded(strategy: Strategy, optimizer: Optimizer) -> list[Strategy]:
     """`strategy` with its activations, its optimizer's state (where it has some), or both
     on the host (a strategy that recomputes every micro-batch, its optimizer's state
-    alone); and, where nothing is recomputed and the updates are synchronous, with its
-    weights streamed from the host too. A step that copies activations or weights runs
-    eagerly."""
-    if strategy.recompute == "all":  # nothing saved to move: only the optimizer's state
-        return [replace(strategy, offload="optimizer")] if OPTIMIZER_STATE[optimizer] else []
-    out = [replace(strategy, offload="activations", cuda_graphs=False)]
-    if OPTIMIZER_STATE[optimizer]:
-        out += [
-            replace(strategy, offload="optimizer"),
-            replace(strategy, offload="both", cuda_graphs=False),
-        ]
-    if not why_not_streamed("weights", strategy.recompute, strategy.schedule == "pipedream"):
-        out += [replace(strategy, offload=o, cuda_graphs=False) for o in ("weights", "all")]
+    alone); and, where the updates are synchronous, with its weights streamed from the host
+    too: with its activations or without, and recomputed (the least memory: each block's
+    weights on the device only while it runs, one block's activations at a time). A step
+    that copies activations or weights runs eagerly."""
+    pipedream = strategy.schedule == "pipedream"
+
+    def streams(recompute: str) -> bool:
+        return why_not_streamed("weights", recompute, pipedream, strategy.compile) is None
+
+    eager = replace(strategy, cuda_graphs=False)
+    state = [replace(strategy, offload="optimizer")] if OPTIMIZER_STATE[optimizer] else []
+    if strategy.recompute == "all":  # nothing saved to move: the state, and the weights
+        return state + ([replace(eager, offload="weights")] if streams("all") else [])
+    out = [replace(eager, offload="activations")]
+    if state:
+        out += [*state, replace(eager, offload="both")]
+    if streams(strategy.recompute):
+        out += [replace(eager, offload=o) for o in ("weights", "all")]
+    if strategy.recompute == "none" and streams("all"):
+        out.append(replace(eager, offload="weights", recompute="all"))
     return out
 
 
 def nothing_fits(
-    rejected: list[Rejected], gpus: int, cluster: Cluster, *, cpu: bool = False
+    rejected: list[Rejected],
+    gpus: int,
+    cluster: Cluster,
+    *,
+    cpu: bool = False,
+    margin: float = 0.1,
 ) -> str:
-    """Why no strategy fits, naming the one closest to fitting and how much memory it lacks
-    (else the first rejected one and its reason). `cpu`: the ranks are CPU processes, whose
-    memory is the host's."""
+    """Why no strategy fits, naming the one closest to fitting, offloaded or not: how much
+    memory it lacks, its need in bytes and the smallest memory it fits (else the first
+    rejected one and its reason). `cpu`: the ranks are CPU processes, whose memory is the
+    host's; `margin`: the share of memory kept free."""
     if not rejected:
         return "no strategy to evaluate"
     ranks = f"{gpus} CPU rank(s) with" if cpu else f"{gpus} GPU(s) of"
@@ -254,10 +282,14 @@ def nothing_fits(
         first = rejected[0]
         return f"{head} (e.g. {first.strategy.label()}: {first.reason}): {fix}"
     closest = min(measured, key=lambda r: r.short)
-    return (
+    text = (
         f"{head}: the closest, {closest.strategy.label()}, {closest.reason}, "
-        f"{human_bytes(closest.short)} short: {fix}"
+        f"{human_bytes(closest.short)} short"
     )
+    if closest.need:
+        enough = human_bytes(math.ceil(closest.need / (1.0 - margin)))
+        text += f" ({closest.need:,} bytes; it fits {'ranks' if cpu else 'GPUs'} of {enough})"
+    return f"{text}: {fix}"
 
 
 def samples_rate(per_second: float) -> str:
@@ -308,6 +340,8 @@ def explain(best: Prediction, ranked: tuple[Prediction, ...]) -> str:
         detail.append(f"bubble {t.bubble_fraction:.0%}")
     if t.exposed_comm > 0:
         detail.append(f"exposed communication {best.comm_fraction:.0%}")
+    if best.host_memory:
+        detail.append(f"{human_bytes(best.host_memory)} of the host's memory, pinned")
     if best.host_bound:
         detail.append(
             f"host-bound: the host issues work {t.host_share:.0%} of the step, so expect a "

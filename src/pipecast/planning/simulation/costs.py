@@ -79,6 +79,13 @@ class StageTimes:
     window_bytes: int = 0
     """Streamed weights: weight bytes on the device at once (a block's and the next one's,
     counted as twice the largest block's)."""
+    checkpoint_bytes: int = 0
+    """Streamed weights, recomputed: what a recomputed micro-batch keeps from its F to its
+    backward, the input of each of the stage's checkpoints (pricing.checkpoints; 0: the
+    stage's input alone, one checkpoint)."""
+    recomputed_bytes: int = 0
+    """... and the activations its backward recomputes at once, the largest checkpoint's
+    (0: the stage's activation_bytes, all recomputed before the backward begins)."""
 
     @property
     def offloaded_bytes(self) -> int:

@@ -54,8 +54,12 @@ def held_bytes(action: Action, st: StageTimes, costs: Costs, plan: Plan) -> int:
     """Bytes a micro-batch keeps on its stage from F until its last backward action."""
     if plan.forward_only:
         return 0
-    keeps_input = recomputed(action.mb, costs, plan) or offloads(action, costs, plan)
-    held = st.input_bytes if keeps_input else st.activation_bytes
+    if recomputed(action.mb, costs, plan) and st.checkpoint_bytes:
+        held = st.checkpoint_bytes  # each checkpoint's input
+    elif recomputed(action.mb, costs, plan) or offloads(action, costs, plan):
+        held = st.input_bytes
+    else:
+        held = st.activation_bytes
     if plan.async_updates:
         held += st.param_bytes  # the stashed weight version
     return held
@@ -200,7 +204,7 @@ class RankMemory:
             transient += st.output_bytes + st.input_bytes
         offloaded = offloads(a, costs, plan)
         if a.kind in ("B", "BW") and recomputed(a.mb, costs, plan):  # its forward again
-            transient += int(st.activation_bytes * scale)
+            transient += int((st.recomputed_bytes or st.activation_bytes) * scale)
         elif a.kind in ("B", "BW") and offloaded:
             transient += st.restored_bytes or st.offloaded_bytes  # brought back
         elif a.kind == "F" and offloaded:

@@ -77,7 +77,9 @@ def costs_from_profile(
     for index, st in enumerate(partition.stages):
         times = _stage_times(profile, partition, index, micro_batch, host, cuda_graphs)
         times = replace(times, optimizer=times.optimizer * step_scale)
-        times = _offloaded(times, profile, st.start, st.stop, micro_batch, cluster, offload)
+        times = _offloaded(
+            times, profile, st.start, st.stop, micro_batch, cluster, offload, recompute
+        )
         stages.append(batched_weights(times, profile, st.start, st.stop, micro_batch, weight_batch))
     fwd, bwd = _transfers(partition, stages, cluster)
     allreduce = tuple(
@@ -247,9 +249,19 @@ def _offloaded(
     micro_batch: int,
     cluster: Cluster,
     offload: Offload,
+    recompute: Recompute = "none",
 ) -> StageTimes:
     """`times` with what moving to and from the host adds under `offload`: the gradients
-    out, the host's optimizer step and the weights back; saved activations out and back."""
+    out, the host's optimizer step and the weights back; saved activations out and back.
+
+    Streamed weights: every action that runs a block needs its weights on the device, so F,
+    B and BW each take no less than the copy of the stage's weights in (`weights_in`,
+    beside the compute; the simulator). Recomputed, a backward recomputes one checkpoint
+    (`checkpoints`) at a time and runs its backward on the weights the recomputation
+    brought in: B and BW copy the stage's weights in once, not twice, over their compute
+    with the forward again on top; a W recomputes its checkpoints once more to read what
+    their products saved, so it too takes no less than `weights_in`. Per micro-batch the
+    host link then carries the weights in twice (F, BW) or three times (F, B, W)."""
     param_bytes = times.param_bytes
     if offloads_optimizer(offload):
         moved = cluster.host_link.time(param_bytes)
@@ -262,6 +274,9 @@ def _offloaded(
                 weights_in=moved,
                 window_bytes=min(window, param_bytes),
             )
+            if recompute != "none":
+                kept, largest = checkpoints(profile, start, stop, micro_batch)
+                times = replace(times, checkpoint_bytes=kept, recomputed_bytes=largest)
         else:
             times = replace(times, optimizer=2 * moved + step)
     if offloads_activations(offload):
@@ -274,6 +289,26 @@ def _offloaded(
             restored_bytes=min(largest, out),
         )
     return times
+
+
+def checkpoints(profile: Profile, start: int, stop: int, micro_batch: int) -> tuple[int, int]:
+    """A recomputed stage of blocks [start, stop) whose weights are streamed runs each block
+    with weights, and the weightless blocks after it, as a checkpoint of its own (the
+    weightless blocks before the first with weights join it: pipecast.runtime.weight_stream
+    .groups). (Bytes a micro-batch keeps: each checkpoint's input, the received one for the
+    first; bytes the largest checkpoint saves, which its recomputation holds at once.)"""
+    kept = profile.stage(start, stop, micro_batch).input_bytes
+    largest = group = 0
+    weighted = False
+    for i in range(start, stop):
+        has = profile.blocks[i].param_bytes > 0
+        if has and weighted:  # a new checkpoint, from the block before's output
+            largest = max(largest, group)
+            kept += profile.cost(i - 1, micro_batch).output_bytes
+            group = 0
+        weighted = weighted or has
+        group += profile.cost(i, micro_batch).saved_bytes
+    return kept, max(largest, group)
 
 
 def _transfers(

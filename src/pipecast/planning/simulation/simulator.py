@@ -58,6 +58,12 @@ def _recomputes(action: Action, costs: Costs, plan: Plan) -> bool:
     return action.kind in ("B", "BW") and recomputed(action.mb, costs, plan)
 
 
+def _recomputes_weights(action: Action, st: StageTimes, costs: Costs, plan: Plan) -> bool:
+    """A W that recomputes its stage's forward to read what the products saved, so needs
+    the weights again (a stage without a W, the first, has none to run)."""
+    return action.kind == "W" and st.backward_weight > 0 and recomputed(action.mb, costs, plan)
+
+
 def _by_kind(
     action: Action,
     costs: Costs,
@@ -101,8 +107,8 @@ def _duration(
         # stream, queued on the host link behind the streamed weights, which share its
         # direction: compute, restores and weights add up
         seconds += st.from_host + st.weights_in
-    elif action.kind in ("F", "B", "BW"):  # streamed weights come in beside the compute
-        seconds = max(seconds, st.weights_in)
+    elif action.kind in ("F", "B", "BW") or _recomputes_weights(action, st, costs, plan):
+        seconds = max(seconds, st.weights_in)  # streamed weights come in beside the compute
     if action.kind == "F" and offloads(action, costs, plan):
         seconds = max(seconds, st.to_host)  # copies out run beside it, the other way
     return seconds
