@@ -315,8 +315,9 @@ def _recommendation(tmp_path: Path) -> str:
         (["train", *LENET, "--batch", "4"], "give --batch 8 or more, or fewer --micro-batches"),
         (
             ["train", *LENET, "--gpus", "2", "--partition", "0,4,8,12"],
-            "partition has 3 stages, plan 1f1b has 2: give the stages as many ranks (GPUs), "
-            "or boundaries for 2 stages",
+            "3 stages do not share out evenly over 2 pipeline ranks: give boundaries for 2 "
+            "stages (a multiple of 2 for interleaved and zb-v), or as many ranks (GPUs) as "
+            "stages",
         ),
         (
             [

@@ -89,7 +89,7 @@ def test_infer_verb(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_train_bad_input_fails_before_starting(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["train", "--model", "lenet5", "--gpus", "2", "--partition", "0,3,5,12"]) == 2
-    assert "partition has 3 stages" in capsys.readouterr().err
+    assert "3 stages do not share out evenly over 2 pipeline ranks" in capsys.readouterr().err
     assert (
         main(
             [

@@ -130,8 +130,9 @@ def pipeline_layout(
     ranks = ranks or stages
     if stages % ranks:
         raise ConfigError(
-            f"{stages} stages do not share out evenly over {ranks} pipeline ranks: "
-            "give each rank as many"
+            f"{stages} stages do not share out evenly over {ranks} pipeline ranks: give "
+            f"boundaries for {ranks} stages (a multiple of {ranks} for interleaved and zb-v), "
+            "or as many ranks (GPUs) as stages"
         )
     virtual = stages // ranks
     return Layout(

@@ -98,6 +98,7 @@ def profile_model(
         profile = _profile_model(
             model, spec, options, model_name=model_name, workload=workload, progress=progress
         )
+        profile = with_forward_flops(profile, flops)  # before the TP ranks copy its blocks
         for degree in options.tensor_parallel:
             sharded = sharded_model(model, degree)
             ranks = _profile_model(
@@ -109,7 +110,7 @@ def profile_model(
                 progress=progress,
             )
             profile = with_tensor_parallel(profile, ranks, model, degree)
-        return with_forward_flops(profile, flops)
+        return profile
 
 
 def quick_profile(
