@@ -4,23 +4,27 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
-from rich.table import Table
 
 from pipecast import jsonio
 from pipecast.api import make_job
 from pipecast.cli.common import note_sizes, workload_from_args
-from pipecast.cli.console import console, counted, human_bytes, human_seconds, progress
-from pipecast.cli.rates import measured_rate
+from pipecast.cli.console import console, counted, human_seconds, progress
 from pipecast.cli.run_args import BATCH, GPUS, MICRO_BATCHES, add_run_args
-from pipecast.errors import ConfigError, DataError, DeviceError
-from pipecast.extras import check_installed
-from pipecast.orchestration.recommend.session import MAX_CPU_RANKS
+from pipecast.cli.train_checks import (
+    check_fits,
+    check_host_fits,
+    check_one_request,
+    check_runtimes,
+    check_shard,
+)
+from pipecast.cli.train_checks import check_ranks as _check_ranks  # tests stand in for it
+from pipecast.cli.train_summary import print_result
+from pipecast.errors import ConfigError, DataError
 from pipecast.planning.recommend.chosen import Chosen, chosen
 from pipecast.planning.recommend.predict import Prediction, predict
 from pipecast.report.trace import QUICK_LABEL, write_trace
@@ -54,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     if under_torchrun() and os.environ["RANK"] != "0":
         console.quiet = True  # rank 0 speaks for every rank
     followed = None
-    _check_one_request(args)
+    check_one_request(args)
     if getattr(args, "recommendation", None):
         followed = _follow(args, args.recommendation, args.pick or 0)
     elif args.pick is not None:
@@ -80,9 +84,9 @@ def run(args: argparse.Namespace) -> int:
     args.batch = BATCH if args.batch is None else args.batch  # infer leaves them unset
     if args.micro_batches is None:
         args.micro_batches = _default_micro_batches(args, schedule)
-    _check_installed(getattr(args, "compare", []))
+    check_runtimes(getattr(args, "compare", []))
     check_batch(args.batch, args.replicas, args.micro_batches, flags=True)  # before work
-    _check_shard(getattr(args, "shard", "none"), args.replicas)
+    check_shard(getattr(args, "shard", "none"), args.replicas)
     if not under_torchrun():  # under torchrun the launcher made the ranks
         _check_ranks(args.gpus, args.device, args.recommendation)
     if getattr(args, "data_dir", None) is not None:  # before the quick profile
@@ -155,35 +159,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def check_fits(need: int, free: list[int] | None, gpus: int) -> None:
-    """A one-line ConfigError where the plan's predicted peak per GPU (`need`, bytes; 0:
-    unknown) exceeds what the first `gpus` GPUs have free (`free`; None: unknown), before
-    anything starts: a run that would fail out of memory after its set-up, or its first
-    steps, says so now."""
-    if not need or not free:
-        return
-    short = [(i, f) for i, f in enumerate(free[:gpus]) if f < need]
-    if short:
-        i, f = short[0]
-        raise ConfigError(
-            f"the plan needs {human_bytes(need)} per GPU (predicted), GPU {i} has "
-            f"{human_bytes(f)} free: use more GPUs or micro-batches, recomputation, or "
-            "`pipecast recommend --memory-limit` to plan for what is free"
-        )
-
-
-def check_host_fits(need: int, free: int | None) -> None:
-    """A one-line ConfigError where the plan's predicted pinned host memory (`need`, bytes;
-    0: none or unknown) exceeds what the host has free (`free`; None: unknown), before
-    anything starts: pinning more than is free fails, or swaps the rest out."""
-    if need and free is not None and need > free:
-        raise ConfigError(
-            f"the plan needs {human_bytes(need)} of host memory (predicted: what it keeps "
-            f"on the host, every rank's), the host has {human_bytes(free)} free: offload "
-            "less (--offload), use more GPUs, or free host memory"
-        )
-
-
 def _check_memory(
     args: argparse.Namespace, job: TrainJob, profile: Profile | None, followed: Chosen | None
 ) -> None:
@@ -209,16 +184,6 @@ def _default_micro_batches(args: argparse.Namespace, schedule: str) -> int:
     flag), else MICRO_BATCHES for a pipeline's stages to overlap."""
     stages = args.gpus // max(args.replicas * getattr(args, "tensor_parallel", 1), 1)
     return 1 if stages <= 1 and schedule != "pipedream" else MICRO_BATCHES
-
-
-def _check_shard(shard: str, replicas: int) -> None:
-    """FSDP shards over the data-parallel replicas: with one there is nothing to shard over,
-    and the run would quietly be a plain pipeline."""
-    if shard != "none" and replicas < 2:
-        raise ConfigError(
-            f"--shard {shard} shards the weights over data-parallel replicas, and there is "
-            f"{replicas}: add --replicas N (N of at least 2 dividing --gpus)"
-        )
 
 
 def _layout(job: TrainJob, schedule: str) -> str:
@@ -284,61 +249,6 @@ def _strategy_of(args: argparse.Namespace, job: TrainJob) -> Strategy:
 def default_device() -> str:
     """cuda where torch finds GPUs (as recommend plans for them), else cpu."""
     return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def _check_ranks(ranks: int, device: str, recommendation: str | None = None) -> None:
-    """As many GPUs as asked for are here, or few enough CPU ranks to start (each a
-    process), checked before the quick profile rather than at the launch. The fix named is
-    one that works: for a recommendation, which sets both, planning again for this machine."""
-    if device == "cuda":
-        have = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if ranks > have and recommendation:
-            plan_here = "--device cpu" if not have else f"--gpus {have}"
-            raise DeviceError(
-                f"{recommendation} plans {ranks} GPUs and this machine has {have}: run it "
-                f"where there are {ranks}, or plan for this machine with `pipecast recommend "
-                f"{plan_here}` and run that"
-            )
-        if ranks > have:
-            fewer = f"--gpus {have} or fewer, or " if have else ""
-            raise DeviceError(
-                f"{ranks} GPUs requested but this machine has {have}: use {fewer}--device cpu "
-                "(CPU ranks)"
-            )
-    elif ranks > MAX_CPU_RANKS:
-        raise ConfigError(
-            f"{ranks} CPU ranks is more than pipecast starts on one machine ({MAX_CPU_RANKS}): "
-            "use fewer --gpus, or GPUs"
-        )
-
-
-def _check_one_request(args: argparse.Namespace) -> None:
-    """infer --mode latency runs one request (batch 1 in one micro-batch): a --batch or
-    --micro-batches of more beside it is refused rather than dropped (infer leaves both
-    unset where they are not given)."""
-    if getattr(args, "mode", "") != "latency":
-        return
-    for flag, value in (("--batch", args.batch), ("--micro-batches", args.micro_batches)):
-        if value not in (None, 1):
-            raise ConfigError(
-                f"--mode latency runs one request (batch 1 in one micro-batch), and {flag} "
-                f"{value} asks for more: drop {flag}, or use --mode throughput"
-            )
-
-
-def _check_installed(runtimes: list[str]) -> None:
-    """Before anything runs: every runtime --compare names is installed, and named once."""
-    from pipecast.measuring.interop import deepspeed_inference, onnx_runtime
-
-    twice = sorted({name for name in runtimes if runtimes.count(name) > 1})
-    if twice:
-        raise ConfigError(
-            f"--compare {twice[0]} is given {runtimes.count(twice[0])} times: name each "
-            "runtime once"
-        )
-    install = {"onnxruntime": onnx_runtime.INSTALL, "deepspeed": deepspeed_inference.INSTALL}
-    for name in runtimes:
-        check_installed(name, needed_by=f"--compare {name}", install=install[name])
 
 
 def _config(args: argparse.Namespace) -> RunConfig:
@@ -474,66 +384,4 @@ def _checkpointing(args: argparse.Namespace) -> Checkpointing | None:
         return None
     return Checkpointing(
         args.checkpoint_dir, every=args.checkpoint_every, keep=args.keep, resume=args.resume
-    )
-
-
-TABLE_ROWS = 12
-"""Timed steps the table shows: all up to this many, else the first two and the last ten."""
-
-
-def print_result(result: JobResult, *, inference: bool, first: int = 0) -> None:
-    """The timed steps, numbered from 1 after the warm-up (a run resumed after `first`
-    steps goes on from there, and its first step, untimed, has a row that says so)."""
-    table = Table(title="per step (slowest rank)")
-    steps: dict[int, float] = {}
-    losses: dict[int, float] = {}
-    norms: dict[int, float] = {}
-    for r in result.reports:
-        for s in r.steps:
-            steps[s.step] = max(steps.get(s.step, 0.0), s.seconds)
-            if s.loss is not None and r.replica == 0:
-                losses[s.step] = s.loss
-            if s.grad_norm is not None:
-                norms[s.step] = s.grad_norm
-    columns = ["step", "time", "samples/s", "loss" if not inference else "-"]
-    for col in columns + (["grad norm"] if norms else []):
-        table.add_column(col, justify="right")
-    order = sorted(steps)
-    warmup = result.job.warmup_steps
-    for step in range(max(first, warmup), order[0] if order else 0):  # run, not timed
-        cold = "the first after the resume" if first else ""
-        table.add_row(str(step - warmup + 1), "untimed", cold, *[""] * (len(columns) - 3))
-    shown = order if len(order) <= TABLE_ROWS else order[:2] + order[-(TABLE_ROWS - 2) :]
-    for i, step in enumerate(shown):
-        if i == 2 and len(shown) < len(order):
-            table.add_row("...", f"{len(order) - len(shown)} more", *[""] * (len(columns) - 2))
-        seconds = steps[step]
-        loss = f"{losses[step]:.4f}" if step in losses and not inference else ""
-        norm = [f"{norms[step]:.4g}" if step in norms else ""] if norms else []
-        table.add_row(
-            str(step - warmup + 1),
-            human_seconds(seconds),
-            f"{result.job.batch / seconds:,.1f}",
-            loss,
-            *norm,
-        )
-    console.print(table)
-    scaled = [s for r in result.reports if r.global_rank == 0 for s in r.steps if s.loss_scale]
-    if scaled:
-        skipped = sum(s.skipped for s in scaled)
-        console.print(
-            f"loss scaling: {skipped} of {len(scaled)} timed steps skipped (gradients "
-            f"overflowed); the last ran at scale {scaled[-1].loss_scale:g}"
-        )
-    summary = result.summary
-    memory = ", ".join(human_bytes(m) for m in summary["peak_allocated"])
-    line = (
-        f"median step {human_seconds(summary['step_time'])}, "
-        f"{summary['samples_per_second']:,.1f} samples/s"
-    )
-    if inference and steps:
-        line += f", batch latency {human_seconds(statistics.median(steps.values()))}"
-    line += measured_rate(result.job, summary["step_time"], inference=inference)
-    console.print(
-        line + (f"; peak memory per rank: {memory}" if any(summary["peak_allocated"]) else "")
     )
