@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
+from tests.cli.stand_ins import stand_in_work
 
 from pipecast.cli.main import main
 
@@ -22,27 +23,9 @@ SHIPPED = (
 BROKEN = "tests.cli.broken_models"
 
 
-class WorkStarted(BaseException):
-    """Raised by the stand-ins for a verb's work."""
-
-
 @pytest.fixture(autouse=True)
 def no_work(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    def started(*args: object, **kwargs: object) -> None:
-        raise WorkStarted
-
-    for target in (
-        "pipecast.api.quick_profile",
-        "pipecast.cli.train_verb.run_job",
-        "pipecast.cli.profile_verb.profile_model",
-        "pipecast.cli.recommend_verb.recommend_for",
-        "pipecast.cli.bench_verb.basis_for",
-        "pipecast.cli.bench_verb.run_suite",
-        "pipecast.cli.probe_verb.probe",
-    ):
-        monkeypatch.setattr(target, started)
-    monkeypatch.setattr("torch.cuda.is_available", lambda: False)  # the same on GPU hosts
-    monkeypatch.chdir(tmp_path)  # default outputs (pipecast-out/...) land here, if anywhere
+    stand_in_work(monkeypatch, tmp_path)
 
 
 def files(tmp_path: Path) -> dict[Path, bytes]:

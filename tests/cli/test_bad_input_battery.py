@@ -13,14 +13,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from tests.cli.test_bad_input import (
-    LENET,
-    PROFILE,
-    SHIPPED,
-    WorkStarted,
-    check_refused,
-    no_work,
-)
+from tests.cli.stand_ins import WorkStarted
+from tests.cli.test_bad_input import LENET, PROFILE, SHIPPED, check_refused, no_work
 
 from pipecast.cli.main import main
 from pipecast.orchestration.recommend.session import Request

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tests.cli.stand_ins import stand_in_work
 
 from pipecast.cli.main import main
 from pipecast.cli.model_size import MAX_BLOCKS
@@ -23,23 +24,12 @@ SRC = Path(__file__).parents[2] / "src"
 GIB = 2**30
 
 
-class WorkStarted(BaseException):
-    """Raised by the stand-ins for a verb's work, which the CLI does not catch."""
-
-
 @pytest.fixture(autouse=True)
 def no_work(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """The verbs' work stands in for WorkStarted, and a build of more layers than the size
     check builds fails the test: the refusal must come from the configuration alone."""
-
-    def started(*args: object, **kwargs: object) -> None:
-        raise WorkStarted
-
-    for target in (
-        "pipecast.cli.profile_verb.profile_model",
-        "pipecast.cli.recommend_verb.recommend_for",
-    ):
-        monkeypatch.setattr(target, started)
+    verbs = ("pipecast.cli.profile_verb.profile_model", "pipecast.cli.recommend_verb.recommend_for")
+    stand_in_work(monkeypatch, tmp_path, verbs)
     build = Workload.build
 
     def small_only(self: Workload, device: str | torch.device | None = None) -> torch.nn.Sequential:
@@ -47,8 +37,6 @@ def no_work(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         return build(self, device)
 
     monkeypatch.setattr(Workload, "build", small_only)
-    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
-    monkeypatch.chdir(tmp_path)
 
 
 def _refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:

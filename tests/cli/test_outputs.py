@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from tests.cli.stand_ins import WORK, stand_in_work
 
 from pipecast.cli.main import main
 
@@ -22,29 +23,11 @@ STEM = "resnet50-1f1b-2"
 """The shipped profile's model, the default schedule and 2 stages, as verbs name files."""
 
 
-class WorkStarted(BaseException):
-    """Raised by the stand-ins for a verb's work, which the CLI does not catch."""
-
-
 @pytest.fixture(autouse=True)
 def no_work(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    def started(*args: object, **kwargs: object) -> None:
-        raise WorkStarted
-
-    for target in (
-        "pipecast.cli.profile_verb.profile_model",
-        "pipecast.cli.recommend_verb.recommend_for",
-        "pipecast.cli.bench_verb.run_suite",
-        "pipecast.cli.train_verb.run_job",
-        "pipecast.api.quick_profile",
-        "pipecast.cli.probe_verb.probe",
-        "pipecast.cli.simulate_verb.predict",
-        "pipecast.cli.partition_verb.partition",
-        "pipecast.report.html.Store",
-    ):
-        monkeypatch.setattr(target, started)
-    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
-    monkeypatch.chdir(tmp_path)
+    also = ("simulate_verb.predict", "partition_verb.partition")
+    targets = [t for t in WORK if "basis_for" not in t] + [f"pipecast.cli.{t}" for t in also]
+    stand_in_work(monkeypatch, tmp_path, [*targets, "pipecast.report.html.Store"])
 
 
 def snapshot(root: Path) -> dict[Path, tuple[object, ...]]:
