@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import os
 import re
-import resource
-import signal
 import stat
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from tests.limits import file_size_limit
 
 from pipecast import jsonio
 from pipecast.errors import DataError
@@ -86,20 +84,6 @@ def test_a_regular_file_is_replaced_whole_and_keeps_its_mode(tmp_path: Path) -> 
     jsonio.write_atomic(tmp_path / "sub" / "new.png", b"\x89PNG")  # a new path, folders made
     assert (tmp_path / "sub" / "new.png").read_bytes() == b"\x89PNG"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json", "sub"]  # no .tmp left
-
-
-@contextmanager
-def file_size_limit(size: int) -> Iterator[None]:
-    """Writes beyond `size` bytes fail with EFBIG in this process, as a full disk fails
-    with ENOSPC (SIGXFSZ ignored so that the write returns the error)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (size, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-        signal.signal(signal.SIGXFSZ, handler)
 
 
 def test_a_write_that_fails_is_one_line_and_leaves_the_old_file(tmp_path: Path) -> None:

@@ -4,13 +4,10 @@ that fails part way (a full disk) is one line, exit 2, and leaves no images' fol
 from __future__ import annotations
 
 import json
-import resource
-import signal
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from tests.limits import file_size_limit
 
 import pipecast.report.html  # noqa: F401  (matplotlib and its fonts loaded before any limit)
 from pipecast.cli.main import main
@@ -72,19 +69,6 @@ def test_a_probe_without_samples_says_so_on_the_page(
     page = (inputs / "page.html").read_text()
     assert "one.json holds no point-to-point samples" in page
     assert "one.json holds no point-to-point samples" in (inputs / "page.md").read_text()
-
-
-@contextmanager
-def file_size_limit(size: int) -> Iterator[None]:
-    """Writes beyond `size` bytes fail (EFBIG) in this process, as on a full disk (ENOSPC)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (size, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-        signal.signal(signal.SIGXFSZ, handler)
 
 
 def test_a_report_that_cannot_be_written_leaves_no_folder(

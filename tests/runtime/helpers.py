@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import os
 import time
+from collections import Counter
+from typing import Any
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from pipecast.planning.partition import from_boundaries
 from pipecast.planning.schedules import make_plan
@@ -185,3 +188,15 @@ def fault(rank: int, step: int, how: str, at_rank: int, at_step: int) -> None:
     if how == "hang":
         time.sleep(10**6)
     os._exit(9)
+
+
+class OpCounts(TorchDispatchMode):
+    """Counts the ATen ops torch runs inside it, by name (`ops`): a mm, an all_reduce."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: Counter[str] = Counter()
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.ops[func.overloadpacket.__name__] += 1
+        return func(*args, **(kwargs or {}))

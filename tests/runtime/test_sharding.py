@@ -4,14 +4,13 @@ collectives a split block runs."""
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import replace
 from typing import Any
 
 import pytest
 import torch
+from tests.runtime.helpers import OpCounts
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from pipecast.measuring.profiler.tensor_parallel import reduces
 from pipecast.runtime.launch import Context, spawn
@@ -24,18 +23,6 @@ from pipecast.values.strategy import Shard
 
 GPT = Workload(model="gpt", dataset="tokens", seq_len=8, vocab=64, width=32, layers=2, heads=4)
 SHARDS: tuple[Shard, ...] = ("full", "grad")
-
-
-class _AllReduces(TorchDispatchMode):
-    """Counts the all-reduces torch runs inside it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops: Counter[str] = Counter()
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        self.ops[func.overloadpacket.__name__] += 1
-        return func(*args, **(kwargs or {}))
 
 
 def _on_rank(ctx: Context) -> dict[str, Any]:
@@ -56,9 +43,9 @@ def _on_rank(ctx: Context) -> dict[str, Any]:
     stage = GPT.build()
     split_blocks(stage, mesh.dp)  # the same two ranks, as a tensor-parallel group
     x = torch.randn(2, 8, 32, requires_grad=True)
-    with _AllReduces() as forward:
+    with OpCounts() as forward:
         y = stage[1](x)
-    with _AllReduces() as backward:
+    with OpCounts() as backward:
         y.sum().backward()
     out["reduces"] = (forward.ops["all_reduce"], backward.ops["all_reduce"])
     return out

@@ -4,13 +4,10 @@ micro-batch, and an input shared by several products concatenated once."""
 
 from __future__ import annotations
 
-from collections import Counter
-from typing import Any
-
 import pytest
 import torch
+from tests.runtime.helpers import OpCounts
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from pipecast.errors import PlanError
 from pipecast.planning.schedules.generators import make_plan
@@ -19,18 +16,6 @@ from pipecast.runtime.weight_batch import Deferred, batched_weight
 from pipecast.values.plan.weight_groups import weight_groups
 
 _aten = torch.ops.aten
-
-
-class _Counting(TorchDispatchMode):
-    """Counts the ATen ops run inside it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops: Counter[str] = Counter()
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        self.ops[func.overloadpacket.__name__] += 1
-        return func(*args, **(kwargs or {}))
 
 
 class _Block(nn.Module):
@@ -86,11 +71,11 @@ def test_one_product_per_weight_and_the_shared_input_concatenated_once() -> None
     torch.manual_seed(0)
     block = _Block()
     works, _ = _works(block, 3)
-    with _Counting() as one_by_one:
+    with OpCounts() as one_by_one:
         for w in works:
             backward_weight(w)
     works, _ = _works(block, 3)
-    with _Counting() as batched:
+    with OpCounts() as batched:
         batched_weight(works)
     products = ("mm", "addmm", "addmm_")
     assert sum(one_by_one.ops[o] for o in products) == 12
