@@ -13,6 +13,7 @@ budget is skipped, so a call always returns its table.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -118,6 +119,11 @@ SETS: dict[str, list[tuple[str, list[str], list[Variant]]]] = {
             Variant("blocks", False, True, extra={"compile_budget": 0.6}),
         ]),
     ],
+    "dry": [("tiny", [], [Variant("off", False)])],  # the plumbing, on a CPU
+    "trace": [
+        ("gpt768", ["compile-whole"], [Variant("blocks", True)]),
+        ("gpt2048", ["compile"], [Variant("blocks", False)]),
+    ],
     "large": [
         ("gpt2048", ["eager", "compile"], [
             Variant("blocks", False), Variant("blocks", True), Variant("off", False),
@@ -150,6 +156,11 @@ def _pipecast(load: Load, variant: Variant) -> dict[str, Any]:
         partition=f"0,{blocks}", steps=8, warmup_steps=3, config=config,
         device=os.environ.get("ONE_GPU_DEVICE", "cuda"),
     )  # fmt: skip
+    trace = os.environ.get("ONE_GPU_TRACE")
+    if trace:  # the step before the last, traced (benchmarks.kernel_mix)
+        from benchmarks.kernel_mix import StepTracer
+
+        job = dataclasses.replace(job, before_step=StepTracer(trace, job.total_steps - 2))
     began = time.perf_counter()
     result = run_job(job)
     assert result is not None
@@ -157,7 +168,13 @@ def _pipecast(load: Load, variant: Variant) -> dict[str, Any]:
     kinds: dict[str, float] = {}
     for e in result.reports[0].events:  # the last step's actions, as the trace has them
         kinds[e.kind] = kinds.get(e.kind, 0.0) + (e.end - e.start) * 1e3
+    steps = result.reports[0].steps
+    host = {
+        part: round(1e3 * sum(getattr(r, part) for r in steps) / max(len(steps), 1), 3)
+        for part in ("host_before", "host_loop", "host_after")
+    }
     return {
+        "host_ms": host,
         "actions_ms": {k: round(v, 2) for k, v in kinds.items()},
         "step_ms": round(s["step_time"] * 1e3, 2),
         "peak_alloc_gib": round(s["peak_allocated"][0] / 2**30, 3),
@@ -169,6 +186,11 @@ def _pipecast(load: Load, variant: Variant) -> dict[str, Any]:
 
 def _child(args: argparse.Namespace) -> None:
     load = LOADS[args.load]
+    if args.torch_mode:  # torch's own step, traced (--trace)
+        from benchmarks.kernel_mix import torch_traced
+
+        print("ROW " + json.dumps(torch_traced(load, args.torch_mode, args.trace)), flush=True)
+        return
     variant = Variant(**json.loads(args.variant))
     row = {"load": args.load, "side": "pipecast", "mode": variant.name, **_pipecast(load, variant)}
     print("ROW " + json.dumps(row), flush=True)
@@ -196,6 +218,10 @@ def main() -> None:
     ap.add_argument("--child", action="store_true")
     ap.add_argument("--load")
     ap.add_argument("--variant")
+    ap.add_argument("--torch-mode", default="")
+    ap.add_argument(
+        "--trace", default="", help="trace one step of every run to DIR (benchmarks.kernel_mix)"
+    )
     args = ap.parse_args()
     if args.child:
         _child(args)
@@ -206,24 +232,29 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     for load_name, modes, variants in SETS[args.set]:
         load = LOADS[load_name]
+        child = [sys.executable, "-m", "benchmarks.one_gpu", "--child", "--load", load_name]
         todo: list[tuple[str, list[str]]] = [
-            (f"torch {m}", [sys.executable, str(ANCHOR), "--mode", m, *load.anchor_args()])
+            (
+                f"torch {m}",
+                [*child, "--torch-mode", m, "--trace", f"{args.trace}/{load_name}_torch_{m}"]
+                if args.trace
+                else [sys.executable, str(ANCHOR), "--mode", m, *load.anchor_args()],
+            )
             for m in modes
         ]
         todo += [
-            (
-                f"pipecast {v.name}",
-                [sys.executable, "-m", "benchmarks.one_gpu", "--child", "--load", load_name,
-                 "--variant", json.dumps(v.__dict__)],
-            )
-            for v in variants
-        ]  # fmt: skip
+            (f"pipecast {v.name}", [*child, "--variant", json.dumps(v.__dict__)]) for v in variants
+        ]
+        if args.trace:
+            Path(args.trace).mkdir(parents=True, exist_ok=True)
         for name, cmd in todo:
             left = args.budget - (time.monotonic() - began)
             if left < 20:
                 print(f"skipped {load_name} {name}: budget spent", flush=True)
                 continue
             t0 = time.monotonic()
+            if args.trace and name.startswith("pipecast"):
+                os.environ["ONE_GPU_TRACE"] = f"{args.trace}/{load_name}_{name.replace(' ', '_')}"
             row, why = _run(cmd, left)
             took = time.monotonic() - t0
             if row is None:
@@ -233,7 +264,7 @@ def main() -> None:
             rows.append(row)
             with (out / "runs.jsonl").open("a") as f:
                 f.write(json.dumps(row) + "\n")
-            print(f"{load_name:9} {name:44} {row['step_ms']:>9} ms  "
+            print(f"{load_name:9} {name:44} {row.get('step_ms', '-'):>9} ms  "
                   f"{row.get('peak_alloc_gib', 0):>7} GiB  ({took:.0f} s)", flush=True)  # fmt: skip
 
 
