@@ -51,6 +51,8 @@ EXAMPLES = {
         "0.1GB/s",
     ),
     "FSDP x8 x TP x8": (8, Strategy(kind="data", replicas=8, shard="full", tp=TP), "1GB/s"),
+    # two replicas on each node: the FSDP group reduces in the node, then across on 2 rails
+    "FSDP x16 x TP x4": (8, Strategy(kind="data", replicas=16, shard="full", tp=4), "1GB/s"),
 }
 MORE = {
     "2 x interleaved 2 ranks x TP x4": (
@@ -78,6 +80,36 @@ def test_traffic_between_nodes_is_priced_on_the_link_between_them(name: str) -> 
     1 or 0.1 GB/s)."""
     nodes, strategy, slow = EXAMPLES[name]
     assert _step(nodes, strategy, slow) > _step(nodes, strategy, "50GB/s")
+
+
+PODS = {
+    # name: (nodes per pod, whether the job's traffic crosses pods)
+    "FSDP x8 x TP x8": (4, True),  # replicas 0-3 in pod 0, 4-7 in pod 1
+    "2 stages x TP x8": (1, True),  # pipeline rank 1 in the second pod
+    "data parallel x2 x TP x8": (2, False),  # both nodes in one pod
+}
+
+
+@pytest.mark.parametrize("name", PODS)
+def test_traffic_between_pods_is_priced_on_the_oversubscribed_spine(name: str) -> None:
+    """A 4:1 spine between pods slows the step of a job whose groups or pipeline neighbours
+    sit in different pods, and leaves one inside a pod as it was."""
+    nodes, strategy, _ = EXAMPLES[name]
+    nodes_per_pod, crosses = PODS[name]
+
+    def step(oversubscription: float) -> float:
+        cluster = replace(
+            describe(gpus_per_node=8, nodes=nodes, memory="80GiB"),
+            nodes_per_pod=nodes_per_pod,
+            oversubscription=oversubscription,
+        )
+        batch = 8 * strategy.replicas * strategy.microbatches
+        return predict(_profile(), cluster, strategy, batch).step_time
+
+    if crosses:
+        assert step(4.0) > step(1.0)
+    else:
+        assert step(4.0) == step(1.0)
 
 
 def _recording(cluster: Cluster, priced: list[tuple[str, tuple[int, ...]]]) -> Cluster:
@@ -132,6 +164,7 @@ def _runtime_groups(strategy: Strategy) -> tuple[set[tuple[int, ...]], set[tuple
         ("FSDP x2 x TP x8", ("group", (0, 8))),
         ("data parallel x2 x TP x8", ("group", (0, 8))),
         ("FSDP x8 x TP x8", ("group", (0, 8, 16, 24, 32, 40, 48, 56))),
+        ("FSDP x16 x TP x4", ("group", tuple(range(0, 64, 4)))),
         # pipeline rank 1's tensor-parallel rank 0 is global rank 8 (node 1)
         ("2 stages x TP x8", ("link", (0, 8))),
         # pipeline rank 1's tensor-parallel ranks

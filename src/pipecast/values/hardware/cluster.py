@@ -9,6 +9,7 @@ from typing import Any
 
 from pipecast import jsonio
 from pipecast.errors import ConfigError, DataError
+from pipecast.values.hardware.tiers import hierarchical_seconds, ring_seconds, span
 
 FORMAT_VERSION = 1
 
@@ -58,12 +59,22 @@ class Cluster:
     intra: Link
     """Link between two GPUs of one node."""
     inter: Link
-    """Link between GPUs of different nodes."""
+    """Link between GPUs of different nodes of one pod: one GPU's own NICs (its rails,
+    nics_per_gpu x a NIC's bandwidth), each GPU of a node on rails of its own."""
+    nics_per_gpu: int = 1
+    """NICs each GPU has to the network (rails per GPU); `inter` is all of them together."""
+    nodes_per_pod: int = 0
+    """Nodes under one pod's leaf switches, one hop apart rail by rail (a DGX SuperPOD's
+    scalable unit: 32); 0: one pod holds every node."""
+    oversubscription: float = 1.0
+    """r of an r:1 oversubscribed spine between pods: traffic leaving a pod gets 1/r of its
+    rails' bandwidth (1: non-blocking)."""
     allreduce_busbw: dict[int, float] = field(default_factory=dict)
     """Group size -> all-reduce bus bandwidth within a node (bytes/s, nccl-tests convention);
     empty: derived from the intra link."""
     allreduce_inter_busbw: float = 0.0
-    """All-reduce bus bandwidth for groups spanning nodes (0: derived from the inter link)."""
+    """All-reduce bus bandwidth of one rail across nodes of a pod, the cross-node phase of
+    a hierarchical all-reduce (0: the inter link's bandwidth)."""
     allreduce_latency: float = 0.0
     """Fixed cost of one all-reduce in seconds."""
     allgather_busbw: dict[int, float] = field(default_factory=dict)
@@ -161,6 +172,12 @@ class Cluster:
                 f"a cluster needs at least 1 node and 1 GPU per node, got nodes={self.nodes}, "
                 f"gpus_per_node={self.gpus_per_node}"
             )
+        if self.nics_per_gpu < 1 or self.nodes_per_pod < 0 or self.oversubscription < 1:
+            raise ConfigError(
+                "a cluster needs nics_per_gpu >= 1, nodes_per_pod >= 0 (0: one pod) and "
+                f"oversubscription >= 1, got {self.nics_per_gpu}, {self.nodes_per_pod} and "
+                f"{self.oversubscription}"
+            )
         if self.memory_bytes <= 0:
             raise ConfigError(f"GPU memory must be positive, got {self.memory_bytes} bytes")
         for label, link in (
@@ -181,27 +198,63 @@ class Cluster:
     def node_of(self, rank: int) -> int:
         return rank // self.gpus_per_node
 
+    def pod_of(self, rank: int) -> int:
+        """The pod of `rank`'s node (0 where one pod holds every node)."""
+        return self.node_of(rank) // self.nodes_per_pod if self.nodes_per_pod else 0
+
+    @property
+    def nic_bandwidth(self) -> float:
+        """Bytes per second of one NIC: the inter-node link over the NICs per GPU."""
+        return self.inter.bandwidth / self.nics_per_gpu
+
+    def network(self, pods: int) -> Link:
+        """A GPU's link to other nodes for traffic within one pod (`pods` 1: its rails, the
+        inter link) or across pods (its rails' bandwidth over the oversubscription)."""
+        if pods <= 1 or self.oversubscription == 1:
+            return self.inter
+        return Link(
+            latency=self.inter.latency, bandwidth=self.inter.bandwidth / self.oversubscription
+        )
+
     def link(self, src: int, dst: int) -> Link:
+        """Point to point: a measured pair's link, else NVLink within a node, the rails
+        within a pod, the oversubscribed spine between pods (every pipeline rank at a pod's
+        edge sends at once, so they share its uplinks)."""
         if (src, dst) in self.pairs:
             return self.pairs[(src, dst)]
-        return self.intra if self.node_of(src) == self.node_of(dst) else self.inter
+        if self.node_of(src) == self.node_of(dst):
+            return self.intra
+        return self.network(1 if self.pod_of(src) == self.pod_of(dst) else 2)
 
     def allreduce_time(self, nbytes: float, ranks: Sequence[int]) -> float:
-        """Ring all-reduce of `nbytes` over `ranks`: 2(n-1)/n x bytes / bus bandwidth."""
+        """All-reduce of `nbytes` over `ranks`, priced by tier (tiers.py has the formulas):
+        within a node, a ring at the node's bus bandwidth, 2(n-1)/n x bytes / busbw; across
+        nodes, hierarchical: reduce-scatter in each node, an all-reduce across the nodes on
+        1/g of the data on each of the g rails, all-gather in each node; the cross-node
+        phase at the rails' bandwidth, over the oversubscription where the group spans
+        pods."""
         n = len(ranks)
         if n <= 1 or nbytes <= 0:
             return 0.0
-        spans = len({self.node_of(r) for r in ranks}) > 1
-        if spans:
-            busbw = self.allreduce_inter_busbw or self.inter.bandwidth
-        elif self.allreduce_busbw:
-            sizes = sorted(self.allreduce_busbw)
-            i = min(bisect.bisect_left(sizes, n), len(sizes) - 1)
-            busbw = self.allreduce_busbw[sizes[i]]
-        else:
-            busbw = self.intra.bandwidth
-        latency = self.allreduce_latency or 2 * (n - 1) * self.link(ranks[0], ranks[-1]).latency
-        return latency + 2 * (n - 1) / n * nbytes / busbw
+        where = span(ranks, self.gpus_per_node, self.nodes_per_pod)
+        if where.nodes == 1:
+            latency = self.allreduce_latency or 2 * (n - 1) * self.link(ranks[0], ranks[-1]).latency
+            return latency + ring_seconds(nbytes, n, self._node_busbw(n))
+        net = self.network(where.pods)
+        net_busbw = net.bandwidth
+        if self.allreduce_inter_busbw:
+            net_busbw = self.allreduce_inter_busbw * net.bandwidth / self.inter.bandwidth
+        g, k = where.per_node, where.nodes
+        latency = self.allreduce_latency or (
+            2 * (g - 1) * self.intra.latency + 2 * (k - 1) * net.latency
+        )
+        return latency + hierarchical_seconds(nbytes, where, self._node_busbw(g), net_busbw)
+
+    def _node_busbw(self, n: int) -> float:
+        """All-reduce bus bandwidth of `n` ranks of one node: the measured group size
+        nearest at or above `n` (the largest measured above them all), else the intra
+        link's."""
+        return self._busbw(self.allreduce_busbw, n) or self.intra.bandwidth
 
     def _busbw(self, table: dict[int, float], n: int) -> float:
         """Bus bandwidth for a group of `n` within a node from `table` (the nearest size at or
@@ -257,6 +310,9 @@ class Cluster:
                 "matmul_flops": self.matmul_flops,
                 "intra": _link_json(self.intra),
                 "inter": _link_json(self.inter),
+                "nics_per_gpu": self.nics_per_gpu,
+                "nodes_per_pod": self.nodes_per_pod,
+                "oversubscription": self.oversubscription,
                 "allreduce_busbw": {str(k): v for k, v in self.allreduce_busbw.items()},
                 "allreduce_inter_busbw": self.allreduce_inter_busbw,
                 "allreduce_latency": self.allreduce_latency,
@@ -298,7 +354,9 @@ def _link_json(link: Link) -> dict[str, float]:
 
 def cluster_from_dict(doc: dict[str, Any], source: str = "<dict>") -> Cluster:
     """A Cluster from a JSON document or a user's short description. Sizes and rates may be
-    strings with units ('80GiB', '300GB/s', '5us')."""
+    strings with units ('80GiB', '300GB/s', '5us'). A description may give the network as
+    one NIC ("nic": {"bandwidth": "400Gbit/s", "latency": "5us"}) and "nics_per_gpu"
+    instead of the inter link, which is then all of a GPU's NICs together."""
     from pipecast.values.hardware.units import parse_bytes, parse_rate, parse_seconds
 
     def link(value: Any, what: str) -> Link:
@@ -310,7 +368,17 @@ def cluster_from_dict(doc: dict[str, Any], source: str = "<dict>") -> Cluster:
 
     try:
         intra = link(doc["intra"], "intra")
-        inter = link(doc.get("inter", doc["intra"]), "inter")
+        nics = int(doc.get("nics_per_gpu", 1))
+        if "nic" in doc and "inter" in doc:
+            raise DataError(
+                f"{source} gives both 'nic' and 'inter': give one NIC ('nic', with "
+                "'nics_per_gpu') or a GPU's whole link between nodes ('inter'), not both"
+            )
+        if "nic" in doc:
+            nic = link(doc["nic"], "nic")
+            inter = Link(latency=nic.latency, bandwidth=nic.bandwidth * nics)
+        else:
+            inter = link(doc.get("inter", doc["intra"]), "inter")
         return Cluster(
             name=str(doc.get("name", "cluster")),
             device=str(doc.get("device", "unknown")),
@@ -322,6 +390,9 @@ def cluster_from_dict(doc: dict[str, Any], source: str = "<dict>") -> Cluster:
             matmul_flops=float(doc.get("matmul_flops", 0.0)),
             intra=intra,
             inter=inter,
+            nics_per_gpu=nics,
+            nodes_per_pod=int(doc.get("nodes_per_pod", 0)),
+            oversubscription=float(doc.get("oversubscription", 1.0)),
             allreduce_busbw={
                 int(k): parse_rate(v) for k, v in doc.get("allreduce_busbw", {}).items()
             },

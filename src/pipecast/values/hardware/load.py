@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 from pipecast import jsonio
 from pipecast.errors import DataError
@@ -11,9 +13,11 @@ from pipecast.values.hardware.presets import PRESETS, gpu_kind, preset
 
 
 def load_cluster(arg: str) -> Cluster:
-    """A preset (`h100-nvlink`), or a JSON file: a probe's output (kind 'cluster') or a user's
-    description such as {"gpus_per_node": 4, "memory": "80GiB", "intra": {"bandwidth":
-    "150GB/s", "latency": "10us"}, "nodes": 2, "inter": {"bandwidth": "50GB/s"}}."""
+    """A preset (`h100-nvlink`, `dgx-h100`, `h100-superpod`...), or a JSON file: a probe's
+    output (kind 'cluster') or a user's description such as {"gpus_per_node": 4, "memory":
+    "80GiB", "intra": {"bandwidth": "150GB/s", "latency": "10us"}, "nodes": 2, "inter":
+    {"bandwidth": "50GB/s"}}, or a preset changed where a description says otherwise
+    ({"preset": "h100-superpod", "oversubscription": 2})."""
     if arg in PRESETS:
         return preset(arg)
     if not Path(arg).exists():
@@ -30,7 +34,20 @@ def load_cluster(arg: str) -> Cluster:
             f"{arg} holds {jsonio.describe(doc)}, not a cluster: pass a probe's output or a "
             "JSON object describing the machine"
         )
+    if "preset" in doc:
+        return from_preset(doc, source=arg)
     return cluster_from_dict(doc, source=arg)
+
+
+def from_preset(doc: dict[str, Any], source: str = "<dict>") -> Cluster:
+    """The preset `doc` names with every other figure `doc` gives in place of the preset's
+    (the network given as one NIC replaces the preset's inter link)."""
+    base = json.loads(preset(str(doc["preset"])).to_json())
+    if "nic" in doc:
+        base.pop("inter")
+    if "memory" in doc:
+        base.pop("memory_bytes")
+    return cluster_from_dict({**base, **{k: v for k, v in doc.items() if k != "preset"}}, source)
 
 
 def default_cluster(device_name: str, gpus: int) -> Cluster:

@@ -5,6 +5,23 @@ the probes of the lent 4-GPU machines (`measured_preset`); the all-reduce over 8
 no probe read, and inter-node links (400 Gbit/s InfiniBand per GPU) are nominal. Those
 medians predicted the stored runs about as well as each run's own probe, and better than
 nominal figures (docs/decisions.md, "Presets from the probes' medians").
+
+Nodes and clusters as built (docs/clusters.md has the sources):
+
+- `dgx-h100`: one NVIDIA DGX H100, 8 H100 SXM5 80GB joined by NVLink 4 through 4 NVSwitches
+  (900 GB/s per GPU both ways together, 450 GB/s each way) and 8 ConnectX-7 NICs of
+  400 Gbit/s, one per GPU, each on a rail of its own (NVIDIA DGX H100 User Guide, "Hardware
+  Overview"). Within the node it holds `h100-nvlink`'s probe medians, which predict better
+  than the nominal 450 GB/s; the rails are the nominal 400 Gbit/s.
+- `dgx-h200`: the same node with 8 H200 SXM 141GB (NVIDIA DGX H200 User Guide), the H200
+  probes' medians within the node.
+- `h100-superpod`: a DGX SuperPOD of DGX H100 (NVIDIA DGX SuperPOD Reference Architecture,
+  RA-11333-001, "Network Fabrics"): scalable units of 32 nodes, each rail-aligned (GPU k of
+  a node one hop from GPU k of the other 31 through rail k's leaf switch), 4 of them under
+  a full fat-tree spine of NDR 400 Gbit/s InfiniBand, non-blocking: oversubscription 1. The
+  reference's 4 units hold 127 nodes (one slot goes to the fabric manager); the preset counts
+  128. A description {"preset": "h100-superpod", "oversubscription": 2, "nodes": 64} prices
+  a spine of 2:1 or another size (load.load_cluster).
 """
 
 from __future__ import annotations
@@ -65,6 +82,14 @@ PRESETS: dict[str, Cluster] = {
     ),
 }
 
+# DGX H100 and H200: one ConnectX-7 of 400 Gbit/s (_IB) per GPU, a rail each.
+PRESETS["dgx-h100"] = replace(
+    PRESETS["h100-nvlink"], name="dgx-h100", device="NVIDIA H100 80GB HBM3", nics_per_gpu=1
+)
+PRESETS["dgx-h200"] = replace(PRESETS["h200-nvlink"], name="dgx-h200", nics_per_gpu=1)
+PRESETS["h100-superpod"] = replace(
+    PRESETS["dgx-h100"], name="h100-superpod", nodes=128, nodes_per_pod=32, oversubscription=1.0
+)
 
 GPU_KINDS = ("h100", "h200")
 """The GPUs with a preset of their own (`<kind>-nvlink`)."""
