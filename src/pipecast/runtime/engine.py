@@ -140,6 +140,21 @@ class PipelineEngine:
         self.agreement = ShapeAgreement(self.global_rank)
         self.replay = Replay(self) if graphs.enabled(plan, config, device.type) else None
         """The graphed path (pipecast.runtime.replay); None: every step runs eagerly."""
+        # a host optimizer steps each block as its gradients leave, where nothing needs
+        # the whole gradients on the device first and autograd's hooks run (host_step)
+        overlap = not (
+            self.replay is not None
+            or self.scaler.scale
+            or config.clip_grad_norm > 0
+            or self.dp_group is not None
+            or sharded
+            or plan.async_updates
+            or plan.split_backward
+            or self.ties
+        )
+        for st in stages.values():
+            if st.host_step is not None:
+                st.host_step.overlap = overlap
 
     def close(self) -> None:
         self.watchdog.__exit__()
@@ -323,6 +338,8 @@ class PipelineEngine:
                     self.clock.end(mark, self.global_rank, str(a), "W", a.stage, a.mb)
                 else:
                     grad = self._output_grad(a, st, local)
+                    if st.host_step is not None and self._last_backward.get(a.stage) == position:
+                        st.host_step.last_backward()
                     mark = self.clock.begin()
                     self.watchdog.at(a, "computing the backward")
                     grad_in = run_backward(

@@ -23,6 +23,7 @@ from pipecast.errors import ConfigError
 from pipecast.runtime import compiled, devices, float8, sharding
 from pipecast.runtime.backward import Cut
 from pipecast.runtime.config import RunConfig
+from pipecast.runtime.host_step import HostStep
 from pipecast.runtime.sharding import StageMesh
 from pipecast.runtime.weight_stream import WeightStream
 from pipecast.values.profile.segments import segments
@@ -45,15 +46,15 @@ def materialize(module: M, device: torch.device) -> M:
     return module
 
 
-def make_optimizer(
-    params: list[nn.Parameter], config: RunConfig, *, host: bool = False
-) -> torch.optim.Optimizer:
+def make_optimizer(params: Any, config: RunConfig, *, host: bool = False) -> torch.optim.Optimizer:
     """The run's optimizer over `params`, fused where its tensors are on a GPU or are the
     offloaded optimizer's host copy (`host`): torch's fused kernels make one pass over each
     tensor where the default makes one per arithmetic step (Adam reads and writes every
     tensor about ten times, fused once: docs/decisions.md, "The optimizer on the host").
-    CPU ranks keep torch's default."""
-    fused = True if host or any(p.is_cuda for p in params) else None
+    CPU ranks keep torch's default. `params`: a list of parameters, or of parameter groups."""
+    grouped = bool(params) and isinstance(params[0], dict)
+    flat = [q for g in params for q in g["params"]] if grouped else params
+    fused = True if host or any(p.is_cuda for p in flat) else None
     if config.optimizer == "adam":
         return torch.optim.Adam(params, lr=config.lr, fused=fused)
     momentum = 0.9 if config.optimizer == "momentum" else 0.0
@@ -101,18 +102,23 @@ class StageModule:
         self.host_params: list[nn.Parameter] | None = None
         """With the optimizer on the host (RunConfig.offload): its copy of the weights, in
         the same order as `params`, which it steps and copies back."""
-        stepped: list[nn.Parameter] = self.params
+        self.host_step: HostStep | None = None
+        """With the optimizer on the host: its blocks' steps (pipecast.runtime.host_step)."""
+        self.optimizer: torch.optim.Optimizer | None = None
         if offloads_optimizer(config.offload) and self.params:
             self.host_params = [nn.Parameter(_pinned_like(p, device)) for p in self.params]
             self.weights_changed()
-            stepped = self.host_params
-        self.optimizer = (
-            make_optimizer(stepped, config, host=self.host_params is not None)
-            if self.params
-            else None
-        )
-        self.host_grads: list[torch.Tensor] | None = None
-        """With the optimizer on the host: where the gradients land for its step."""
+            self.host_step = HostStep(
+                list(self.module),
+                self.params,
+                self.host_params,
+                lambda ps: make_optimizer(ps, config, host=True),
+                device,
+                streamed=offloads_weights(config.offload),
+            )
+            self.optimizer = self.host_step.optimizer
+        elif self.params:
+            self.optimizer = make_optimizer(self.params, config)
         self.streamed: WeightStream | None = None
         """With the weights streamed (RunConfig.offload): the device holds a window of
         blocks' weights, brought in from `host_params` as the blocks run."""
@@ -141,30 +147,24 @@ class StageModule:
         return self.mesh.tp is not None or self.mesh.dp is not None
 
     def step(self) -> None:
-        """The optimizer's step. On the host: the gradients copied out, the host's copy of
-        the weights stepped there, and copied back."""
+        """The optimizer's step. On the host: the gradients not yet copied out copied out,
+        the host's copy of the weights stepped there block by block, and copied back
+        (pipecast.runtime.host_step)."""
         if self.optimizer is None:
             return
-        if self.host_params is None:
+        if self.host_step is None:
             self.optimizer.step()
             return
-        if self.host_grads is None:  # pinned once: a fresh pageable copy each step is slow
-            self.host_grads = [_pinned_like(h, self.device) for h in self.host_params]
-        for p, h, g in zip(self.params, self.host_params, self.host_grads, strict=True):
-            if p.grad is None:
-                h.grad = None
-                continue
-            g.copy_(p.grad.detach(), non_blocking=True)
-            h.grad = g
-        if self.device.type == "cuda":
-            torch.cuda.current_stream(self.device).synchronize()  # the copies have landed
-        self.optimizer.step()
+        self.host_step.step()
         if self.streamed is not None:  # the next blocks to run bring the new weights in
             self.streamed.host_stepped()
-            return
-        with torch.no_grad():
-            for p, h in zip(self.params, self.host_params, strict=True):
-                p.copy_(h, non_blocking=True)
+
+    def grad_of(self, param: nn.Parameter) -> torch.Tensor | None:
+        """`param`'s gradient of the last backward: on the host where the gradients left
+        the device as they were produced (pipecast.runtime.host_step), else its .grad."""
+        if self.host_step is not None and self.host_step.overlap:
+            return self.host_step.last_grad(param)
+        return param.grad
 
     def zero_grad(self, *, set_to_none: bool) -> None:
         if self.optimizer is None:

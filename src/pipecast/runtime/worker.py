@@ -244,8 +244,9 @@ def _capture(report: RankReport, stages: dict[int, StageModule]) -> None:
             for name, p in st.module.named_parameters():
                 report.held[name] = sharding.local(p.detach()).numel()
                 report.params[name] = sharding.full(p.detach()).cpu().clone()
-                if p.grad is not None:
-                    report.grads[name] = sharding.full(p.grad.detach()).cpu().clone()
+                grad = st.grad_of(p)
+                if grad is not None:
+                    report.grads[name] = sharding.full(grad.detach()).cpu().clone()
 
 
 def _set_lr(stages: dict[int, StageModule], job: TrainJob, step: int) -> None:
