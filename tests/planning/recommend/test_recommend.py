@@ -63,12 +63,13 @@ def test_memory_drops_strategies_and_says_why() -> None:
     rec = recommend(p, small, 32)
     # one GPU and data parallelism hold all 8 GiB of weights and gradients on one 4 GiB
     # GPU, two stages 4 GiB: only pipelines over all four GPUs fit as they are; fewer GPUs
-    # only with the weights streamed from the host (the gradients stay: 4 GiB on one)
+    # only with the weights streamed from the host (and the gradients leaving as they are
+    # made: one GPU then holds two blocks' of each)
     assert rec.ranked and all(
         pred.strategy.stages == 4 or pred.strategy.offload in ("weights", "all")
         for pred in rec.ranked
     )
-    assert all(pred.strategy.stages >= 2 for pred in rec.ranked)
+    assert any(pred.strategy.gpus == 1 for pred in rec.ranked)
     assert any("GiB per GPU" in r.reason for r in rec.rejected)
     assert all(pred.peak_memory <= pred.memory_limit for pred in rec.ranked)
     with pytest.raises(ConfigError, match="has 4: ask for 4 or fewer, or give a cluster with more"):

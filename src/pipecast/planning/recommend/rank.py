@@ -23,6 +23,7 @@ from pipecast.values.hardware.units import human_bytes, per_rank
 from pipecast.values.profile.types import Profile
 from pipecast.values.strategy import Strategy
 from pipecast.values.training import (
+    OFFLOADS,
     OPTIMIZER_STATE,
     Compile,
     Optimizer,
@@ -229,9 +230,15 @@ def _as_run(
 
 
 def fastest_first(predictions: Iterable[Prediction]) -> tuple[Prediction, ...]:
-    """`predictions` by step time, and at equal step time the one on fewer GPUs first: it
-    leaves the others free for the same speed."""
-    return tuple(sorted(predictions, key=lambda p: (p.step_time, p.strategy.gpus)))
+    """`predictions` by step time, and at equal step time the one on fewer GPUs first (it
+    leaves the others free for the same speed), then the one moving less to the host (a
+    copy priced as hidden may still take the link from something else)."""
+    return tuple(
+        sorted(
+            predictions,
+            key=lambda p: (p.step_time, p.strategy.gpus, OFFLOADS.index(p.strategy.offload)),
+        )
+    )
 
 
 def offloaded(strategy: Strategy, optimizer: Optimizer) -> list[Strategy]:

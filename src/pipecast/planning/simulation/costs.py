@@ -76,6 +76,11 @@ class StageTimes:
     weights_in: float = 0.0
     """Streamed weights: seconds to bring the stage's weights onto the device, a block at a
     time beside the compute, for every action that runs its forward or input backward."""
+    grads_out: float = 0.0
+    """The optimizer on the host, gradients leaving as they are made: seconds to copy the
+    stage's gradients out, beside each backward (the other way of the link from weights in)."""
+    grad_window_bytes: int = 0
+    """... and the gradient bytes on the device at once (0: all of the stage's, held)."""
     window_bytes: int = 0
     """Streamed weights: weight bytes on the device at once (a block's and the next one's,
     counted as twice the largest block's)."""

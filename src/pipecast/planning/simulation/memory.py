@@ -122,9 +122,6 @@ def fixed_memory(plan: Plan, costs: Costs) -> FixedMemory:
     reducing = [0] * plan.num_ranks  # the all-reduce's flat copies of the gradients
     on_host = offloads_optimizer(costs.offload) and not plan.forward_only
     per_param = OPTIMIZER_STATE[costs.optimizer]
-    factor = 1.0 + (
-        0.0 if plan.forward_only else costs.grad_bytes_factor + (0.0 if on_host else per_param)
-    )
     temporary = 0.0 if on_host or plan.forward_only else OPTIMIZER_TEMPORARY[costs.optimizer]
     for s, r in enumerate(plan.stage_to_rank):
         st = costs.stages[s]
@@ -134,10 +131,13 @@ def fixed_memory(plan: Plan, costs: Costs) -> FixedMemory:
             static[r] += st.batch_bytes * plan.num_microbatches
             stepping[r] += int(st.param_bytes * temporary / shards)
             continue
-        if st.window_bytes:  # streamed: the gradients and a window of the weights
-            static[r] += int(st.param_bytes * (factor - 1.0)) + st.window_bytes
-        else:
-            static[r] += int(st.param_bytes * factor)
+        training = not plan.forward_only
+        grads = costs.grad_bytes_factor * st.param_bytes if training else 0.0
+        if st.grad_window_bytes and training:  # they leave as they are made (host_step)
+            grads = st.grad_window_bytes
+        state = per_param * st.param_bytes if training and not on_host else 0.0
+        weights = st.window_bytes or st.param_bytes  # streamed: a window of them
+        static[r] += int(weights + grads + state)
         if on_host:
             host[r] += int(st.param_bytes * (2.0 + per_param))  # weights, gradients, state
         static[r] += st.batch_bytes * plan.num_microbatches  # the step's batch, held throughout

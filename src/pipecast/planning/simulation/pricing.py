@@ -78,8 +78,9 @@ def costs_from_profile(
         times = _stage_times(profile, partition, index, micro_batch, host, cuda_graphs)
         times = replace(times, optimizer=times.optimizer * step_scale)
         times = _offloaded(
-            times, profile, st.start, st.stop, micro_batch, cluster, offload, recompute
-        )
+            times, profile, st.start, st.stop, micro_batch, cluster, offload, recompute,
+            overlap=not (cuda_graphs or clip or ddp) and len(st.devices) == 1,
+        )  # fmt: skip
         stages.append(batched_weights(times, profile, st.start, st.stop, micro_batch, weight_batch))
     fwd, bwd = _transfers(partition, stages, cluster)
     allreduce = tuple(
@@ -250,9 +251,20 @@ def _offloaded(
     cluster: Cluster,
     offload: Offload,
     recompute: Recompute = "none",
+    *,
+    overlap: bool = False,
 ) -> StageTimes:
     """`times` with what moving to and from the host adds under `offload`: the gradients
     out, the host's optimizer step and the weights back; saved activations out and back.
+
+    The optimizer on the host, `overlap` (the runtime's condition, pipecast.runtime
+    .host_step: one replica, no CUDA graphs, no clipping): each gradient leaves as the
+    backward makes it, so every backward copies the stage's gradients out beside its
+    compute, the other way of the link (`grads_out`), and the device holds only those in
+    flight (`grad_window_bytes`, twice the largest block's); the host steps each block once
+    the last backward delivered it, beside the rest of that backward, so what is left after
+    it is the host's work less that backward, and no less than the first block's share of
+    it, which the backward delivers last.
 
     Streamed weights: every action that runs a block needs its weights on the device, so F,
     B and BW each take no less than the copy of the stage's weights in (`weights_in`,
@@ -263,22 +275,28 @@ def _offloaded(
     their products saved, so it too takes no less than `weights_in`. Per micro-batch the
     host link then carries the weights in twice (F, BW) or three times (F, B, W)."""
     param_bytes = times.param_bytes
-    if offloads_optimizer(offload):
+    if offloads_optimizer(offload) and param_bytes:
         moved = cluster.host_link.time(param_bytes)
         step = param_bytes / cluster.optimizer_rate(weight_bytes(profile))
-        if offloads_weights(offload):  # weights come back as the blocks run instead
-            window = 2 * max(b.param_bytes for b in profile.blocks[start:stop])
+        streamed = offloads_weights(offload)  # weights come back as the blocks run instead
+        window = min(2 * max(b.param_bytes for b in profile.blocks[start:stop]), param_bytes)
+        if overlap:
+            host = step + (0.0 if streamed else moved)  # stepped, and the weights back
+            first = next(b.param_bytes for b in profile.blocks[start:stop] if b.param_bytes)
+            tail = host * first / param_bytes
             times = replace(
                 times,
-                optimizer=moved + step,
-                weights_in=moved,
-                window_bytes=min(window, param_bytes),
+                optimizer=max(tail, host - times.backward),
+                grads_out=moved,
+                grad_window_bytes=window,
             )
+        else:
+            times = replace(times, optimizer=moved + step + (0.0 if streamed else moved))
+        if streamed:
+            times = replace(times, weights_in=moved, window_bytes=window)
             if recompute != "none":
                 kept, largest = checkpoints(profile, start, stop, micro_batch)
                 times = replace(times, checkpoint_bytes=kept, recomputed_bytes=largest)
-        else:
-            times = replace(times, optimizer=2 * moved + step)
     if offloads_activations(offload):
         out = times.offloaded_bytes
         largest = max(profile.cost(i, micro_batch).saved_bytes for i in range(start, stop))

@@ -111,6 +111,8 @@ def _duration(
         seconds = max(seconds, st.weights_in)  # streamed weights come in beside the compute
     if action.kind == "F" and offloads(action, costs, plan):
         seconds = max(seconds, st.to_host)  # copies out run beside it, the other way
+    if action.kind in ("B", "BW"):
+        seconds = max(seconds, st.grads_out)  # gradients leave beside it, the other way
     return seconds
 
 
