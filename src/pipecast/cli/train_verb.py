@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -94,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
     cp = _checkpointing(args)
     note_sizes(workload)  # once every check has passed
     if followed is not None:
+        args.predicted_step, args.followed_label = followed.predicted, followed.label
         console.print(
             f"running {followed.label} (predicted {human_seconds(followed.predicted)} a step) "
             f"from {args.recommendation}"
@@ -287,6 +289,17 @@ def _write_traces(args: argparse.Namespace, result: JobResult, profile: Profile 
         timelines.insert(0, (QUICK_LABEL, predicted.timeline))
     write_trace(str(trace), *timelines)
     console.print(f"trace: {trace}")
+    summary: dict[str, Any] = {
+        k: v for k, v in result.summary.items() if isinstance(v, int | float | list)
+    }
+    predicted_step = getattr(args, "predicted_step", 0.0)
+    if predicted_step:
+        summary["predicted_step_time"] = predicted_step
+    summary["strategy"] = getattr(args, "followed_label", "") or _layout(job, job.plan.name)
+    jsonio.write_atomic(
+        str(trace).replace(".measured.trace.json", ".summary.json"),
+        json.dumps(summary, indent=1) + "\n",
+    )
 
 
 def _trace_path(args: argparse.Namespace, job: TrainJob) -> Path:
