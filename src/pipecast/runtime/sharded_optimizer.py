@@ -6,6 +6,9 @@ as for whole copies (pipecast.runtime.allreduce), unscales and clips them; then 
 replica's ZeroRedundancyOptimizer steps the parameters it owns (torch assigns each whole
 parameter to one replica, largest first, to even out the sizes) with state for those only,
 and broadcasts them to the others, so every replica ends the step with the same weights.
+Each replica's parameters live in one flat bucket (parameters_as_bucket_view), so a step
+broadcasts R buckets rather than one tensor per parameter: the traffic of one all-gather
+of the stage's weights, as the simulator prices it (planning.simulation.sharded_optimizer).
 Every replica of a stage runs the same stages in the same order (the same pipeline rank),
 so their broadcasts pair up.
 """
@@ -60,7 +63,11 @@ def shard_optimizers(stages: dict[int, StageModule], group: dist.ProcessGroup | 
         if whole is None:
             continue
         st.optimizer = ZeroRedundancyOptimizer(
-            st.params, optimizer_class=type(whole), process_group=group, **whole.defaults
+            st.params,
+            optimizer_class=type(whole),
+            process_group=group,
+            parameters_as_bucket_view=True,
+            **whole.defaults,
         )
 
 
