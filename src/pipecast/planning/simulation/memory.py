@@ -134,14 +134,17 @@ def fixed_memory(plan: Plan, costs: Costs) -> FixedMemory:
             static[r] += st.batch_bytes * plan.num_microbatches
             stepping[r] += int(st.param_bytes * temporary / shards)
             continue
+        # a sharded optimizer keeps the state, and its step the temporaries, of 1/R
+        kept = 1.0 / costs.optimizer_shards[s] if s < len(costs.optimizer_shards) else 1.0
+        unkept = 0.0 if on_host or plan.forward_only else per_param * (1.0 - kept)
         if st.window_bytes:  # streamed: the gradients and a window of the weights
             static[r] += int(st.param_bytes * (factor - 1.0)) + st.window_bytes
         else:
-            static[r] += int(st.param_bytes * factor)
+            static[r] += int(st.param_bytes * (factor - unkept))
         if on_host:
             host[r] += int(st.param_bytes * (2.0 + per_param))  # weights, gradients, state
         static[r] += st.batch_bytes * plan.num_microbatches  # the step's batch, held throughout
-        stepping[r] += int(st.param_bytes * temporary)
+        stepping[r] += int(st.param_bytes * temporary * kept)
         replicated = s < len(costs.allreduce) and costs.allreduce[s] > 0
         if replicated and costs.grad_bytes_factor == 1.0 and not plan.forward_only:
             reducing[r] += st.param_bytes  # DDP's buckets are in grad_bytes_factor already
