@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
-from tests.runtime.helpers import pipeline_job, run_all
+from tests.runtime.helpers import assert_replayed, pipeline_job, run_all
 from torch import nn
 
 from pipecast.errors import ConfigError
+from pipecast.runtime import graphs
 from pipecast.runtime.checkpoint import Checkpointing
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.launch import Context, spawn
@@ -45,19 +46,23 @@ def _one_process_adam() -> dict[str, torch.Tensor]:
 
 @pytest.fixture(scope="module")
 def results() -> dict[str, JobResult]:
-    """Two replicas of one stage, accumulating 2 micro-batches each; and two replicas of a
-    pipeline of two stages (four ranks), each stage sharding its optimizer over its own
-    replicas."""
+    """Two replicas of one stage, accumulating 2 micro-batches each, eager and replayed
+    as graphs (the stand-in for CUDA graphs on CPU ranks: the update runs between the
+    graphs); and two replicas of a pipeline of two stages (four ranks), each stage sharding
+    its optimizer over its own replicas."""
     data = pipeline_job(
         LENET, "1f1b", 1, 2, [0, 12], batch=BATCH, replicas=2, config=ADAM, steps=STEPS
     )
     hybrid = pipeline_job(
         LENET, "1f1b", 2, 2, [0, 5, 12], batch=BATCH, replicas=2, config=ADAM, steps=STEPS
     )
-    return dict(zip(("data", "hybrid"), run_all([data, hybrid]), strict=True))
+    graphed = replace(data, config=replace(ADAM, cuda_graphs=True))
+    names = ("data", "hybrid", "graphed")
+    ran = run_all([data, hybrid, graphed], env={graphs.STAND_IN_ENV: "1"})
+    return dict(zip(names, ran, strict=True))
 
 
-@pytest.mark.parametrize("layout", ["data", "hybrid"])
+@pytest.mark.parametrize("layout", ["data", "hybrid", "graphed"])
 def test_every_replica_ends_with_one_process_weights(
     results: dict[str, JobResult], layout: str
 ) -> None:
@@ -76,7 +81,7 @@ def test_every_replica_ends_with_one_process_weights(
         assert worst < 0.01 / 20, f"replica {replica}: a weight off by {worst:.2e}"
 
 
-@pytest.mark.parametrize("layout", ["data", "hybrid"])
+@pytest.mark.parametrize("layout", ["data", "hybrid", "graphed"])
 def test_the_run_splits_adams_state_between_the_replicas(
     results: dict[str, JobResult], layout: str
 ) -> None:
@@ -89,6 +94,10 @@ def test_the_run_splits_adams_state_between_the_replicas(
         held = [r.optimizer_state for r in mine]
         assert len(held) == 2 and sum(held) == 2 * weights, (held, weights)
         assert all(0 < h < 2 * weights for h in held), (held, weights)
+
+
+def test_the_graphed_run_replayed_its_graphs(results: dict[str, JobResult]) -> None:
+    assert_replayed(results["graphed"])
 
 
 def _state_on_rank(ctx: Context) -> dict[str, Any]:
