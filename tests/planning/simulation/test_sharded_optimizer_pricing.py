@@ -120,3 +120,22 @@ def test_the_strategy_names_it_and_keeps_it_through_its_json() -> None:
     assert data.mesh() == "data parallel x2 (optimizer sharded)"
     assert Strategy.from_dict(data.to_dict()) == data
     assert Strategy.from_dict({"kind": "data", "replicas": 2}).shard_optimizer is False
+
+
+def test_the_partition_counts_each_stages_share_of_the_state() -> None:
+    """Two stages of one 1 GB block, two replicas, Adam: a stage holds weights, gradients
+    and moments of 4 GB whole, above 4 GiB less the 10% margin (3.87 GB), so no split of
+    whole copies exists; sharded over the two replicas the moments are 1 GB and the
+    stage's 3 GB leaves room, so the partition splits it."""
+    profile = make_profile([1e-3] * 2, params=[10**9] * 2)
+    cluster = describe(gpus_per_node=4, memory="4GiB")
+    for shard_optimizer in (False, True):
+        strategy = Strategy(
+            kind="hybrid", stages=2, replicas=2, microbatches=2, shard_optimizer=shard_optimizer
+        )
+        if not shard_optimizer:
+            with pytest.raises(ConfigError, match=r"alone needs 3\.73 GiB"):
+                predict(profile, cluster, strategy, 32, optimizer="adam")
+            continue
+        pred = predict(profile, cluster, strategy, 32, optimizer="adam")
+        assert pred.partition.boundaries == [0, 1, 2]

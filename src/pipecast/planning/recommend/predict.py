@@ -166,6 +166,7 @@ def partition_for(
         recompute=strategy.recompute,
         offload=strategy.offload,
         tp=strategy.tp,
+        optimizer_shards=strategy.replicas if strategy.shard_optimizer else 1,
     )
 
 
