@@ -30,6 +30,11 @@ RECOMPUTE_HELP = (
     "all: keep each stage's input alone and run its forward again in the backward (less "
     "memory, more compute); all-but-last: every micro-batch of a step but the last"
 )
+SHARD_OPTIMIZER_HELP = (
+    "each data-parallel replica keeps the optimizer's state for its share of the weights "
+    "only, steps that share and gathers the rest (ZeRO-1); with --replicas 2 or more "
+    "holding whole copies (--shard none)"
+)
 MICRO_BATCHES_HELP = "micro-batches per step: the batch (a replica's share) split this many ways"
 
 

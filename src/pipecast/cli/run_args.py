@@ -14,6 +14,7 @@ from pipecast.cli.common import (
     MICRO_BATCHES_HELP,
     OPTIMIZER_HELP,
     RECOMPUTE_HELP,
+    SHARD_OPTIMIZER_HELP,
     add_workload_args,
     count_arg,
     number_arg,
@@ -83,6 +84,8 @@ def _add_layout_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
         help="the replicas shard the weights with torch's FSDP: full (gathered for the forward "
         "and again for the backward) or grad (kept gathered in between); none: whole copies",
     )
+    if not inference:  # a forward-only run steps no optimizer
+        p.add_argument("--shard-optimizer", action="store_true", help=SHARD_OPTIMIZER_HELP)
     p.add_argument(
         "--tensor-parallel",
         type=count_arg("--tensor-parallel", 1),

@@ -11,6 +11,7 @@ from pipecast import jsonio
 from pipecast.cli.common import (
     MICRO_BATCHES_HELP,
     RECOMPUTE_HELP,
+    SHARD_OPTIMIZER_HELP,
     count_arg,
     output_dir,
     schedule_arg,
@@ -57,6 +58,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=1,
         help="data-parallel pipeline replicas",
     )
+    p.add_argument("--shard-optimizer", action="store_true", help=SHARD_OPTIMIZER_HELP)
     p.add_argument(
         "--recompute", choices=("none", "all", "all-but-last"), default="none", help=RECOMPUTE_HELP
     )
@@ -121,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
         microbatches=args.micro_batches,
         partition=args.partition,
         recompute=args.recompute,
+        shard_optimizer=args.shard_optimizer,
     )
     check_simulable(args.schedule, args.stages, args.micro_batches)
     batch = args.batch or default_batch(profile, args.micro_batches * args.replicas)

@@ -53,6 +53,28 @@ def check_shard(shard: str, replicas: int) -> None:
         )
 
 
+def check_shard_optimizer(args: argparse.Namespace) -> None:
+    """--shard-optimizer splits the state over replicas that hold whole copies: with one
+    replica, beside FSDP or tensor parallelism it would be dropped or fail in the ranks."""
+    if not getattr(args, "shard_optimizer", False):
+        return
+    if args.replicas < 2:
+        raise ConfigError(
+            "--shard-optimizer shards the optimizer's state over data-parallel replicas, and "
+            f"there is {args.replicas}: add --replicas N (N of at least 2 dividing --gpus)"
+        )
+    if args.shard != "none":
+        raise ConfigError(
+            f"--shard-optimizer beside --shard {args.shard}: FSDP shards the optimizer's "
+            "state with the weights already: drop one of them"
+        )
+    if args.tensor_parallel > 1:
+        raise ConfigError(
+            f"--shard-optimizer does not run with --tensor-parallel {args.tensor_parallel}: "
+            "drop one of them"
+        )
+
+
 def check_ranks(ranks: int, device: str, recommendation: str | None = None) -> None:
     """As many GPUs as asked for are here, or few enough CPU ranks to start (each a
     process), checked before the quick profile rather than at the launch. The fix named is

@@ -22,6 +22,7 @@ from pipecast.cli.train_checks import (
     check_one_request,
     check_runtimes,
     check_shard,
+    check_shard_optimizer,
 )
 from pipecast.cli.train_checks import check_ranks as _check_ranks  # tests stand in for it
 from pipecast.cli.train_summary import print_result
@@ -88,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
     check_runtimes(getattr(args, "compare", []))
     check_batch(args.batch, args.replicas, args.micro_batches, flags=True)  # before work
     check_shard(getattr(args, "shard", "none"), args.replicas)
+    check_shard_optimizer(args)
     if not under_torchrun():  # under torchrun the launcher made the ranks
         _check_ranks(args.gpus, args.device, args.recommendation)
     if getattr(args, "data_dir", None) is not None:  # before the quick profile
@@ -200,6 +202,7 @@ def _layout(job: TrainJob, schedule: str) -> str:
         replicas=job.replicas,
         schedule=schedule,
         shard=job.shard,
+        shard_optimizer=job.config.shard_optimizer,
         tp=job.tp,
     ).mesh()
 
@@ -245,6 +248,7 @@ def _strategy_of(args: argparse.Namespace, job: TrainJob) -> Strategy:
         recompute=args.recompute,
         offload=job.config.offload,
         cuda_graphs=graphs.enabled(job.plan, job.config, job.device),
+        shard_optimizer=job.config.shard_optimizer,
     )
 
 
@@ -258,6 +262,7 @@ def _config(args: argparse.Namespace) -> RunConfig:
         dtype=args.dtype,
         autocast=args.autocast,
         optimizer=args.optimizer,
+        shard_optimizer=getattr(args, "shard_optimizer", False),
         lr=args.lr,
         lr_schedule=getattr(args, "lr_schedule", "constant"),
         lr_warmup=getattr(args, "lr_warmup", 0),
@@ -316,6 +321,8 @@ def _variant(job: TrainJob) -> str:
     parts = []
     if job.replicas > 1:
         parts.append(("fsdp" if job.shard != "none" else "dp") + str(job.replicas))
+    if getattr(job.config, "shard_optimizer", False):
+        parts.append("shard-optimizer")
     if job.tp > 1:
         parts.append(f"tp{job.tp}")
     for name, value in (("offload", job.config.offload), ("recompute", job.config.recompute)):
@@ -355,6 +362,7 @@ def _follow(args: argparse.Namespace, path: str, pick: int) -> Chosen:
             )
     args.gpus, args.replicas = s.gpus, s.replicas
     args.shard, args.tensor_parallel = s.shard, s.tp
+    args.shard_optimizer = s.shard_optimizer
     args.schedule, args.micro_batches = c.schedule, s.microbatches
     args.batch, args.partition = c.batch, c.partition
     args.recompute, args.cuda_graphs, args.offload = s.recompute, s.cuda_graphs, s.offload

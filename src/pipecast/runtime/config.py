@@ -24,6 +24,9 @@ class RunConfig:
     """Parameter and activation dtype (with `autocast`, parameters stay fp32)."""
     autocast: bool = False
     optimizer: Optimizer = "sgd"
+    shard_optimizer: bool = False
+    """Each data-parallel replica keeps the optimizer's state for its share of the weights
+    only (ZeRO-1, torch's ZeroRedundancyOptimizer: pipecast.runtime.sharded_optimizer)."""
     lr: float = 0.01
     lr_schedule: LrSchedule = "constant"
     """After the warm-up, the learning rate stays (constant) or falls to `lr_min` at the last

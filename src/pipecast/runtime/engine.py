@@ -34,6 +34,7 @@ from pipecast.runtime.offload import HostActivations
 from pipecast.runtime.replay import Replay
 from pipecast.runtime.send_plan import Posting
 from pipecast.runtime.shape_agreement import ShapeAgreement
+from pipecast.runtime.sharded_optimizer import shard_optimizers
 from pipecast.runtime.stage import StageModule
 from pipecast.runtime.step_result import StepResult, StepRun, charge, tick
 from pipecast.runtime.watchdog import Watchdog
@@ -117,6 +118,8 @@ class PipelineEngine:
                     group = cached_group(ranks, "dp")
                     if (r, t) == (pipeline_rank, tensor):
                         self.dp_group = group
+        if config.shard_optimizer:  # each replica keeps its share's state
+            shard_optimizers(stages, self.dp_group)
         self.clock = ActionClock(device, config.record_events)
         self.watchdog = Watchdog(plan, pipeline_rank, self.global_rank, config.timeout_s)
         self.watchdog.__enter__()

@@ -9,7 +9,7 @@ from typing import Any, Literal
 from torch import nn
 
 from pipecast.errors import ConfigError
-from pipecast.runtime import float8, graphs
+from pipecast.runtime import float8, graphs, sharded_optimizer
 from pipecast.runtime.checkpoint import Checkpointing, Saved, check_resumable, latest, stage_blocks
 from pipecast.runtime.config import RunConfig
 from pipecast.values.batching import check_batch
@@ -143,6 +143,10 @@ class TrainJob:
             raise ConfigError(why)
         graphs.check(self.plan, self.config, self.device)
         if self.config.float8 and (why := float8.why_not(self.device)):
+            raise ConfigError(why)
+        if why := sharded_optimizer.why_not(
+            self.config, self.replicas, self.shard, self.tp, checkpoints=self.checkpoint is not None
+        ):
             raise ConfigError(why)
         if self.meshed:
             self._check_mesh()

@@ -19,6 +19,7 @@ from pipecast.runtime.job import TrainJob
 from pipecast.runtime.launch import Context, write_progress
 from pipecast.runtime.peer_loss import how_lost
 from pipecast.runtime.rank_stages import build_stages
+from pipecast.runtime.sharded_optimizer import state_elements
 from pipecast.runtime.stage import StageModule
 from pipecast.runtime.step_result import StepResult
 from pipecast.values.data.loss import loss_for
@@ -89,6 +90,9 @@ class RankReport:
     held: dict[str, int] = field(default_factory=dict)
     """Elements of each parameter this rank holds at the end (its FSDP shard or its
     tensor-parallel split; the whole where nothing divides it)."""
+    optimizer_state: int = 0
+    """Elements of optimizer state this rank holds at the end (its share, where the
+    optimizer is sharded: pipecast.runtime.sharded_optimizer)."""
     compiled: dict[str, int] = field(default_factory=dict)
     """Compiled execution on this rank (RunConfig.compile): blocks compiled, and backwards
     run whole and split (pipecast.runtime.compiled.counts), over the whole run."""
@@ -240,6 +244,7 @@ def _capture(report: RankReport, stages: dict[int, StageModule]) -> None:
     """The stages' parameters and gradients, whole (a sharded or split one gathered from its
     ranks: collective, every rank of its mesh takes part)."""
     for st in stages.values():  # slices of nn.Sequential keep global names
+        report.optimizer_state += state_elements(st.optimizer)
         with st.resident():
             for name, p in st.module.named_parameters():
                 report.held[name] = sharding.local(p.detach()).numel()

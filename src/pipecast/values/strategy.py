@@ -43,6 +43,10 @@ class Strategy:
     sharded by torch's FSDP (fully_shard), each unit of blocks gathered for its forward and
     again for its backward (ZeRO-3); 'grad', sharded, each unit kept gathered from its
     forward to its backward (reshard_after_forward=False: less traffic, more memory)."""
+    shard_optimizer: bool = False
+    """Beside whole copies: each replica keeps the optimizer's state for 1/R of the weights
+    and steps only those, then gathers the rest from the others (ZeRO-1;
+    pipecast.values.sharded_optimizer)."""
     weight_batch: int = 1
     """Split-backward schedules: the W of this many micro-batches runs as one
     (Plan.weight_batch)."""
@@ -77,7 +81,8 @@ class Strategy:
         dims = []
         if self.replicas > 1 or self.kind == "data":
             if self.shard == "none":
-                dims.append(f"data parallel x{self.replicas}")
+                part = " (optimizer sharded)" if self.shard_optimizer else ""
+                dims.append(f"data parallel x{self.replicas}{part}")
             else:
                 kept = " (no reshard)" if self.shard == "grad" else ""
                 dims.append(f"FSDP x{self.replicas}{kept}")
@@ -109,6 +114,8 @@ class Strategy:
             if self.replicas > 1:
                 text = f"{self.replicas} x {text}"
             text += f", M={self.microbatches}, {self.partition}"
+        if self.shard_optimizer and self.shard == "none" and self.tp == 1:
+            text += ", optimizer sharded"
         if self.recompute != "none":
             text += f", recompute {self.recompute}"
         if self.offload != "none":

@@ -88,6 +88,7 @@ def job_for(
                 "compile": pred.strategy.compile,
                 "channels_last": pred.strategy.channels_last,
                 "float8": pred.strategy.float8,
+                "shard_optimizer": pred.strategy.shard_optimizer,
             }
         ),
         device="cuda" if device.startswith("cuda") else "cpu",

@@ -77,6 +77,7 @@ def split(
     offload: Offload = "none",
     tolerance: float = 0.0,
     tp: int = 1,
+    optimizer_shards: int = 1,
 ) -> Partition:
     """The pipeline's stages over `ranks` pipeline ranks (times `replicas`, each split over
     `tp` tensor-parallel ranks, placed as values/parallel.py's Layout): boundaries `how` names
@@ -107,5 +108,6 @@ def split(
         ranks=ranks,
         replicas=replicas,
         tp=tp,
+        optimizer_shards=optimizer_shards,
     )
     return partition(profile, cluster, stages, setting, how)

@@ -21,6 +21,10 @@ def in_flight(schedule: str, position: int, stages: int, microbatches: int) -> i
     return min(microbatches, stages)
 
 
-def static_bytes(param_bytes: float, optimizer: Optimizer, *, stashed_versions: int = 0) -> float:
-    """Parameters + gradients + optimizer state (+ PipeDream's stashed weight versions)."""
-    return param_bytes * (2.0 + OPTIMIZER_STATE[optimizer] + stashed_versions)
+def static_bytes(
+    param_bytes: float, optimizer: Optimizer, *, stashed_versions: int = 0, state_shards: int = 1
+) -> float:
+    """Parameters + gradients + optimizer state (+ PipeDream's stashed weight versions); the
+    state 1/`state_shards` of it where the replicas shard it (Strategy.shard_optimizer)."""
+    state = OPTIMIZER_STATE[optimizer] / state_shards
+    return param_bytes * (2.0 + state + stashed_versions)

@@ -66,6 +66,9 @@ class Setting:
     replicas: int = 1
     tp: int = 1
     """Tensor-parallel ranks each stage is split over."""
+    optimizer_shards: int = 1
+    """Replicas the optimizer's state is sharded over (Strategy.shard_optimizer): a stage
+    holds 1/R of it."""
 
     def layout(self, stages: int) -> Layout:
         """Where the pipeline's `stages` stages run (values/partition.py's pipeline_layout)."""
@@ -118,7 +121,7 @@ def stage_memory_row(
     stash = flight if setting.schedule == "pipedream" else 0
     peak = np.maximum.accumulate(a.peak[:stop][::-1])[::-1]  # max over [i, stop)
     state = "sgd" if offloads_optimizer(setting.offload) else setting.optimizer  # on the host
-    factor = static_bytes(1.0, state, stashed_versions=stash)
+    factor = static_bytes(1.0, state, stashed_versions=stash, state_shards=setting.optimizer_shards)
     kept = activation * flight
     if flight and (setting.recompute != "none" or offloads_activations(setting.offload)):
         # as the simulator holds them: a recomputed or offloaded micro-batch keeps its

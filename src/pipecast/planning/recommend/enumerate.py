@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 
 from pipecast.values.profile.types import Profile
 from pipecast.values.strategy import Kind, Shard, Strategy
@@ -74,6 +75,7 @@ def strategies(
     serving: bool = False,
     tensor_parallel: Sequence[int] = (),
     weight_batches: Sequence[int] = (1,),
+    shard_optimizer: bool = False,
 ) -> Iterator[Strategy]:
     """Every single-GPU, data-parallel (whole copies, or sharded by FSDP), pipeline and hybrid
     strategy on up to `gpus` GPUs, each also with its blocks split over each degree in
@@ -85,7 +87,10 @@ def strategies(
     ('grad', as torchtitan runs them). `serving`: inference, every strategy running forward
     only (replicas each serve their share of the batch; no recomputation, nothing to
     update). Split-backward schedules also run with each of `weight_batches` (Plan.
-    weight_batch) that leaves at least two groups, without recomputation."""
+    weight_batch) that leaves at least two groups, without recomputation. `shard_optimizer`:
+    replicas that hold whole copies of the weights are offered with the optimizer's state
+    sharded over them as well (ZeRO-1, Strategy.shard_optimizer; not beside tensor
+    parallelism)."""
     if serving:
         yield from _serving(gpus, batch, blocks, methods)
         return
@@ -93,6 +98,8 @@ def strategies(
         for tp in (1, *(t for t in tensor_parallel if t > 1 and g % t == 0)):
             for s in _on(g // tp, batch, blocks, schedules, methods, recompute, tp):
                 yield s
+                if shard_optimizer and s.replicas > 1 and s.shard == "none" and tp == 1:
+                    yield replace(s, shard_optimizer=True)
                 if s.schedule in SPLIT_SCHEDULES and s.stages > 1 and s.recompute == "none":
                     for k in (k for k in weight_batches if k > 1 and 2 * k <= s.microbatches):
                         yield Strategy(**{**s.to_dict(), "weight_batch": k})

@@ -17,12 +17,14 @@ from pipecast.planning.recommend.mesh import (
 from pipecast.planning.schedules.generators import make_plan
 from pipecast.planning.simulation.costs import Costs
 from pipecast.planning.simulation.pricing import costs_from_profile, cpu_turns
+from pipecast.planning.simulation.sharded_optimizer import with_sharded_optimizer
 from pipecast.planning.simulation.simulator import simulate
 from pipecast.values.batching import check_batch, largest_micro_batch
 from pipecast.values.hardware.cluster import Cluster
 from pipecast.values.partition import Partition, from_boundaries
 from pipecast.values.plan.action import Plan
 from pipecast.values.profile.types import Profile
+from pipecast.values.sharded_optimizer import why_not as why_not_sharded
 from pipecast.values.strategy import Strategy
 from pipecast.values.timeline import Timeline
 from pipecast.values.training import Optimizer
@@ -164,6 +166,7 @@ def partition_for(
         recompute=strategy.recompute,
         offload=strategy.offload,
         tp=strategy.tp,
+        optimizer_shards=strategy.replicas if strategy.shard_optimizer else 1,
     )
 
 
@@ -226,6 +229,10 @@ def predict(
         weight_batch=strategy.weight_batch,
     )
     costs = with_tensor_parallel(costs, profile, part, size, cluster, layout_of(strategy))
+    if strategy.shard_optimizer:  # ZeRO-1
+        if why := why_not_sharded(strategy.replicas, strategy.shard, strategy.tp):
+            raise ConfigError(why)
+        costs = with_sharded_optimizer(costs, part, cluster)
     if strategy.sharded and strategy.stages > 1:
         costs = sharded_stages(costs, rank, part, cluster)
     memory_limit = int(cluster.memory_bytes * (1 - memory_margin))

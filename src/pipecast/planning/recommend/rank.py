@@ -137,6 +137,7 @@ def recommend(
     if not serving:
         kwargs["tensor_parallel"] = tuple(profile.tensor_parallel)
         kwargs["weight_batches"] = WEIGHT_BATCHES if batches_weights(profile) else (1,)
+        kwargs["shard_optimizer"] = OPTIMIZER_STATE[optimizer] > 0  # SGD has none to shard
     todo = strategies(gpus, batch, blocks=profile.num_blocks, methods=methods, **kwargs)  # type: ignore[arg-type]
     for strategy in _as_run(todo, cuda_graphs, both, list(priced)):
         base = Strategy(**{**strategy.to_dict(), "recompute": "none"})
@@ -147,6 +148,7 @@ def recommend(
             strategy.replicas,
             strategy.cuda_graphs,
             strategy.shard,
+            strategy.shard_optimizer,
             strategy.tp,
             strategy.execution,
         )
@@ -158,7 +160,7 @@ def recommend(
         except PipecastError as exc:
             rejected.append(Rejected(strategy=strategy, reason=str(exc).splitlines()[0]))
             pred = None
-        plain = strategy.shard == "none" and strategy.tp == 1
+        plain = strategy.shard == "none" and strategy.tp == 1 and not strategy.shard_optimizer
         hosts = profile.device != "cpu"  # CPU ranks' memory is the host's already
         if (pred is None or not pred.fits) and not serving and plain and hosts:
             # what does not fit (or finds no split that fits) may, with its saved

@@ -148,6 +148,13 @@ class Costs:
     FSDP, gathered from the first forward to the last backward of a step, the gradients
     reduce-scattered after it: `allreduce` then holds the reduce-scatter's seconds); 1 or
     missing: each replica holds a whole copy."""
+    optimizer_shards: tuple[int, ...] = ()
+    """Per stage: the replicas its optimizer's state is sharded over beside whole weights
+    (ZeRO-1, planning.simulation.sharded_optimizer): each holds 1/R of the state and the
+    step's temporaries; 1 or missing: all of them."""
+    weight_gather: tuple[float, ...] = ()
+    """Per stage: seconds of the all-gather of its weights after its sharded optimizer's
+    step, before the step ends (empty: none)."""
     lead: tuple[float, ...] = ()
     """Per stage: seconds before its first action can start (a sharded stage gathering its
     first block's weights); missing: none."""
@@ -173,5 +180,10 @@ class Costs:
 
     def without_communication(self) -> Costs:
         return replace(
-            self, forward_transfer=(), backward_transfer=(), allreduce=(), allreduce_buckets=()
+            self,
+            forward_transfer=(),
+            backward_transfer=(),
+            allreduce=(),
+            allreduce_buckets=(),
+            weight_gather=(),
         )

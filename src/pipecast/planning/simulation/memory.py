@@ -131,17 +131,19 @@ def fixed_memory(plan: Plan, costs: Costs) -> FixedMemory:
             static[r] += st.batch_bytes * plan.num_microbatches
             stepping[r] += int(st.param_bytes * temporary / shards)
             continue
+        # a sharded optimizer keeps the state, and its step the temporaries, of 1/R
+        kept = 1.0 / costs.optimizer_shards[s] if s < len(costs.optimizer_shards) else 1.0
         training = not plan.forward_only
         grads = costs.grad_bytes_factor * st.param_bytes if training else 0.0
         if st.grad_window_bytes and training:  # they leave as they are made (host_step)
             grads = st.grad_window_bytes
-        state = per_param * st.param_bytes if training and not on_host else 0.0
+        state = per_param * st.param_bytes * kept if training and not on_host else 0.0
         weights = st.window_bytes or st.param_bytes  # streamed: a window of them
         static[r] += int(weights + grads + state)
         if on_host:
             host[r] += int(st.param_bytes * (2.0 + per_param))  # weights, gradients, state
         static[r] += st.batch_bytes * plan.num_microbatches  # the step's batch, held throughout
-        stepping[r] += int(st.param_bytes * temporary)
+        stepping[r] += int(st.param_bytes * temporary * kept)
         replicated = s < len(costs.allreduce) and costs.allreduce[s] > 0
         if replicated and costs.grad_bytes_factor == 1.0 and not plan.forward_only:
             reducing[r] += st.param_bytes  # DDP's buckets are in grad_bytes_factor already

@@ -253,7 +253,7 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
             raise ConfigError(f"plan {plan.name} cannot finish: validate it first")
     step = _finish_step(plan, costs, ranks, last_backward, last_device, events)
     exposed_comm = 0.0
-    if exposed and (costs.forward_transfer or costs.allreduce):
+    if exposed and (costs.forward_transfer or costs.allreduce or costs.weight_gather):
         exposed_comm = max(
             step - simulate(plan, costs.without_communication(), exposed=False).step_time, 0.0
         )
@@ -272,7 +272,8 @@ def _timeline(
     fixed = fixed_memory(plan, costs)
     # the actions and their transfers, before the step's all-reduces and optimizer step
     compute_end = max(
-        (e.end for e in events if e.kind not in ("allreduce", "optimizer")), default=0.0
+        (e.end for e in events if e.kind not in ("allreduce", "optimizer", "allgather")),
+        default=0.0,
     )
     first = min((r.first_start for r in ranks if r.first_start >= 0), default=0.0)
     return Timeline(
@@ -302,7 +303,8 @@ def _finish_step(
 ) -> float:
     """All-reduce each replicated stage's gradients (overlapping its last backward bucket by
     bucket), then, where the gradients are clipped to a global norm, the all-reduce of their
-    norm once every rank's are ready, then the optimizer step on every rank.
+    norm once every rank's are ready, then the optimizer step on every rank (and where it
+    is sharded, the all-gather of the weights after it: Costs.weight_gather).
 
     The all-reduce's kernels share the rank's device with the backward's: they hide only in
     the time that device would otherwise idle, while a host slower than its device issues
@@ -341,5 +343,10 @@ def _finish_step(
         begin = grads_ready[r]
         if optimizer > 0:
             events.append(Event(r, "optimizer", "optimizer", begin, begin + optimizer))
+        gather = sum(at(costs.weight_gather, s) for s in plan.stages_of(r))
+        if gather > 0 and not plan.async_updates:  # a sharded optimizer's weights back
+            end = begin + optimizer
+            events.append(Event(r, "gather weights", "allgather", end, end + gather))
+            optimizer += gather
         step = max(step, begin + optimizer)
     return step
