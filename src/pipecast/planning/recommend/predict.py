@@ -227,7 +227,7 @@ def predict(
     )
     costs = with_tensor_parallel(costs, profile, part, size, cluster, layout_of(strategy))
     if strategy.sharded and strategy.stages > 1:
-        costs = sharded_stages(costs, rank, part, cluster)
+        costs = sharded_stages(costs, rank, part, cluster, size)
     memory_limit = int(cluster.memory_bytes * (1 - memory_margin))
     plan = plan_for(strategy, costs, memory_limit)
     if strategy.sharded and strategy.stages == 1:
