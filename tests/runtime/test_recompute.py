@@ -110,18 +110,38 @@ def _on_rank(ctx: Context) -> dict[str, Any]:
         torch.manual_seed(0)
         config = RunConfig(recompute=recompute)  # type: ignore[arg-type]
         st = StageModule(0, GPT.build(), ctx.device, config, first=True, last=True, mesh=mesh)
-        order: list[str] = []
-        for i, block in enumerate(st.module):
-            inner = next(iter(block.children()))  # runs again in a recomputed forward
-            inner.register_forward_hook(lambda *_, i=i, o=order: o.append(f"F{i}"))
-            block.register_full_backward_pre_hook(lambda *_, i=i, o=order: o.append(f"B{i}"))
-        x, y = synthetic_batch(GPT.spec, 4, seed=0)
-        out_ = st.forward(x, recompute=recompute != "none")
-        order.clear()
-        with OpCounts() as ops:
-            loss_for(GPT.spec)(out_, y).backward()
-        out[recompute] = (order, ops.ops["_allgather_base_"] + ops.ops["all_gather_into_tensor"])
+        out[recompute] = _backward_order(st, recompute != "none")
     return out
+
+
+def _backward_order(st: StageModule, recompute: bool) -> tuple[list[str], int]:
+    """The order in which a GPT stage's blocks run their forwards (F, again where
+    recomputed) and begin their backwards (B) in the backward of one micro-batch, and the
+    all-gathers that backward issues."""
+    order: list[str] = []
+    for i, block in enumerate(st.module):
+        inner = next(iter(block.children()))  # runs again in a recomputed forward
+        inner.register_forward_hook(lambda *_, i=i: order.append(f"F{i}"))
+        block.register_full_backward_pre_hook(lambda *_, i=i: order.append(f"B{i}"))
+    x, y = synthetic_batch(GPT.spec, 4, seed=0)
+    out = st.forward(x, recompute=recompute)
+    order.clear()
+    with OpCounts() as ops:
+        loss_for(GPT.spec)(out, y).backward()
+    return order, ops.ops["_allgather_base_"] + ops.ops["all_gather_into_tensor"]
+
+
+BLOCK_BY_BLOCK = [e for i in reversed(range(4)) for e in (f"B{i}", f"F{i}")]
+"""Each of a GPT stage's four blocks recomputed as its backward begins."""
+
+
+def test_a_selective_stage_reruns_one_block_at_a_time() -> None:
+    """Whole weights, selective: each block a checkpoint (what the profile prices), not
+    the stage one."""
+    torch.manual_seed(0)
+    config = RunConfig(recompute="selective")
+    st = StageModule(0, GPT.build(), torch.device("cpu"), config, first=True, last=True)
+    assert _backward_order(st, recompute=True)[0] == BLOCK_BY_BLOCK
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +162,7 @@ def test_fsdp_recomputes_each_block_just_before_its_backward(
         assert order == [f"B{i}" for i in reversed(range(blocks))]
         for recompute in ("all", "selective"):
             order, _ = rank[recompute]
-            assert order == [e for i in reversed(range(blocks)) for e in (f"B{i}", f"F{i}")]
+            assert order == BLOCK_BY_BLOCK
 
 
 def test_fsdp_gathers_no_more_for_a_recomputed_backward(ranks: list[dict[str, Any]]) -> None:

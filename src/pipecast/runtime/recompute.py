@@ -7,8 +7,10 @@ reshapes. Torch's engine does it: torch.utils.checkpoint with a selective contex
 (create_selective_checkpoint_contexts), whose policy saves SAVED_OPS' outputs and prefers
 to recompute the rest.
 
-Where the checkpoints sit. A stage of whole weights is one checkpoint (RunConfig.recompute
-on StageModule._part). A stage sharded by FSDP makes each block a checkpoint of its own
+Where the checkpoints sit. A stage of whole weights recomputed in full is one checkpoint
+(StageModule._part); recomputed selectively, each block is one, so that the backward makes
+one block's cheap ops again at a time and each block's input is kept (Korthikanti et al.'s
+layout). A stage sharded by FSDP makes each block a checkpoint of its own
 before fully_shard (`checkpoint_blocks`, as torchtitan wraps each transformer block): one
 checkpoint around the whole sharded stage would run every block's forward again as the
 backward begins, holding all of the stage's activations at once, as much as not recomputing
@@ -50,10 +52,15 @@ SAVED_OPS: frozenset[Any] = frozenset(
         "_scaled_dot_product_cudnn_attention",
     )
     if (op := getattr(getattr(_aten, name, None), "default", None)) is not None
+) | frozenset(
+    op
+    for name in ("all_reduce", "reduce_scatter_tensor", "all_gather_into_tensor")
+    if (op := getattr(getattr(torch.ops._c10d_functional, name, None), "default", None)) is not None
 )
 """The ops whose outputs selective recomputation keeps: matrix products (a Linear is an mm or
-an addmm), convolutions and fused attention. Recomputing them would cost most of the
-forward's time; the ops between them cost little time and much memory."""
+an addmm), convolutions and fused attention, and tensor parallelism's collectives. Running
+them again would cost most of the forward's time (or its communication); the ops between
+them cost little time and much memory."""
 
 
 def _policy(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:

@@ -267,14 +267,20 @@ class StageModule:
 
     def _part(self, part: Callable[[Any], torch.Tensor], h: Any, recompute: bool) -> Any:
         """One part of the stage's forward, recomputed in the backward where `recompute`:
-        as one checkpoint (kept as RunConfig.recompute says), each block its own where FSDP
-        shards the stage (pipecast.runtime.recompute), or, with the weights streamed, a
-        group of blocks at a time (pipecast.runtime.weight_stream)."""
+        as one checkpoint; each block its own where FSDP shards the stage or the
+        recomputation is selective (pipecast.runtime.recompute); or, with the weights
+        streamed, a group of blocks at a time (pipecast.runtime.weight_stream)."""
         if not recompute:
             return part(h)
         if self.block_checkpoints:
             with recomputation.recomputing(self.module, True):
                 return part(h)
+        selective = self.config.recompute == "selective"
+        if selective and isinstance(part, nn.Sequential):
+            context = recomputation.context_fn("selective")
+            for block in part:
+                h = checkpoint(block, h, use_reentrant=False, context_fn=context)
+            return h
         if self.streamed is None:
             context = recomputation.context_fn(self.config.recompute)
             return checkpoint(part, h, use_reentrant=False, context_fn=context)

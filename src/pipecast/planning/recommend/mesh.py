@@ -152,9 +152,10 @@ def sharded_timeline(
         temporary_bytes=OPTIMIZER_TEMPORARY[optimizer],
         fixed_bytes=kept + batch,
         workspace_bytes=max((times.workspace_bytes for times in costs.stages), default=0),
-        recomputed=sum(
+        recomputed=sum(  # selective: in the profile already (recomputation.selective)
             recomputes(strategy.recompute, mb, strategy.microbatches)
             for mb in range(strategy.microbatches)
+            if strategy.recompute != "selective"
         ),
     )
     return sharded_step(steps, step, name=strategy.label())

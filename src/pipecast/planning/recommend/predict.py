@@ -17,6 +17,7 @@ from pipecast.planning.recommend.mesh import (
 from pipecast.planning.schedules.generators import make_plan
 from pipecast.planning.simulation.costs import Costs
 from pipecast.planning.simulation.pricing import costs_from_profile, cpu_turns
+from pipecast.planning.simulation.recomputation import selective
 from pipecast.planning.simulation.simulator import simulate
 from pipecast.values.batching import check_batch, largest_micro_batch
 from pipecast.values.hardware.cluster import Cluster
@@ -207,6 +208,8 @@ def predict(
             "use fewer stages or replicas, or a cluster with more GPUs"
         )
     size = micro_batch_of(batch, strategy, uneven=uneven)
+    if strategy.recompute == "selective":  # blocks that save less, with longer backwards
+        profile = selective(profile, cluster)
     rank = profile.at_tensor_parallel(strategy.tp)  # what one tensor-parallel rank computes
     part = partition_for(rank, cluster, strategy, size, optimizer, memory_margin)
     ddp = ddp_buckets and strategy.kind == "data" and strategy.replicas > 1
