@@ -28,7 +28,9 @@ OPTIMIZER_HELP = (
 )
 RECOMPUTE_HELP = (
     "all: keep each stage's input alone and run its forward again in the backward (less "
-    "memory, more compute); all-but-last: every micro-batch of a step but the last"
+    "memory, more compute; each block's under FSDP); all-but-last: every micro-batch of a "
+    "step but the last; selective: keep the matrix products' and attention's outputs and "
+    "run the cheap ops between them again, a block at a time"
 )
 SHARD_OPTIMIZER_HELP = (
     "each data-parallel replica keeps the optimizer's state for its share of the weights "

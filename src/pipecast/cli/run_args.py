@@ -23,7 +23,7 @@ from pipecast.cli.common import (
 )
 from pipecast.planning.schedules.generators import SCHEDULES
 from pipecast.runtime import float8
-from pipecast.values.training import COMPILE_MODES, LR_SCHEDULES, OFFLOADS
+from pipecast.values.training import COMPILE_MODES, LR_SCHEDULES, OFFLOADS, RECOMPUTES
 
 BATCH, MICRO_BATCHES, GPUS = 64, 8, 2
 """--batch's, --micro-batches' and --gpus' defaults (infer --mode latency: one request, 1
@@ -186,7 +186,7 @@ def _add_memory_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
     else:
         p.add_argument(
             "--recompute",
-            choices=("none", "all", "all-but-last"),
+            choices=RECOMPUTES,
             default="none",
             help=RECOMPUTE_HELP,
         )

@@ -27,6 +27,7 @@ from pipecast.report.trace import write_trace
 from pipecast.values.hardware.units import per_rank
 from pipecast.values.models.sources import file_stem
 from pipecast.values.strategy import Kind, Strategy
+from pipecast.values.training import RECOMPUTES
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -59,9 +60,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="data-parallel pipeline replicas",
     )
     p.add_argument("--shard-optimizer", action="store_true", help=SHARD_OPTIMIZER_HELP)
-    p.add_argument(
-        "--recompute", choices=("none", "all", "all-but-last"), default="none", help=RECOMPUTE_HELP
-    )
+    p.add_argument("--recompute", choices=RECOMPUTES, default="none", help=RECOMPUTE_HELP)
     p.add_argument(
         "--compare-closed-form",
         action="store_true",

@@ -9,6 +9,7 @@ from pipecast.errors import ConfigError
 from pipecast.values.training import (
     COMPILE_MODES,
     LR_SCHEDULES,
+    RECOMPUTES,
     Compile,
     LrSchedule,
     Offload,
@@ -45,7 +46,9 @@ class RunConfig:
     """Scale the gradients so that their global L2 norm, over every stage of the pipeline, is
     at most this (as torch.nn.utils.clip_grad_norm_ over the whole model); 0: no clipping."""
     recompute: Recompute = "none"
-    """Activation recomputation: none, all micro-batches, or all but the last (GPipe)."""
+    """Activation recomputation: none, all micro-batches, all but the last (GPipe), or
+    selective: every micro-batch keeps its matrix products' and attention's outputs and
+    runs the cheap ops between them again (pipecast.runtime.recompute)."""
     offload: Offload = "none"
     """'activations': what the forward saves for the backward waits in pinned host memory
     (pipecast.runtime.offload); such a run is eager. 'optimizer': the host steps its own
@@ -129,6 +132,14 @@ class RunConfig:
             )
         if why := why_not_streamed(self.offload, self.recompute, False, self.compile):
             raise ConfigError(why)
+        if self.recompute not in RECOMPUTES:
+            raise ConfigError(f"unknown recomputation {self.recompute!r}: {', '.join(RECOMPUTES)}")
+        if self.recompute == "selective" and self.offload not in ("none", "optimizer"):
+            raise ConfigError(
+                f"selective recomputation keeps the matrix products' outputs on the device, "
+                f"which offload {self.offload!r} would move: recompute 'all', or offload "
+                "'optimizer'"
+            )
         if self.lr_warmup < 0 or self.lr_min < 0 or self.clip_grad_norm < 0:
             raise ConfigError(
                 "lr_warmup, lr_min and clip_grad_norm must be 0 or more, got "

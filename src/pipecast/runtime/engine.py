@@ -43,7 +43,7 @@ from pipecast.runtime.weight_stream import hooks_of
 from pipecast.values.parallel import Layout
 from pipecast.values.plan.action import Action, Plan
 from pipecast.values.plan.validate import validate
-from pipecast.values.training import offloads_activations, why_not_streamed
+from pipecast.values.training import offloads_activations, recomputes, why_not_streamed
 
 LossFn = Callable[[torch.Tensor, Any], torch.Tensor]
 
@@ -389,9 +389,7 @@ class PipelineEngine:
             and x.is_floating_point()
         )
         leaf = x.detach().requires_grad_(True) if needs_grad else None
-        recompute = self.config.recompute == "all" or (
-            self.config.recompute == "all-but-last" and a.mb < plan.num_microbatches - 1
-        )
+        recompute = recomputes(self.config.recompute, a.mb, plan.num_microbatches)
         weights = None
         if plan.async_updates:
             weights = st.stash()

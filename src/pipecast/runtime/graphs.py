@@ -48,7 +48,7 @@ from pipecast.runtime.stage import StageModule
 from pipecast.runtime.weight_batch import run_group
 from pipecast.values.plan.action import Action, Plan
 from pipecast.values.plan.weight_groups import weight_groups
-from pipecast.values.training import offloads_activations, offloads_weights
+from pipecast.values.training import offloads_activations, offloads_weights, recomputes
 
 STAND_IN_ENV = "PIPECAST_GRAPHS_STAND_IN"
 """Set to 1 (tests), CPU ranks take `cuda_graphs` with re-run bodies in place of graphs."""
@@ -245,9 +245,7 @@ class StepGraphs:
         # is an error to CUDA ("The CUDA Graph is empty")
         differentiated = s > 0 or bool(st.params)
         if a.kind == "F":
-            recompute = self.config.recompute == "all" or (
-                self.config.recompute == "all-but-last" and mb < plan.num_microbatches - 1
-            )
+            recompute = recomputes(self.config.recompute, mb, plan.num_microbatches)
 
             def forward() -> None:
                 x = self._input(s, mb)

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from pipecast.errors import ConfigError
+from pipecast.runtime.recompute import checkpoint_blocks
 from pipecast.values.models.tensor_plans import local_shapes, plan_of
 from pipecast.values.parallel import Layout
 from pipecast.values.strategy import Shard
@@ -103,11 +104,15 @@ def shard_blocks(module: nn.Sequential, mesh: StageMesh) -> None:
     fully_shard(module, mesh=mesh.dp, reshard_after_forward=not keep)
 
 
-def apply(module: nn.Sequential, mesh: StageMesh) -> None:
-    """`module`'s blocks split and sharded as `mesh` says (nothing for an empty mesh)."""
+def apply(module: nn.Sequential, mesh: StageMesh, recompute: str = "none") -> None:
+    """`module`'s blocks split and sharded as `mesh` says (nothing for an empty mesh); a
+    sharded stage that recomputes (`recompute`) makes each block a checkpoint of its own
+    between the two, as torchtitan does (pipecast.runtime.recompute)."""
     if mesh.tp is not None:
         split_blocks(module, mesh.tp)
     if mesh.dp is not None:
+        if recompute != "none":
+            checkpoint_blocks(module, recompute)
         shard_blocks(module, mesh)
 
 

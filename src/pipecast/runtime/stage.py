@@ -21,6 +21,7 @@ from torch.utils.checkpoint import checkpoint
 
 from pipecast.errors import ConfigError
 from pipecast.runtime import compiled, devices, float8, sharding
+from pipecast.runtime import recompute as recomputation
 from pipecast.runtime.backward import Cut
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.host_step import HostStep
@@ -90,7 +91,10 @@ class StageModule:
         self.mesh = mesh or StageMesh()
         """How torch's FSDP and tensor parallelism split and shard the blocks
         (pipecast.runtime.sharding); empty: the blocks run whole."""
-        sharding.apply(self.module, self.mesh)
+        sharding.apply(self.module, self.mesh, config.recompute)
+        self.block_checkpoints = self.mesh.dp is not None and config.recompute != "none"
+        """Each block is a checkpoint of its own, switched on for a forward that recomputes
+        (FSDP's stages: pipecast.runtime.recompute); otherwise the stage is one."""
         if config.compile != "off":
             compiled.compile_blocks(
                 self.module,
@@ -263,12 +267,23 @@ class StageModule:
 
     def _part(self, part: Callable[[Any], torch.Tensor], h: Any, recompute: bool) -> Any:
         """One part of the stage's forward, recomputed in the backward where `recompute`:
-        as one checkpoint, or, with the weights streamed, a group of blocks at a time
-        (pipecast.runtime.weight_stream)."""
+        as one checkpoint; each block its own where FSDP shards the stage or the
+        recomputation is selective (pipecast.runtime.recompute); or, with the weights
+        streamed, a group of blocks at a time (pipecast.runtime.weight_stream)."""
         if not recompute:
             return part(h)
+        if self.block_checkpoints:
+            with recomputation.recomputing(self.module, True):
+                return part(h)
+        selective = self.config.recompute == "selective"
+        if selective and isinstance(part, nn.Sequential):
+            context = recomputation.context_fn("selective")
+            for block in part:
+                h = checkpoint(block, h, use_reentrant=False, context_fn=context)
+            return h
         if self.streamed is None:
-            return checkpoint(part, h, use_reentrant=False)
+            context = recomputation.context_fn(self.config.recompute)
+            return checkpoint(part, h, use_reentrant=False, context_fn=context)
         if not isinstance(part, nn.Sequential):  # only PipeDream's stashed weights run so
             raise ConfigError("streamed weights recompute blocks, not a stage's function")
         return self.streamed.recomputed(part, h)

@@ -7,7 +7,23 @@ import math
 from typing import Literal
 
 Optimizer = Literal["sgd", "momentum", "adam"]
-Recompute = Literal["none", "all", "all-but-last"]
+Recompute = Literal["none", "all", "all-but-last", "selective"]
+"""What a forward keeps for its backward: everything ('none'); only each checkpoint's input,
+the rest run again in the backward ('all'; 'all-but-last': every micro-batch of a step but
+the last, whose backward comes first); or, 'selective' (Korthikanti et al. 2022, arXiv
+2205.05198), the outputs of the matrix products and the attention, the cheap ops between
+them (normalisations, activations, additions) run again (pipecast.runtime.recompute)."""
+RECOMPUTES: tuple[Recompute, ...] = ("none", "all", "all-but-last", "selective")
+
+
+def recomputes(recompute: str, mb: int, microbatches: int) -> bool:
+    """Whether micro-batch `mb` of `microbatches` runs (part of) its forward again in its
+    backward: every one, but under 'all-but-last' the step's last."""
+    if recompute == "all-but-last":
+        return mb < microbatches - 1
+    return recompute != "none"
+
+
 Offload = Literal["none", "activations", "optimizer", "both", "weights", "all"]
 """What lives in host memory instead of the GPU's: what the forward saves for the backward
 (copied out on a stream of its own during the forward, back during the backward), the

@@ -137,8 +137,8 @@ def _four_blocks() -> tuple[Profile, int]:
     GPU whose host link (20 GB/s) is slower than the forward: and the bytes the smallest
     plan needs, by hand. Streamed and recomputed, one GPU holds the gradients in flight to the
     host (two blocks', 8 MiB: each leaves as it is made), two blocks' weights (8), the inputs
-    of blocks 1-3 (0.75), one block's activations recomputed (8), the loss (two fp32 copies of the 0.25 MiB output: 0.5) and the batch
-    (one 4-byte sample)."""
+    of blocks 1-3 (0.75), one block's activations recomputed (8), the loss (two fp32 copies
+    of the 0.25 MiB output: 0.5) and the batch (one 4-byte sample)."""
     mib = 2**20
     weights, saved, out = 4 * mib, 8 * mib, mib // 4
     cost = BlockCost(

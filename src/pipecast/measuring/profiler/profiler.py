@@ -46,6 +46,7 @@ from pipecast.measuring.profiler.measure import (
     workspace_floor,
 )
 from pipecast.measuring.profiler.options import ProfileOptions
+from pipecast.measuring.profiler.selective import selective_bytes
 from pipecast.measuring.profiler.tensor_parallel import sharded_model, with_tensor_parallel
 from pipecast.runtime import compiled, devices, float8
 from pipecast.runtime.backward import backward_full
@@ -313,6 +314,7 @@ class _Profiling:
             peak_bytes=peak,
             spread=m["spread"],
             held_bytes=held,
+            selective_bytes=selective_bytes(run),
             host_forward=m["host_f"],
             host_backward_input=hb,
             host_backward_weight=hw,

@@ -123,15 +123,16 @@ def stage_memory_row(
     state = "sgd" if offloads_optimizer(setting.offload) else setting.optimizer  # on the host
     factor = static_bytes(1.0, state, stashed_versions=stash, state_shards=setting.optimizer_shards)
     kept = activation * flight
-    if flight and (setting.recompute != "none" or offloads_activations(setting.offload)):
+    full = setting.recompute in ("all", "all-but-last")  # selective: in the profile already
+    if flight and (full or offloads_activations(setting.offload)):
         # as the simulator holds them: a recomputed or offloaded micro-batch keeps its
         # received input; one micro-batch's activations come back for its backward (all of
         # them recomputed, the largest block's from the host); GPipe's last micro-batch,
         # not recomputed under all-but-last, keeps all of its own
         received = np.where(starts > 0, a.out[np.maximum(starts - 1, 0)], 0)
         largest = np.maximum.accumulate(a.block_saved[:stop][::-1])[::-1]  # max over [i, stop)
-        back = activation if setting.recompute != "none" else largest
-        if setting.recompute != "none" and offloads_weights(setting.offload):
+        back = activation if full else largest
+        if full and offloads_weights(setting.offload):
             # streamed: one checkpoint a block with weights, recomputed one at a time
             received, back = _checkpointed(a, stop)
         last = activation if setting.recompute == "all-but-last" else received

@@ -18,8 +18,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from pipecast.planning.partition.boundaries import layout_of
-from pipecast.planning.simulation.costs import Costs
+from pipecast.planning.simulation.costs import Costs, StageTimes
 from pipecast.planning.simulation.pricing import costs_from_profile
+from pipecast.planning.simulation.recomputation import block_checkpoints
 from pipecast.planning.simulation.sharded import ShardedStep, Unit, sharded_step
 from pipecast.values.hardware.cluster import Cluster
 from pipecast.values.models.tensor_plans import FALLBACK_REDUCES
@@ -28,7 +29,7 @@ from pipecast.values.partition import Partition, Stage
 from pipecast.values.profile.types import Profile
 from pipecast.values.strategy import Strategy
 from pipecast.values.timeline import Timeline
-from pipecast.values.training import OPTIMIZER_STATE, OPTIMIZER_TEMPORARY, Optimizer
+from pipecast.values.training import OPTIMIZER_STATE, OPTIMIZER_TEMPORARY, Optimizer, recomputes
 
 
 def planned(profile: Profile, degree: int, block: int) -> bool:
@@ -107,7 +108,9 @@ def sharded_timeline(
     optimizer: Optimizer,
 ) -> Timeline:
     """A sharded data-parallel step of `strategy` (its replicas sharding every block, each
-    block split over its tensor-parallel ranks) at micro-batch `size`."""
+    block split over its tensor-parallel ranks) at micro-batch `size`; recomputed, each
+    block a checkpoint of its own whose backward runs its forward again, tensor
+    parallelism's all-reduces included."""
     rank = profile.at_tensor_parallel(strategy.tp)
     layout = layout_of(strategy)
     replicas = layout.group("fsdp", 0)
@@ -125,15 +128,18 @@ def sharded_timeline(
         bwd = tp_collectives(
             profile, i, i + 1, size, cluster, strategy.tp, backward=True, group=tensor
         )
+        forward = max(times.forward, times.host_forward) + fwd
         steps.append(
             Unit(
-                forward=max(times.forward, times.host_forward) + fwd,
+                forward=forward,
                 backward=max(times.backward, times.host_backward) + bwd,
                 gather=cluster.allgather_time(times.param_bytes, replicas),
                 scatter=cluster.reduce_scatter_time(times.param_bytes, replicas),
                 optimizer=times.optimizer / strategy.replicas,
                 param_bytes=times.param_bytes,
                 activation_bytes=times.activation_bytes,
+                recompute=forward,
+                kept_bytes=times.input_bytes,  # the checkpoint's input (the first's: the batch)
             )
         )
     kept = max((times.kept_workspace for times in costs.stages), default=0)
@@ -146,21 +152,37 @@ def sharded_timeline(
         temporary_bytes=OPTIMIZER_TEMPORARY[optimizer],
         fixed_bytes=kept + batch,
         workspace_bytes=max((times.workspace_bytes for times in costs.stages), default=0),
+        recomputed=sum(  # selective: in the profile already (recomputation.selective)
+            recomputes(strategy.recompute, mb, strategy.microbatches)
+            for mb in range(strategy.microbatches)
+            if strategy.recompute != "selective"
+        ),
     )
     return sharded_step(steps, step, name=strategy.label())
 
 
-def sharded_stages(costs: Costs, rank: Profile, partition: Partition, cluster: Cluster) -> Costs:
+def sharded_stages(
+    costs: Costs, rank: Profile, partition: Partition, cluster: Cluster, micro_batch: int = 1
+) -> Costs:
     """A pipeline's `costs` with each stage sharded over its replicas (FSDP kept gathered
     through the step, as torchtitan runs pipelines): the weights' all-gather before the
     stage's first forward (its first block's; the rest come while it computes), a
     reduce-scatter instead of the all-reduce after its last backward, and each replica's
-    optimizer stepping its shard (1/R of the stage's), as on one stage (sharded_timeline)."""
+    optimizer stepping its shard (1/R of the stage's), as on one stage (sharded_timeline).
+    Recomputed, a sharded stage's every block is a checkpoint of its own
+    (recomputation.block_checkpoints at `micro_batch`)."""
+
+    def sharded(times: StageTimes, st: Stage) -> StageTimes:
+        times = replace(times, optimizer=times.optimizer / st.replicas)
+        if costs.recompute in ("none", "selective"):
+            return times
+        kept, largest = block_checkpoints(rank, st.start, st.stop, micro_batch)
+        return replace(times, checkpoint_bytes=kept, recomputed_bytes=largest)
+
     return replace(
         costs,
         stages=tuple(
-            replace(times, optimizer=times.optimizer / st.replicas)
-            for times, st in zip(costs.stages, partition.stages, strict=True)
+            sharded(times, st) for times, st in zip(costs.stages, partition.stages, strict=True)
         ),
         allreduce=tuple(
             cluster.reduce_scatter_time(times.param_bytes, st.devices)

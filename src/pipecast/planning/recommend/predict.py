@@ -17,6 +17,7 @@ from pipecast.planning.recommend.mesh import (
 from pipecast.planning.schedules.generators import make_plan
 from pipecast.planning.simulation.costs import Costs
 from pipecast.planning.simulation.pricing import costs_from_profile, cpu_turns
+from pipecast.planning.simulation.recomputation import selective
 from pipecast.planning.simulation.sharded_optimizer import with_sharded_optimizer
 from pipecast.planning.simulation.simulator import simulate
 from pipecast.values.batching import check_batch, largest_micro_batch
@@ -210,6 +211,8 @@ def predict(
             "use fewer stages or replicas, or a cluster with more GPUs"
         )
     size = micro_batch_of(batch, strategy, uneven=uneven)
+    if strategy.recompute == "selective":  # blocks that save less, with longer backwards
+        profile = selective(profile, cluster)
     rank = profile.at_tensor_parallel(strategy.tp)  # what one tensor-parallel rank computes
     part = partition_for(rank, cluster, strategy, size, optimizer, memory_margin)
     ddp = ddp_buckets and strategy.kind == "data" and strategy.replicas > 1
@@ -234,7 +237,7 @@ def predict(
             raise ConfigError(why)
         costs = with_sharded_optimizer(costs, part, cluster)
     if strategy.sharded and strategy.stages > 1:
-        costs = sharded_stages(costs, rank, part, cluster)
+        costs = sharded_stages(costs, rank, part, cluster, size)
     memory_limit = int(cluster.memory_bytes * (1 - memory_margin))
     plan = plan_for(strategy, costs, memory_limit)
     if strategy.sharded and strategy.stages == 1:

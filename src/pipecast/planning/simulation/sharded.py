@@ -21,6 +21,13 @@ exposed: the first gather, and the reduce-scatters after the last backward.
 Memory per GPU is the shards (weights, gradients, optimizer state: 1/R each) plus, at each
 moment, the gathered units' weights, the saved activations of the micro-batch in flight,
 and a unit's full gradient with its reduce-scatter input while they exist.
+
+Recomputed (ShardedStep.recomputed micro-batches), each unit is a checkpoint of its own
+(pipecast.runtime.recompute): its forward keeps only `Unit.kept_bytes`, and its backward
+first runs its forward again (`Unit.recompute` seconds), holding all its activations while
+it runs. The recomputed forward uses the weights the backward gathers anyway (resharded
+after the forward, each unit but the last is gathered again for its backward, recomputed
+or not): it adds compute, not communication.
 """
 
 from __future__ import annotations
@@ -52,6 +59,11 @@ class Unit:
     """Bytes of its whole (unsharded) weights; its gradients are as large."""
     activation_bytes: int
     """Bytes its forward keeps for its backward, one micro-batch."""
+    recompute: float = 0.0
+    """Seconds a recomputed backward spends running its forward (or part of it) again."""
+    kept_bytes: int = 0
+    """Bytes a recomputed micro-batch's forward keeps for it: its checkpoint's input, and
+    under selective recomputation the outputs of its products and attention."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,6 +81,9 @@ class ShardedStep:
     """Held whatever happens: library workspaces, the step's batch."""
     workspace_bytes: int = 0
     """Transient bytes of the largest unit's compute beyond what it keeps."""
+    recomputed: int = 0
+    """Micro-batches, the first ones, whose backward recomputes every unit's forward (all
+    of them, or all but the last: pipecast.values.training.recomputes)."""
 
 
 class _Channel:
@@ -109,7 +124,8 @@ def sharded_step(units: Sequence[Unit], step: ShardedStep, name: str = "fsdp") -
                 gathered[i - 1] = channel.run(
                     f"gather u{i - 1}", "allgather", start, units[i - 1].gather
                 )
-            compute = start + unit.backward
+            again = unit.recompute if mb < step.recomputed else 0.0
+            compute = start + unit.backward + again
             events.append(Event(0, f"BW u{i}", "BW", start, compute, i, mb))
             channel.run(f"scatter u{i}", "reduce_scatter", compute, unit.scatter)
     begin = max(compute, channel.free)
@@ -132,21 +148,33 @@ def sharded_step(units: Sequence[Unit], step: ShardedStep, name: str = "fsdp") -
 def _peak_memory(units: Sequence[Unit], step: ShardedStep) -> int:
     """The shards plus the most the step holds at once: the end of the forward (every
     activation, the last units gathered) or a unit's backward (its gradient and its
-    reduce-scatter input beside the activations not yet freed)."""
+    reduce-scatter input beside the activations not yet freed); the larger of a recomputed
+    micro-batch's and a plain one's, where the step has both."""
     whole = sum(unit.param_bytes for unit in units)
     shards = whole / step.replicas * (2.0 + step.state_bytes)
-    moments = [0.0]
-    saved = 0.0
-    for i, unit in enumerate(units):
-        saved += unit.activation_bytes
-        moments.append(saved + _gathered(units, i, step.reshard, forward=True))
-    for i in reversed(range(len(units))):
-        gradient = 2 * units[i].param_bytes  # the gradient and its reduce-scatter input
-        moments.append(saved + _gathered(units, i, step.reshard, forward=False) + gradient)
-        saved -= units[i].activation_bytes
+    kinds = {mb < step.recomputed for mb in range(step.microbatches)}
+    moments = [0.0, *(m for again in kinds for m in _moments(units, step.reshard, again))]
     stepping = whole / step.replicas * step.temporary_bytes
     transient = max(max(moments) + step.workspace_bytes, stepping)
     return int(shards + transient + step.fixed_bytes)
+
+
+def _moments(units: Sequence[Unit], reshard: Reshard, recomputed: bool) -> list[float]:
+    """Bytes of activations and gathered weights and gradients at the end of each unit's
+    forward and during each unit's backward, one micro-batch (`recomputed` or not)."""
+    moments = []
+    kept = [unit.kept_bytes if recomputed else unit.activation_bytes for unit in units]
+    saved = 0.0
+    for i in range(len(units)):
+        saved += kept[i]
+        moments.append(saved + _gathered(units, i, reshard, forward=True))
+    for i in reversed(range(len(units))):
+        gradient = 2 * units[i].param_bytes  # the gradient and its reduce-scatter input
+        again = max(units[i].activation_bytes - kept[i], 0)  # what its forward makes again
+        gathered = _gathered(units, i, reshard, forward=False)
+        moments.append(saved + again + gathered + gradient)
+        saved -= kept[i]
+    return moments
 
 
 def _gathered(units: Sequence[Unit], i: int, reshard: Reshard, *, forward: bool) -> float:

@@ -73,4 +73,6 @@ def block_cost(costs: dict[int, BlockCost], micro_batch: int) -> BlockCost:
     values: dict[str, Any] = {name: device(name) for name in _DEVICE}
     values |= {name: float(getattr(costs[sizes[0]], name)) for name in _HOST}
     values |= {name: scaled(getattr(base, name)) for name in _BYTES}
+    if base.selective_bytes is not None:
+        values["selective_bytes"] = scaled(base.selective_bytes)
     return replace(base, **values)

@@ -55,6 +55,10 @@ class BlockCost:
     """Relative spread of forward + backward time across repeats."""
     held_bytes: int = 0
     """Output gradients B captures and keeps until W (zero-bubble schedules' extra memory)."""
+    selective_bytes: int | None = None
+    """Bytes the block keeps for its backward as a selective checkpoint of its own, beyond
+    its input: the outputs of its matrix products and attention (pipecast.runtime
+    .recompute; None: not measured, as in profiles taken before)."""
     host_forward: float = 0.0
     """Seconds the host takes to issue the forward (0: unmeasured). When it exceeds the
     device time, the device waits for the host: the block is host-bound."""
