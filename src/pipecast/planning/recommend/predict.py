@@ -164,6 +164,7 @@ def partition_for(
         recompute=strategy.recompute,
         offload=strategy.offload,
         tp=strategy.tp,
+        virtual=strategy.virtual,
     )
 
 
@@ -176,7 +177,13 @@ def plan_for(strategy: Strategy, costs: Costs | None = None, memory_limit: float
     if strategy.schedule == "zb-auto" and costs is not None:
         plan = auto_plan(strategy.stages, strategy.microbatches, costs, memory_limit)
         return plan if k == 1 else replace(plan, weight_batch=k)
-    return make_plan(strategy.schedule, strategy.stages, strategy.microbatches, weight_batch=k)
+    return make_plan(
+        strategy.schedule,
+        strategy.stages,
+        strategy.microbatches,
+        virtual=strategy.virtual,
+        weight_batch=k,
+    )
 
 
 def predict(
