@@ -106,3 +106,17 @@ def test_train_follows_a_recommendation_of_four_virtual_stages(
     (job,) = jobs
     assert job.plan == make_plan("interleaved", 2, 4, virtual=4)
     assert job.partition.boundaries == entry["partition"]
+
+
+def test_partition_exports_the_plan_of_its_virtual_stages(tmp_path: Path) -> None:
+    """8 stages as interleaved over 4 virtual stages a rank: torch's schedule CSV has the 2
+    ranks' rows, each running the stages of its loop."""
+    argv = ["partition", *PROFILE, "--stages", "8", "--schedule", "interleaved"]
+    argv += ["--virtual-stages", "4", "--micro-batches", "4", "--export", "torch"]
+    assert main([*argv, "--out-dir", str(tmp_path)]) == 0
+    rows = (tmp_path / "resnet50-interleaved-8.schedule.csv").read_text().split()
+    assert len(rows) == 2
+    for rank, row in enumerate(rows):
+        assert {int(a.split("F")[0]) for a in row.split(",") if "F" in a} == {
+            rank + 2 * k for k in range(4)
+        }
