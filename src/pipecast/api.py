@@ -24,7 +24,12 @@ from pipecast.measuring.profiler.options import ProfileOptions
 from pipecast.measuring.profiler.profiler import profile_model, quick_profile
 from pipecast.orchestration.recommend.calibrate import profile_sizes
 from pipecast.orchestration.recommend.session import Outcome, Request, recommend_for, with_defaults
-from pipecast.planning.partition.boundaries import parse_boundaries, placement_of, split
+from pipecast.planning.partition.boundaries import (
+    parse_boundaries,
+    placement_of,
+    split,
+    virtual_hint,
+)
 from pipecast.planning.partition.methods import measured_spread
 from pipecast.planning.schedules.generators import make_plan, stages_per_rank
 from pipecast.runtime.checkpoint import Checkpointing
@@ -52,6 +57,7 @@ def make_job(
     gpus: int = 2,
     replicas: int = 1,
     schedule: str = "1f1b",
+    virtual: int = 0,
     microbatches: int = 8,
     batch: int = 64,
     partition: str = "auto",
@@ -76,14 +82,18 @@ def make_job(
     either, batches are synthetic (real for 'digits'). `shard`: the replicas shard the
     weights with torch's FSDP ('full' or 'grad', Strategy.shard); `tensor_parallel`: each
     pipeline rank's blocks split over this many GPUs (the GPUs are replicas x stages x
-    tensor_parallel). Both run eagerly."""
+    tensor_parallel). Both run eagerly. `virtual`: the stages each pipeline rank runs
+    under the interleaved schedule (any from 2; 0: its default, 2), so the partition has
+    stages x virtual of them."""
     config = _checked_layout(device, gpus, replicas, tensor_parallel, shard, config)
     workload = model if isinstance(model, Workload) else None
     sequential = None if workload else as_sequential(model)
     spec = workload.spec if workload else get_spec(dataset or "mnist")
     stages = gpus // (replicas * tensor_parallel)
     if plan is None:
-        plan = make_plan(schedule, stages, microbatches, weight_batch=config.weight_batch)
+        plan = make_plan(
+            schedule, stages, microbatches, virtual=virtual, weight_batch=config.weight_batch
+        )
     elif (plan.num_ranks, plan.num_microbatches) != (stages, microbatches):
         raise ConfigError(
             f"the given plan runs {plan.num_ranks} ranks x {plan.num_microbatches} micro-batches"
@@ -93,7 +103,8 @@ def make_job(
     micro_batch = max(batch // (replicas * microbatches), 1)
     blocks = sequential if sequential is not None else workload.build("meta")  # type: ignore[union-attr]
     bounds = None if partition == "auto" else parse_boundaries(partition, len(blocks))
-    stage_count = stages * stages_per_rank(schedule)
+    stage_count = stages * stages_per_rank(schedule, virtual)
+    _check_stage_count(bounds, stage_count, len(blocks), schedule, stages)
     provisional = bounds or [round(len(blocks) * i / stage_count) for i in range(stage_count + 1)]
     job = TrainJob(
         plan=plan,
@@ -136,6 +147,7 @@ def make_job(
         schedule=schedule,
         ranks=stages,
         replicas=replicas,
+        virtual=virtual,
         micro_batch=micro_batch,
         microbatches=microbatches,
         # a quick profile's few repeats move from run to run: splits within its spread
@@ -172,6 +184,26 @@ def _checked_layout(
     if meshed and config.cuda_graphs is None:
         config = replace(config, cuda_graphs=False)
     return config
+
+
+def _check_stage_count(
+    bounds: list[int] | None, stages: int, blocks: int, schedule: str, ranks: int
+) -> None:
+    """ConfigError where the model's blocks cannot make the `stages` stages `schedule` runs
+    over `ranks` ranks: fewer blocks than stages, or interleaved boundaries for another
+    count of virtual stages (the count they need named; other mismatches the job's own
+    checks name)."""
+    hint = virtual_hint(schedule, len(bounds) - 1, ranks) if bounds is not None else ""
+    if bounds is not None and len(bounds) - 1 != stages and hint:
+        raise ConfigError(
+            f"boundaries {bounds} give {len(bounds) - 1} stages; {schedule} on {ranks} "
+            f"pipeline rank(s) needs {stages}{hint}"
+        )
+    if stages > blocks:
+        raise ConfigError(
+            f"{schedule} on {ranks} pipeline rank(s) runs {stages} stages, but the model has "
+            f"{blocks} blocks: use fewer ranks or virtual stages (at most {blocks} stages)"
+        )
 
 
 def _profiling_device(device: str) -> str:

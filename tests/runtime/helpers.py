@@ -67,9 +67,10 @@ def pipeline_job(
     capture: bool = True,
     device: str = "cpu",
     weight_batch: int = 1,
+    virtual: int = 0,
 ) -> TrainJob:
-    plan = make_plan(schedule, ranks, microbatches, weight_batch=weight_batch)
-    assert len(boundaries) - 1 == ranks * stages_per_rank(schedule)
+    plan = make_plan(schedule, ranks, microbatches, virtual=virtual, weight_batch=weight_batch)
+    assert len(boundaries) - 1 == ranks * stages_per_rank(schedule, virtual)
     part = from_boundaries(
         boundaries,
         placement=PLACEMENT.get(schedule, "one"),  # type: ignore[arg-type]

@@ -229,6 +229,17 @@ def schedule_arg(text: str) -> str:
     return text
 
 
+def add_virtual_arg(p: argparse.ArgumentParser) -> None:
+    """--virtual-stages, declared once for the verbs that run or price one schedule."""
+    p.add_argument(
+        "--virtual-stages",
+        type=count_arg("--virtual-stages", 2),
+        default=0,
+        help="interleaved: the stages each pipeline rank runs, any from 2 (default 2); the "
+        "partition then has GPUs x this many stages",
+    )
+
+
 def methods_arg(text: str) -> tuple[str, ...]:
     """An argparse type for --methods: comma-separated partition methods, each known."""
     from pipecast.errors import PipecastError

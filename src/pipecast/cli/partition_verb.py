@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 
 from pipecast import jsonio
-from pipecast.cli.common import count_arg, output_file, schedule_arg
+from pipecast.cli.common import add_virtual_arg, count_arg, output_file, schedule_arg
 from pipecast.cli.console import console, human_bytes, human_seconds
 from pipecast.cli.paths import check_output_dir
 from pipecast.cli.planning import add_profile_args, load_inputs
@@ -58,6 +58,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default="1f1b",
         help="the schedule whose in-flight memory counts",
     )
+    add_virtual_arg(p)
     p.add_argument("--compare", action="store_true", help="every method side by side")
     p.add_argument("-o", "--output", type=output_file, help="write the partition JSON here")
     p.add_argument(
@@ -160,8 +161,8 @@ def _export_plan(args: argparse.Namespace) -> Plan:
     from pipecast.planning.schedules import make_plan
     from pipecast.planning.schedules.generators import stages_per_rank
 
-    ranks = max(args.stages // stages_per_rank(args.schedule), 1)
-    return make_plan(args.schedule, ranks, args.micro_batches)
+    ranks = max(args.stages // stages_per_rank(args.schedule, args.virtual_stages), 1)
+    return make_plan(args.schedule, ranks, args.micro_batches, virtual=args.virtual_stages)
 
 
 def _export_workload(profile: Profile) -> Workload:

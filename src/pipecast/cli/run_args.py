@@ -15,6 +15,7 @@ from pipecast.cli.common import (
     OPTIMIZER_HELP,
     RECOMPUTE_HELP,
     SHARD_OPTIMIZER_HELP,
+    add_virtual_arg,
     add_workload_args,
     count_arg,
     number_arg,
@@ -95,6 +96,7 @@ def _add_layout_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
     )
     if not inference:
         p.add_argument("--schedule", type=schedule_arg, default="1f1b", help=", ".join(SCHEDULES))
+        add_virtual_arg(p)
     # infer leaves them unset, so that --mode latency can tell one given from none
     p.add_argument(
         "--micro-batches",

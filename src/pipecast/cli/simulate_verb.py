@@ -12,6 +12,7 @@ from pipecast.cli.common import (
     MICRO_BATCHES_HELP,
     RECOMPUTE_HELP,
     SHARD_OPTIMIZER_HELP,
+    add_virtual_arg,
     count_arg,
     output_dir,
     schedule_arg,
@@ -41,6 +42,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_profile_args(p)
     p.add_argument("--stages", type=count_arg("--stages", 1), required=True, help="pipeline GPUs")
     p.add_argument("--schedule", type=schedule_arg, default="1f1b", help=", ".join(SCHEDULES))
+    add_virtual_arg(p)
     p.add_argument(
         "--micro-batches",
         type=count_arg("--micro-batches", 1),
@@ -74,7 +76,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _outputs(args: argparse.Namespace, model: str) -> tuple[Path, Path]:
     """The Gantt chart and the trace a simulation writes into --out-dir."""
-    stem = f"{file_stem(model)}-{args.schedule}-{args.stages}x{args.micro_batches}"
+    virtual = f"-v{args.virtual_stages}" if args.virtual_stages else ""
+    stem = f"{file_stem(model)}-{args.schedule}{virtual}-{args.stages}x{args.micro_batches}"
     out = Path(args.out_dir)
     return out / f"{stem}.png", out / f"{stem}.trace.json"
 
@@ -119,12 +122,13 @@ def run(args: argparse.Namespace) -> int:
         stages=args.stages,
         replicas=args.replicas,
         schedule=args.schedule,
+        virtual=args.virtual_stages,
         microbatches=args.micro_batches,
         partition=args.partition,
         recompute=args.recompute,
         shard_optimizer=args.shard_optimizer,
     )
-    check_simulable(args.schedule, args.stages, args.micro_batches)
+    check_simulable(args.schedule, args.stages, args.micro_batches, args.virtual_stages)
     batch = args.batch or default_batch(profile, args.micro_batches * args.replicas)
     pred = predict(
         profile,

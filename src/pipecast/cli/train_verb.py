@@ -110,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
             gpus=args.gpus,
             replicas=args.replicas,
             schedule=schedule,
+            virtual=getattr(args, "virtual_stages", 0),
             microbatches=args.micro_batches,
             batch=args.batch,
             partition=args.partition,
@@ -243,6 +244,7 @@ def _strategy_of(args: argparse.Namespace, job: TrainJob) -> Strategy:
         stages=job.plan.num_ranks,
         replicas=args.replicas,
         schedule=job.plan.name,
+        virtual=job.plan.num_stages // job.plan.num_ranks if job.plan.name == "interleaved" else 0,
         microbatches=args.micro_batches,
         partition=",".join(map(str, job.partition.boundaries)),
         recompute=args.recompute,
@@ -317,8 +319,11 @@ def _trace_path(args: argparse.Namespace, job: TrainJob) -> Path:
 def _variant(job: TrainJob) -> str:
     """What sets a run apart beyond its model, schedule and ranks, for its trace's name (so
     runs of other strategies do not overwrite it): '' for a plain pipeline, else e.g.
-    '-fsdp2-tp2', '-dp2-offload-activations', '-recompute-all'."""
+    '-fsdp2-tp2', '-dp2-offload-activations', '-recompute-all', '-v4' (4 virtual stages a
+    rank)."""
     parts = []
+    if job.plan.name == "interleaved" and job.plan.num_stages != 2 * job.plan.num_ranks:
+        parts.append(f"v{job.plan.num_stages // job.plan.num_ranks}")
     if job.replicas > 1:
         parts.append(("fsdp" if job.shard != "none" else "dp") + str(job.replicas))
     if getattr(job.config, "shard_optimizer", False):
@@ -364,6 +369,7 @@ def _follow(args: argparse.Namespace, path: str, pick: int) -> Chosen:
     args.shard, args.tensor_parallel = s.shard, s.tp
     args.shard_optimizer = s.shard_optimizer
     args.schedule, args.micro_batches = c.schedule, s.microbatches
+    args.virtual_stages = s.virtual if c.schedule == s.schedule else 0
     args.batch, args.partition = c.batch, c.partition
     args.recompute, args.cuda_graphs, args.offload = s.recompute, s.cuda_graphs, s.offload
     args.compile, args.channels_last, args.float8 = s.compile, s.channels_last, s.float8

@@ -28,6 +28,9 @@ class Strategy:
     """Data-parallel replicas (of the whole pipeline)."""
     schedule: str = "1f1b"
     """Pipeline schedule; with one stage, micro-batches are gradient accumulation."""
+    virtual: int = 0
+    """Pipeline stages each pipeline rank runs (interleaved: any from 2); 0: the schedule's
+    own (planning.schedules.stages_per_rank: 2 for interleaved and zb-v, else 1)."""
     microbatches: int = 1
     """Micro-batches per replica per step."""
     partition: str = "balanced"
@@ -87,10 +90,15 @@ class Strategy:
                 kept = " (no reshard)" if self.shard == "grad" else ""
                 dims.append(f"FSDP x{self.replicas}{kept}")
         if self.stages > 1:
-            dims.append(f"{self.schedule} {self.stages} stages")
+            dims.append(self._pipeline())
         if self.tp > 1:
             dims.append(f"TP x{self.tp}")
         return " x ".join(dims) or "one device"
+
+    def _pipeline(self) -> str:
+        """'1f1b 4 stages'; 'interleaved 2 stages x4 virtual' where the count is given."""
+        virtual = f" x{self.virtual} virtual" if self.virtual > 1 else ""
+        return f"{self.schedule} {self.stages} stages{virtual}"
 
     def label(self) -> str:
         # serving runs a replica's share in micro-batches; training accumulates them
@@ -110,7 +118,7 @@ class Strategy:
             if self.microbatches > 1:
                 text += f", {chunks} {self.microbatches}"
         else:
-            text = f"{self.schedule} {self.stages} stages"
+            text = self._pipeline()
             if self.replicas > 1:
                 text = f"{self.replicas} x {text}"
             text += f", M={self.microbatches}, {self.partition}"

@@ -30,10 +30,14 @@ from pipecast.values.partition import from_boundaries
 
 def pipecast_job(cfg: BenchConfig, *, capture: bool = False) -> TrainJob:
     stages = cfg.stages
-    plan = make_plan(cfg.schedule if cfg.stages > 1 else "1f1b", stages, cfg.microbatches)
     bounds = list(cfg.boundaries) or None
     if bounds is None:
         raise PipecastError(f"{cfg.label()}: pipecast configurations need boundaries")
+    # interleaved: as many virtual stages per rank as the boundaries give it
+    virtual = (len(bounds) - 1) // stages if cfg.schedule == "interleaved" else 0
+    plan = make_plan(
+        cfg.schedule if cfg.stages > 1 else "1f1b", stages, cfg.microbatches, virtual=virtual
+    )
     part = from_boundaries(
         bounds,
         placement=placement_of(cfg.schedule),

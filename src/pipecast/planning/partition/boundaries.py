@@ -34,7 +34,7 @@ def layout_of(strategy: Strategy) -> Layout:
     pipelined = strategy.kind in ("pipeline", "hybrid")
     schedule = strategy.schedule if pipelined else "1f1b"
     layout = pipeline_layout(
-        strategy.stages * stages_per_rank(schedule),
+        strategy.stages * stages_per_rank(schedule, strategy.virtual if pipelined else 0),
         placement=placement_of(schedule),
         ranks=strategy.stages,
         replicas=strategy.replicas,
@@ -78,19 +78,20 @@ def split(
     tolerance: float = 0.0,
     tp: int = 1,
     optimizer_shards: int = 1,
+    virtual: int = 0,
 ) -> Partition:
     """The pipeline's stages over `ranks` pipeline ranks (times `replicas`, each split over
     `tp` tensor-parallel ranks, placed as values/parallel.py's Layout): boundaries `how` names
     ('0,10,40'), or the partition method `how` for this schedule and micro-batching (with
-    Setting.tolerance)."""
-    stages = ranks * stages_per_rank(schedule)
+    Setting.tolerance); `virtual`: the stages each rank runs (stages_per_rank)."""
+    stages = ranks * stages_per_rank(schedule, virtual)
     placement = placement_of(schedule)
     bounds = parse_boundaries(how, profile.num_blocks)
     if bounds is not None:
         if len(bounds) - 1 != stages:
             raise ConfigError(
                 f"boundaries {bounds} give {len(bounds) - 1} stages; {schedule} on "
-                f"{ranks} GPUs needs {stages}"
+                f"{ranks} GPUs needs {stages}" + virtual_hint(schedule, len(bounds) - 1, ranks)
             )
         return from_boundaries(
             bounds, method="given", placement=placement, ranks=ranks, replicas=replicas, tp=tp
@@ -111,3 +112,11 @@ def split(
         optimizer_shards=optimizer_shards,
     )
     return partition(profile, cluster, stages, setting, how)
+
+
+def virtual_hint(schedule: str, given: int, ranks: int) -> str:
+    """Where interleaved boundaries give a whole number of stages per rank: the count of
+    virtual stages that runs them."""
+    if schedule != "interleaved" or given % ranks or given // ranks < 2:
+        return ""
+    return f": give {given // ranks} virtual stages per rank (--virtual-stages {given // ranks})"

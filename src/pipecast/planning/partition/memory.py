@@ -6,10 +6,17 @@ from __future__ import annotations
 from pipecast.values.training import OPTIMIZER_STATE, Optimizer
 
 
-def in_flight(schedule: str, position: int, stages: int, microbatches: int) -> int:
+def in_flight(
+    schedule: str, position: int, stages: int, microbatches: int, ranks: int | None = None
+) -> int:
     """Micro-batches whose activations a stage holds at its peak: all M under GPipe, S - s
     under 1F1B and PipeDream (PipeDream also stashes that many weight versions), S under
-    ZB-H1, about S for the interleaved and V schedules, up to 2S under ZB-auto."""
+    ZB-H1, about S for the V schedule, up to 2S under ZB-auto. Interleaved over `ranks`
+    ranks (default S/2): 2R, what a rank's first stage peaks at whatever its count of
+    virtual stages (Megatron's warm-up runs 2(R-r-1) + (v-1)R forwards, R a stage in turn,
+    so the first stage gets 2R before its first backward); the later stages hold fewer."""
+    if schedule == "interleaved":
+        return min(microbatches, 2 * ranks if ranks else stages)
     if schedule in ("gpipe",):
         return microbatches
     if schedule in ("1f1b", "pipedream"):

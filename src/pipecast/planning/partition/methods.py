@@ -117,7 +117,9 @@ def stage_memory_row(
         (starts > 0) & ~a.input_counted[:stop], a.out[np.maximum(starts - 1, 0)], 0
     )
     activation = a.saved[stop] - a.saved[:stop] + held_input
-    flight = in_flight(setting.schedule, position, stages, setting.microbatches)
+    flight = in_flight(
+        setting.schedule, position, stages, setting.microbatches, ranks=setting.ranks
+    )
     stash = flight if setting.schedule == "pipedream" else 0
     peak = np.maximum.accumulate(a.peak[:stop][::-1])[::-1]  # max over [i, stop)
     state = "sgd" if offloads_optimizer(setting.offload) else setting.optimizer  # on the host

@@ -6,6 +6,7 @@ import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
+from pipecast.planning.recommend.depths import pipeline_depths, virtual_counts
 from pipecast.values.profile.types import Profile
 from pipecast.values.strategy import Kind, Shard, Strategy
 from pipecast.values.training import Recompute
@@ -83,7 +84,8 @@ def strategies(
 
     Micro-batch counts are powers of two that divide the batch: up to MORE_ACCUMULATION,
     in rising order, for accumulation (see ACCUMULATION), and S, 2S, 4S, 8S for pipelines
-    of S stages. A pipeline's replicas shard its stages kept gathered through the step
+    of S stages. Pipeline depths and the interleaved schedule's virtual stages per rank are
+    depths.py's. A pipeline's replicas shard its stages kept gathered through the step
     ('grad', as torchtitan runs them). `serving`: inference, every strategy running forward
     only (replicas each serve their share of the batch; no recomputation, nothing to
     update). Split-backward schedules also run with each of `weight_batches` (Plan.
@@ -122,15 +124,16 @@ def _on(
             continue
         for shard in SHARDS:
             yield Strategy(kind="data", replicas=g, microbatches=m, shard=shard, tp=tp)
-    for stages in (s for s in gpu_counts(g) if s >= 2 and g % s == 0):
+    for stages in pipeline_depths(g, blocks):
         replicas = g // stages
         if batch % replicas:
             continue
         per_replica = batch // replicas
-        for schedule in schedules:
-            virtual = 2 if schedule in ("interleaved", "zb-v") else 1
-            if stages * virtual > blocks:
-                continue
+        for schedule, virtual in (
+            (name, v if name == "interleaved" else 0)
+            for name in schedules
+            for v in virtual_counts(name, stages, blocks)
+        ):
             for factor in (1, 2, 4, 8):
                 m = stages * factor
                 if per_replica % m:
@@ -143,6 +146,7 @@ def _on(
                             stages=stages,
                             replicas=replicas,
                             schedule=schedule,
+                            virtual=virtual,
                             microbatches=m,
                             partition=method,
                             recompute=rc,
@@ -159,7 +163,7 @@ def _serving(gpus: int, batch: int, blocks: int, methods: Sequence[str]) -> Iter
         for m in _divisors_pow2(share, ACCUMULATION) if share else []:
             kind: Kind = "single" if g == 1 else "data"
             yield Strategy(kind=kind, replicas=g, microbatches=m, schedule="forward-only")
-        for stages in (s for s in gpu_counts(g) if 2 <= s <= blocks and g % s == 0):
+        for stages in (s for s in pipeline_depths(g, blocks) if s <= blocks):
             replicas = g // stages
             if batch % replicas:
                 continue

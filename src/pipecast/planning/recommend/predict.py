@@ -168,6 +168,7 @@ def partition_for(
         offload=strategy.offload,
         tp=strategy.tp,
         optimizer_shards=strategy.replicas if strategy.shard_optimizer else 1,
+        virtual=strategy.virtual,
     )
 
 
@@ -180,7 +181,13 @@ def plan_for(strategy: Strategy, costs: Costs | None = None, memory_limit: float
     if strategy.schedule == "zb-auto" and costs is not None:
         plan = auto_plan(strategy.stages, strategy.microbatches, costs, memory_limit)
         return plan if k == 1 else replace(plan, weight_batch=k)
-    return make_plan(strategy.schedule, strategy.stages, strategy.microbatches, weight_batch=k)
+    return make_plan(
+        strategy.schedule,
+        strategy.stages,
+        strategy.microbatches,
+        virtual=strategy.virtual,
+        weight_batch=k,
+    )
 
 
 def predict(

@@ -279,7 +279,8 @@ SCHEDULES: dict[str, Generator] = {
     "pipedream": pipedream,
 }
 STAGES_PER_RANK = {"interleaved": 2, "zb-v": 2}
-"""Virtual stages per rank (interleaved takes `chunks`; 2 is its default)."""
+"""Virtual stages per rank of each schedule with several: interleaved's default (it takes
+any count from 2, `stages_per_rank`); ZB-V's V always has 2."""
 
 
 def make_plan(
@@ -287,15 +288,18 @@ def make_plan(
     ranks: int,
     microbatches: int,
     *,
-    chunks: int = 2,
+    virtual: int = 0,
     durations: Durations | None = None,
     weight_batch: int = 1,
 ) -> Plan:
     """The named schedule for `ranks` pipeline ranks and `microbatches` micro-batches;
-    `durations` shape the schedules built from costs (zb-auto); `weight_batch`: the Ws of
-    that many micro-batches run as one (Plan.weight_batch; split backwards only)."""
+    `virtual`: the stages each rank runs (interleaved; 0: the schedule's own,
+    stages_per_rank); `durations` shape the schedules built from costs (zb-auto);
+    `weight_batch`: the Ws of that many micro-batches run as one (Plan.weight_batch; split
+    backwards only)."""
     if name not in SCHEDULES:
         raise UnknownNameError("schedule", name, list(SCHEDULES))
+    chunks = stages_per_rank(name, virtual)
     if name == "interleaved":
         plan = interleaved_1f1b(ranks, microbatches, chunks)
     elif name == "zb-auto":
@@ -309,7 +313,23 @@ def make_plan(
     return batched
 
 
-def stages_per_rank(name: str, chunks: int = 2) -> int:
+def stages_per_rank(name: str, virtual: int = 0) -> int:
+    """The pipeline stages (virtual stages) each rank runs under schedule `name`, asked for
+    `virtual` (0: the schedule's own). Interleaved 1F1B runs any count from 2, each rank's
+    share of the model cut into that many chunks placed in a loop: more chunks shrink the
+    bubble (Narayanan et al. 2021: (p-1)/(v m) of the ideal step) for more transfers. ZB-V's
+    V has 2; every other schedule 1. A ConfigError names a count the schedule cannot run."""
+    own = STAGES_PER_RANK.get(name, 1)
+    if virtual == 0 or (virtual == own and name != "interleaved"):
+        return own
     if name == "interleaved":
-        return chunks
-    return STAGES_PER_RANK.get(name, 1)
+        if virtual >= 2:
+            return virtual
+        raise ConfigError(
+            f"interleaved 1F1B runs at least 2 virtual stages per rank, got {virtual}: give "
+            "2 or more (1 stage per rank is 1f1b)"
+        )
+    raise ConfigError(
+        f"{name} runs {own} stage(s) per rank, not {virtual} virtual stages: only the "
+        "interleaved schedule takes a count of virtual stages"
+    )

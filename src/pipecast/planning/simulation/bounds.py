@@ -19,16 +19,16 @@ SPLIT_BACKWARD = ("zb-h1", "zb-v", "zb-auto")
 """Schedules whose backward is two actions, B and W."""
 
 
-def compute_actions(schedule: str, stages: int, microbatches: int) -> int:
+def compute_actions(schedule: str, stages: int, microbatches: int, virtual: int = 0) -> int:
     """The F, B, W and BW actions of one step of `schedule` over `stages` pipeline ranks
-    (each holding its virtual stages) and `microbatches`."""
+    (each holding its `virtual` stages, stages_per_rank) and `microbatches`."""
     kinds = 1 if schedule == "forward-only" else 3 if schedule in SPLIT_BACKWARD else 2
-    return stages * stages_per_rank(schedule) * microbatches * kinds
+    return stages * stages_per_rank(schedule, virtual) * microbatches * kinds
 
 
-def check_simulable(schedule: str, stages: int, microbatches: int) -> None:
+def check_simulable(schedule: str, stages: int, microbatches: int, virtual: int = 0) -> None:
     """A one-line ConfigError where a step holds more than MAX_ACTIONS compute actions."""
-    actions = compute_actions(schedule, stages, microbatches)
+    actions = compute_actions(schedule, stages, microbatches, virtual)
     if actions > MAX_ACTIONS:
         most = MAX_ACTIONS * microbatches // actions
         raise ConfigError(
