@@ -10,17 +10,19 @@ import pytest
 from tests.planning.partition.test_partition import make_profile
 
 from pipecast.errors import ConfigError
+from pipecast.planning.partition.boundaries import layout_of
 from pipecast.planning.recommend.context import (
     at_context_parallel,
     block_scale,
     cp_collectives,
     with_context_parallel,
 )
+from pipecast.planning.recommend.predict import predict
 from pipecast.planning.simulation.pricing import costs_from_profile
 from pipecast.values.hardware.presets import describe
-from pipecast.values.parallel import Layout
 from pipecast.values.partition import from_boundaries
 from pipecast.values.profile.types import Profile
+from pipecast.values.strategy import Strategy
 
 SEQ, WIDTH, MB = 1024, 256, 8
 KV = 2 * MB * SEQ * WIDTH * 4  # one layer's K and V over the sequence, fp32: 16 MiB
@@ -63,7 +65,8 @@ def test_the_keys_and_values_are_gathered_on_the_context_groups_link() -> None:
     across the nodes."""
     profile = _gpt()
     one = 10e-6 + 0.5 * KV / 150e9
-    layout = Layout(replicas=2, context=2)
+    strategy = Strategy(kind="data", replicas=2, cp=2)
+    layout = layout_of(strategy)
     assert layout.group("context", 0) == (0, 1)
     part = from_boundaries([0, 4], replicas=2, tp=2)  # a place is 2 ranks wide
     assert part.stages[0].devices == (0, 2)
@@ -77,6 +80,22 @@ def test_the_keys_and_values_are_gathered_on_the_context_groups_link() -> None:
         assert after.forward - before.forward == pytest.approx(2 * one)
         assert after.backward - before.backward == pytest.approx(2 * one)
         assert priced.allreduce == (cluster.allreduce_time(before.param_bytes, range(4)),)
+
+
+def test_predict_places_and_prices_a_context_parallel_strategy() -> None:
+    """2 stages x CP x2 x TP x2 on 2 nodes of 4: stage 1 on rank 4, the next node; CP x2
+    holds less and computes faster than the same pipeline on whole sequences."""
+    cluster = describe(gpus_per_node=4, nodes=2, memory="80GiB")
+    profile = _gpt()
+    with_tp = Strategy(kind="pipeline", stages=2, cp=2, tp=2, microbatches=2)
+    assert with_tp.gpus == 8 and "CP x2 x TP x2" in with_tp.label()
+    assert layout_of(with_tp).group("context", 4) == (4, 6)
+    plain = Strategy(kind="pipeline", stages=2, microbatches=2)
+    split = replace(plain, cp=2)
+    a, b = (predict(profile, cluster, s, 16) for s in (plain, split))
+    assert b.partition.stages[1].devices == (2,)
+    assert b.timeline.step_time < a.timeline.step_time
+    assert max(b.timeline.peak_memory) < max(a.timeline.peak_memory)
 
 
 def test_a_sequence_without_attention_or_that_does_not_cut_is_refused() -> None:
