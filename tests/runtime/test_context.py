@@ -79,8 +79,14 @@ def _job(stages: int, microbatches: int, *, replicas: int = 1, cp: int = 2) -> T
     return replace(job, cp=cp)
 
 
+CLIP = 0.5
+"""A global gradient norm to clip to, below the GPT's first gradients' (about 3)."""
+
 CASES = {
     "CP x2, accumulate 2": _job(1, 2),
+    "CP x2, clipped": replace(
+        _job(1, 1), config=RunConfig(lr=0.1, timeout_s=120, clip_grad_norm=CLIP)
+    ),
     "1f1b 2 stages x CP x2": _job(2, 2),
     "data parallel x2 x CP x2": _job(1, 1, replicas=2),
 }
@@ -92,12 +98,30 @@ def results() -> dict[str, object]:
     return dict(zip(names, run_all([CASES[n] for n in names]), strict=True))
 
 
+def _clipped_reference() -> dict[str, torch.Tensor]:
+    """One process's SGD steps, the gradients clipped to CLIP by torch's own function."""
+    model = GPT.build()
+    for step in range(STEPS):
+        model.zero_grad(set_to_none=True)
+        x, y = synthetic_batch(GPT.spec, BATCH, seed=step)
+        loss_for(GPT.spec)(model(x), y).backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
+        assert norm > CLIP  # the clip bites
+        with torch.no_grad():
+            for p in model.parameters():
+                p -= 0.1 * p.grad  # type: ignore[operator]
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_context_parallel_trains_to_one_process_weights(
     case: str, results: dict[str, object]
 ) -> None:
     torch.manual_seed(0)
-    want, _ = reference_step(GPT.build(), GPT, BATCH, lr=0.1, steps=STEPS)
+    if CASES[case].config.clip_grad_norm:
+        want = _clipped_reference()
+    else:
+        want, _ = reference_step(GPT.build(), GPT, BATCH, lr=0.1, steps=STEPS)
     got = merged(results[case], "params")  # type: ignore[arg-type]
     for name, ref in want.items():
         torch.testing.assert_close(got[name], ref, rtol=1e-5, atol=1e-6, msg=name)

@@ -121,8 +121,8 @@ class PipelineEngine:
         self.context_group = context.context_group(layout, self.global_rank)
         """The ranks splitting this rank's sequences (None: it holds them whole)."""
         self.dp_group: dist.ProcessGroup | None = None
-        """The replicas' group for pipecast's own all-reduce (None: one replica, or FSDP
-        reduce-scatters the gradients itself)."""
+        """The replicas' (and their context ranks') group for pipecast's own all-reduce
+        (None: one copy of the weights, or FSDP reduce-scatters the gradients itself)."""
         sharded = any(st.mesh.dp is not None for st in stages.values())
         self.summed = 1 if sharded else self.copies
         """Ranks whose gradients are summed (pipecast's all-reduce); 1 where FSDP
@@ -220,7 +220,7 @@ class PipelineEngine:
             loss_sum = run.loss_sum
             if loss_sum is not None and self.context_group is not None:
                 # each context rank's share of the mean: the replica's loss is their sum
-                torch.distributed.all_reduce(loss_sum, group=self.context_group)
+                dist.all_reduce(loss_sum, group=self.context_group)
                 loss_sum = loss_sum / self.context_degree
             loss_value = float(loss_sum.item()) * self.summed if loss_sum is not None else None
         if replay is not None and not graphed and replay.learning():
