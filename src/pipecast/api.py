@@ -72,6 +72,7 @@ def make_job(
     shard: Shard = "none",
     tensor_parallel: int = 1,
     plan: Plan | None = None,
+    context_parallel: int = 1,
 ) -> tuple[TrainJob, Profile | None]:
     """The job `train`/`infer` run, built and checked without starting any process, and the
     quick profile the automatic partition came from (None for explicit boundaries).
@@ -84,12 +85,15 @@ def make_job(
     pipeline rank's blocks split over this many GPUs (the GPUs are replicas x stages x
     tensor_parallel). Both run eagerly. `virtual`: the stages each pipeline rank runs
     under the interleaved schedule (any from 2; 0: its default, 2), so the partition has
-    stages x virtual of them."""
-    config = _checked_layout(device, gpus, replicas, tensor_parallel, shard, config)
+    stages x virtual of them. `context_parallel`: each sequence split over this many GPUs
+    more (pipecast.runtime.context)."""
+    config = _checked_layout(
+        device, gpus, replicas, tensor_parallel, shard, config, context_parallel
+    )
     workload = model if isinstance(model, Workload) else None
     sequential = None if workload else as_sequential(model)
     spec = workload.spec if workload else get_spec(dataset or "mnist")
-    stages = gpus // (replicas * tensor_parallel)
+    stages = gpus // (replicas * tensor_parallel * context_parallel)
     if plan is None:
         plan = make_plan(
             schedule, stages, microbatches, virtual=virtual, weight_batch=config.weight_batch
@@ -118,6 +122,7 @@ def make_job(
         replicas=replicas,
         shard=shard,
         tp=tensor_parallel,
+        cp=context_parallel,
         config=config,
         device="cuda" if device == "cuda" else "cpu",  # checked above: one of the two
         steps=steps,
@@ -166,21 +171,23 @@ def _checked_layout(
     tensor_parallel: int,
     shard: Shard,
     config: RunConfig | None,
+    context_parallel: int = 1,
 ) -> RunConfig:
-    """ConfigError unless the GPUs split into replicas x tensor-parallel ranks of equal
-    pipelines on a known device; the run's config, eager where torch's FSDP or tensor
-    parallelism runs the blocks."""
+    """ConfigError unless the GPUs split into replicas x context- x tensor-parallel ranks of
+    equal pipelines on a known device; the run's config, eager where torch's FSDP or tensor
+    parallelism or context parallelism runs the blocks."""
     if device not in ("cpu", "cuda"):
         raise ConfigError(f"device must be 'cpu' or 'cuda', got {device!r}")
-    width = replicas * tensor_parallel
-    if replicas < 1 or tensor_parallel < 1 or gpus % width:
+    width = replicas * tensor_parallel * context_parallel
+    if min(replicas, tensor_parallel, context_parallel) < 1 or gpus % width:
+        within = f"{context_parallel} context- x " if context_parallel != 1 else ""
         raise ConfigError(
-            f"{gpus} GPU(s) do not split into {replicas} replica(s) x {tensor_parallel} "
-            "tensor-parallel rank(s) of equal pipelines: give counts of at least 1 whose "
-            "product divides the GPUs"
+            f"{gpus} GPU(s) do not split into {replicas} replica(s) x {within}"
+            f"{tensor_parallel} tensor-parallel rank(s) of equal pipelines: give counts of at "
+            "least 1 whose product divides the GPUs"
         )
     config = config or RunConfig()
-    meshed = tensor_parallel > 1 or (shard != "none" and replicas > 1)
+    meshed = tensor_parallel > 1 or (shard != "none" and replicas > 1) or context_parallel > 1
     if meshed and config.cuda_graphs is None:
         config = replace(config, cuda_graphs=False)
     return config

@@ -64,6 +64,38 @@ def test_a_degree_the_key_value_heads_do_not_divide_is_refused(
     )
 
 
+@pytest.mark.slow
+def test_train_runs_context_parallel(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["train", *GPT, *SMALL, "--gpus", "2", "--context-parallel", "2"]
+    argv += ["--micro-batches", "1", "--device", "cpu"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "samples/s" in out
+    assert "1f1b x context parallel x2 on 2 cpu ranks" in out
+
+
+@pytest.mark.parametrize(
+    ("model", "why"),
+    [
+        (
+            ["--model", "gpt", "--dataset", "tokens", "--seq-len", "6"],
+            "the sequence length 6 does not divide by 4",
+        ),
+        (["--model", "lenet5", "--dataset", "mnist"], "this model has none"),
+    ],
+)
+def test_context_parallel_refuses_what_it_cannot_split(
+    model: list[str], why: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A sequence that does not cut into 2 x degree chunks, a model with no causal attention
+    over a sequence: one line, exit 2, before anything starts."""
+    argv = ["train", *model, "--batch", "8", "--steps", "1", "--gpus", "2", "--device", "cpu"]
+    argv += ["--context-parallel", "2", "--micro-batches", "1"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and why in err, err
+
+
 def test_each_strategy_writes_its_own_trace() -> None:
     """Runs that differ only in replicas, sharding, tensor parallelism, offload or
     recomputation get trace names of their own, so one does not overwrite another; a plain
@@ -72,11 +104,11 @@ def test_each_strategy_writes_its_own_trace() -> None:
 
     from pipecast.cli.train_verb import _variant
 
-    def job(replicas: int = 1, shard: str = "none", tp: int = 1, **config: str) -> Any:
+    def job(replicas: int = 1, shard: str = "none", tp: int = 1, cp: int = 1, **config: str) -> Any:
         cfg = SimpleNamespace(offload="none", recompute="none")
         for k, v in config.items():
             setattr(cfg, k, v)
-        return SimpleNamespace(replicas=replicas, shard=shard, tp=tp, config=cfg)
+        return SimpleNamespace(replicas=replicas, shard=shard, tp=tp, cp=cp, config=cfg)
 
     names = [
         _variant(job()),
@@ -84,5 +116,13 @@ def test_each_strategy_writes_its_own_trace() -> None:
         _variant(job(replicas=2, shard="full", tp=2)),
         _variant(job(offload="activations")),
         _variant(job(replicas=2, recompute="all")),
+        _variant(job(replicas=2, cp=2)),
     ]
-    assert names == ["", "-dp2", "-fsdp2-tp2", "-offload-activations", "-dp2-recompute-all"]
+    assert names == [
+        "",
+        "-dp2",
+        "-fsdp2-tp2",
+        "-offload-activations",
+        "-dp2-recompute-all",
+        "-dp2-cp2",
+    ]

@@ -95,6 +95,13 @@ def _add_layout_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
         "column/row plan, torch's parallelize_module); GPUs = replicas x stages x this",
     )
     if not inference:
+        p.add_argument(
+            "--context-parallel",
+            type=count_arg("--context-parallel", 1),
+            default=1,
+            help="split each sequence over this many GPUs (the zoo's gpt; Llama 3's "
+            "all-gather of keys and values); GPUs = replicas x stages x this x tensor-parallel",
+        )
         p.add_argument("--schedule", type=schedule_arg, default="1f1b", help=", ".join(SCHEDULES))
         add_virtual_arg(p)
     # infer leaves them unset, so that --mode latency can tell one given from none

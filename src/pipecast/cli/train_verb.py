@@ -124,6 +124,7 @@ def run(args: argparse.Namespace) -> int:
             shard=args.shard,
             tensor_parallel=args.tensor_parallel,
             plan=followed.plan if followed is not None else None,
+            context_parallel=getattr(args, "context_parallel", 1),
         )
     jsonio.check_output(_trace_path(args, job))  # before the run, not after it
     if not under_torchrun():
@@ -187,17 +188,21 @@ def _default_micro_batches(args: argparse.Namespace, schedule: str) -> int:
     """--micro-batches when not given: one where a replica is one stage (nothing to overlap:
     more would only run smaller products; a batch that does not fit says so and names the
     flag), else MICRO_BATCHES for a pipeline's stages to overlap."""
-    stages = args.gpus // max(args.replicas * getattr(args, "tensor_parallel", 1), 1)
+    width = (
+        args.replicas * getattr(args, "tensor_parallel", 1) * getattr(args, "context_parallel", 1)
+    )
+    stages = args.gpus // max(width, 1)
     return 1 if stages <= 1 and schedule != "pipedream" else MICRO_BATCHES
 
 
 def _layout(job: TrainJob, schedule: str) -> str:
     """How the job spreads the model: the schedule, or with replicas or tensor parallelism
     its mesh as recommend labels it (Strategy.mesh: 'FSDP x2 (no reshard)' for one stage,
-    'data parallel x2 x 1f1b 2 stages' for two)."""
+    'data parallel x2 x 1f1b 2 stages' for two); then its context parallelism."""
+    within = f" x context parallel x{job.cp}" if job.cp > 1 else ""
     if job.replicas == 1 and job.tp == 1:
-        return schedule
-    return Strategy(
+        return schedule + within
+    mesh = Strategy(
         kind="hybrid",
         stages=job.plan.num_ranks,
         replicas=job.replicas,
@@ -206,6 +211,7 @@ def _layout(job: TrainJob, schedule: str) -> str:
         shard_optimizer=job.config.shard_optimizer,
         tp=job.tp,
     ).mesh()
+    return mesh + within
 
 
 def _steps_done(step: int, warmup: int) -> str:
@@ -328,6 +334,8 @@ def _variant(job: TrainJob) -> str:
         parts.append(("fsdp" if job.shard != "none" else "dp") + str(job.replicas))
     if getattr(job.config, "shard_optimizer", False):
         parts.append("shard-optimizer")
+    if job.cp > 1:
+        parts.append(f"cp{job.cp}")
     if job.tp > 1:
         parts.append(f"tp{job.tp}")
     for name, value in (("offload", job.config.offload), ("recompute", job.config.recompute)):

@@ -92,9 +92,11 @@ class Channels:
         timeout_s: float,
         layout: Layout | None = None,
         tensor: int = 0,
+        context: int = 0,
     ) -> None:
         """`layout`: where the job's processes sit (values/parallel.py); this rank is
-        tensor-parallel rank `tensor`, and talks to the same one of each neighbour."""
+        context- and tensor-parallel rank `context`, `tensor`, and talks to the same one of
+        each neighbour."""
         self.device = device
         self.timeout = datetime.timedelta(seconds=timeout_s)
         self.rank = pipeline_rank
@@ -103,14 +105,15 @@ class Channels:
         self.incoming: dict[int, _Channel] = {}
         layout = layout or Layout(replicas=replicas, pipeline=plan.num_ranks)
         # every rank creates every group, in the same order (new_group is collective)
-        for t, k in itertools.product(range(layout.tensor), range(replicas)):
+        places = itertools.product(range(layout.tensor), range(replicas), range(layout.context))
+        for t, k, c in places:
             for src, dst in sorted(orders):
                 ranks = [
-                    layout.rank(replica=k, pipeline=src, tensor=t),
-                    layout.rank(replica=k, pipeline=dst, tensor=t),
+                    layout.rank(replica=k, pipeline=src, context=c, tensor=t),
+                    layout.rank(replica=k, pipeline=dst, context=c, tensor=t),
                 ]
                 group = cached_group(ranks, "p2p") if dist.is_initialized() else None
-                if (k, t) != (replica, tensor):
+                if (k, c, t) != (replica, context, tensor):
                     continue
                 if src == pipeline_rank:
                     self.outgoing[dst] = _Channel(group, ranks[1], orders[(src, dst)])

@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 
 from pipecast.errors import ConfigError
-from pipecast.runtime import allreduce, devices, graphs, microbatch, sharding, ties
+from pipecast.runtime import allreduce, context, devices, graphs, microbatch, sharding, ties
 from pipecast.runtime.backward import Cut
 from pipecast.runtime.channels import Channels, cached_group
 from pipecast.runtime.config import RunConfig
@@ -65,6 +65,7 @@ class PipelineEngine:
         tied: list[ties.Tie] | None = None,
         layout: Layout | None = None,
         tensor: int = 0,
+        context_rank: int = 0,
     ) -> None:
         validate(plan)
         if plan.async_updates and replicas > 1:
@@ -100,21 +101,37 @@ class PipelineEngine:
         self._uncounted = ties.uncounted(self.ties)
         """Copies of tied parameters the global gradient norm leaves out."""
         layout = layout or Layout(replicas=replicas, pipeline=plan.num_ranks)
-        self.global_rank = layout.rank(replica=replica, pipeline=pipeline_rank, tensor=tensor)
-        self.channels = Channels(
-            plan, pipeline_rank, replica, replicas, device, config.timeout_s, layout, tensor
+        self.global_rank = layout.rank(
+            replica=replica, pipeline=pipeline_rank, context=context_rank, tensor=tensor
         )
+        self.channels = Channels(
+            plan,
+            pipeline_rank,
+            replica,
+            replicas,
+            device,
+            config.timeout_s,
+            layout,
+            tensor,
+            context_rank,
+        )
+        self.copies = replicas * layout.context
+        """Ranks holding the same weights and summing their gradients: every replica's
+        context ranks (pipecast.runtime.context)."""
+        self.context_degree = layout.context
+        self.context_group = context.context_group(layout, self.global_rank)
+        """The ranks splitting this rank's sequences (None: it holds them whole)."""
         self.dp_group: dist.ProcessGroup | None = None
-        """The replicas' group for pipecast's own all-reduce (None: one replica, or FSDP
-        reduce-scatters the gradients itself)."""
+        """The replicas' (and their context ranks') group for pipecast's own all-reduce
+        (None: one copy of the weights, or FSDP reduce-scatters the gradients itself)."""
         sharded = any(st.mesh.dp is not None for st in stages.values())
-        self.summed = 1 if sharded else replicas
-        """Replicas whose gradients are summed (pipecast's all-reduce); 1 where FSDP
+        self.summed = 1 if sharded else self.copies
+        """Ranks whose gradients are summed (pipecast's all-reduce); 1 where FSDP
         averages them."""
-        if replicas > 1 and not sharded:
+        if self.copies > 1 and not sharded:
             for t in range(layout.tensor):  # collective: every rank creates every group, in order
                 for r in range(layout.pipeline):
-                    ranks = list(layout.replica_group(pipeline=r, tensor=t))
+                    ranks = context.gradient_ranks(layout, r, t)
                     group = cached_group(ranks, "dp")
                     if (r, t) == (pipeline_rank, tensor):
                         self.dp_group = group
@@ -201,8 +218,9 @@ class PipelineEngine:
                 else None
             )
             # a micro-batch's loss counts its share of the samples the gradients are summed
-            # over: every replica's under pipecast's all-reduce, this replica's alone where
-            # FSDP averages the replicas' gradients
+            # over: every replica's (and context rank's, each holding as many of a
+            # sample's tokens) under pipecast's all-reduce, this replica's alone where FSDP
+            # averages the replicas' gradients
             total = local_batch * self.summed
             self.clock.start_step()
             self.posting.begin_step()
@@ -218,6 +236,10 @@ class PipelineEngine:
             norm, skipped, scale = self._finish_step(run.pending_reduce)
             marks = self.clock.take()
             loss_sum = run.loss_sum
+            if loss_sum is not None and self.context_group is not None:
+                # each context rank's share of the mean: the replica's loss is their sum
+                dist.all_reduce(loss_sum, group=self.context_group)
+                loss_sum = loss_sum / self.context_degree
             loss_value = float(loss_sum.item()) * self.summed if loss_sum is not None else None
         if replay is not None and not graphed and replay.learning():
             self.watchdog.at(None, "capturing CUDA graphs")
@@ -277,7 +299,7 @@ class PipelineEngine:
                 self.watchdog.at(None, "clipping the gradients to their global norm")
                 limit = self.config.clip_grad_norm
                 norm = clip_global_norm(
-                    self._params, limit, self.replicas, self.device, self._uncounted
+                    self._params, limit, self.copies, self.device, self._uncounted
                 )
             self.watchdog.at(None, "optimizer step")
             for st in self.stages.values():

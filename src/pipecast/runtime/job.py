@@ -9,7 +9,7 @@ from typing import Any, Literal
 from torch import nn
 
 from pipecast.errors import ConfigError
-from pipecast.runtime import float8, graphs, sharded_optimizer
+from pipecast.runtime import context, float8, graphs, sharded_optimizer
 from pipecast.runtime.checkpoint import Checkpointing, Saved, check_resumable, latest, stage_blocks
 from pipecast.runtime.config import RunConfig
 from pipecast.values.batching import check_batch
@@ -46,6 +46,9 @@ class TrainJob:
     (pipecast.runtime.sharding; Strategy.shard)."""
     tp: int = 1
     """Tensor-parallel ranks each pipeline rank's blocks are split over."""
+    cp: int = 1
+    """Context-parallel ranks each pipeline rank's sequences are split over
+    (pipecast.runtime.context)."""
     config: RunConfig = field(default_factory=RunConfig)
     device: Literal["cpu", "cuda"] = "cpu"
     steps: int = 3
@@ -84,12 +87,14 @@ class TrainJob:
 
     @property
     def layout_of_ranks(self) -> Layout:
-        """Where each process sits: replica, pipeline rank, tensor-parallel rank."""
+        """Where each process sits: replica, pipeline rank, context- and tensor-parallel
+        rank."""
         sharded = self.shard != "none" and self.replicas > 1
         return Layout(
             replicas=self.replicas,
             fsdp=self.replicas if sharded else 1,
             pipeline=self.plan.num_ranks,
+            context=self.cp,
             tensor=self.tp,
         )
 
@@ -150,6 +155,8 @@ class TrainJob:
             raise ConfigError(why)
         if self.meshed:
             self._check_mesh()
+        if self.cp != 1:
+            self._check_context()
         self.source().check(self.spec, self.batch)
         self.resume_from()
 
@@ -181,6 +188,30 @@ class TrainJob:
                 assert self.workload is not None
                 model = self.workload.build("meta")
             check_split(list(model), self.tp)
+
+    def _check_context(self) -> None:
+        """What context parallelism cannot run with, each a one-line error before anything
+        starts."""
+        if self.cp < 1:
+            raise ConfigError(f"context-parallel degree must be at least 1, got {self.cp}")
+        cfg = self.config
+        refused = [
+            (self.tp > 1, "tensor parallelism"),
+            (self.shard != "none" and self.replicas > 1, "FSDP"),
+            (self.plan.async_updates, "PipeDream's per-micro-batch updates"),
+            (self.plan.forward_only, "a forward-only plan"),
+            (cfg.offload != "none", f"moving {cfg.offload} to the host"),
+            (self.checkpoint is not None, "checkpoints (--checkpoint-dir)"),
+            (graphs.enabled(self.plan, cfg, self.device), "CUDA graphs (--no-cuda-graphs)"),
+        ]
+        for bad, what in refused:
+            if bad:
+                raise ConfigError(f"context parallelism does not run with {what}: leave it out")
+        model = self.model
+        if model is None:
+            assert self.workload is not None
+            model = self.workload.build("meta")
+        context.check(model, self.spec.sample_shape[0], self.cp)
 
     @property
     def total_steps(self) -> int:

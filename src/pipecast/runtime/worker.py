@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 
 from pipecast.errors import PipecastError
-from pipecast.runtime import checkpoint, compiled, devices, sharding
+from pipecast.runtime import checkpoint, compiled, context, devices, sharding
 from pipecast.runtime.devices import DTYPES
 from pipecast.runtime.engine import PipelineEngine
 from pipecast.runtime.job import TrainJob
@@ -145,12 +145,23 @@ def run_rank(ctx: Context, job: TrainJob) -> RankReport:
     job.check()
     release_earlier_jobs(ctx.device)
     layout = job.layout_of_ranks
-    replica, pipeline_rank, _, tensor = layout.place(ctx.rank)
+    replica, pipeline_rank, context_rank, tensor = layout.place(ctx.rank)
     own = job.plan.stages_of(pipeline_rank)
     spec = job.spec
     mesh = sharding.build_mesh(ctx.device, layout, job.shard)
     counted = compiled.counts()  # this job's compiled backwards: those counted from here
     stages, tied = build_stages(job, ctx, pipeline_rank, replica, mesh)
+    split = context.context_group(layout, ctx.rank)
+    if split is not None:
+        for st in stages.values():
+            context.apply(
+                st.module,
+                split,
+                degree=job.cp,
+                rank=context_rank,
+                seq_len=spec.sample_shape[0],
+                device=ctx.device,
+            )
     last = job.plan.num_stages - 1
     loss_fn = compiled.compile_loss(loss_for(spec), job.config.compile)
     engine = PipelineEngine(
@@ -165,13 +176,15 @@ def run_rank(ctx: Context, job: TrainJob) -> RankReport:
         tied=tied,
         layout=layout,
         tensor=tensor,
+        context_rank=context_rank,
     )
     data = _Data(job, spec, ctx.device)
     report = RankReport(ctx.rank, pipeline_rank, replica, own, device=str(ctx.device))
     final: StepResult | None = None
     total = job.total_steps
     start = _resume(ctx, job, stages, engine)
-    reporter = replica == 0 and tensor == 0 and last in stages  # the rank with the loss
+    # the rank with the loss
+    reporter = replica == 0 and context_rank == 0 and tensor == 0 and last in stages
     data.seek(start)
     # the first step after a resume pays the cold start, as a warm-up step does
     timed_from = max(job.warmup_steps, start + 1 if 0 < start < total - 1 else start)
@@ -184,6 +197,11 @@ def run_rank(ctx: Context, job: TrainJob) -> RankReport:
                 replica=replica,
                 replicas=job.replicas,
             )
+            if job.cp > 1:  # this rank's positions of each sequence
+                inputs, targets = (
+                    None if t is None else context.share(t, job.cp, context_rank)
+                    for t in (inputs, targets)
+                )
             _set_lr(stages, job, step)
             engine.watchdog.at(None, f"waiting at the barrier before step {step}")
             if job.before_step is not None:

@@ -56,6 +56,9 @@ class Strategy:
     tp: int = 1
     """Tensor-parallel degree: the GPUs each stage's transformer blocks are split over
     (Megatron's column/row plan, through torch's parallelize_module)."""
+    cp: int = 1
+    """Context-parallel degree: the GPUs each sequence is split over (Llama 3's all-gather
+    of keys and values, pipecast.runtime.context)."""
     compile: Compile = "off"
     """The stages run as inductor-compiled code (RunConfig.compile), priced from a profile
     of compiled blocks."""
@@ -72,7 +75,7 @@ class Strategy:
 
     @property
     def gpus(self) -> int:
-        return self.stages * self.replicas * self.tp
+        return self.stages * self.replicas * self.cp * self.tp
 
     @property
     def sharded(self) -> bool:
@@ -91,6 +94,8 @@ class Strategy:
                 dims.append(f"FSDP x{self.replicas}{kept}")
         if self.stages > 1:
             dims.append(self._pipeline())
+        if self.cp > 1:
+            dims.append(f"CP x{self.cp}")
         if self.tp > 1:
             dims.append(f"TP x{self.tp}")
         return " x ".join(dims) or "one device"
@@ -103,7 +108,7 @@ class Strategy:
     def label(self) -> str:
         # serving runs a replica's share in micro-batches; training accumulates them
         chunks = "micro-batches" if self.schedule == "forward-only" else "accumulate"
-        if self.shard != "none" or self.tp > 1:
+        if self.shard != "none" or self.tp > 1 or self.cp > 1:
             text = self.mesh()
             if self.stages > 1:
                 text += f", M={self.microbatches}, {self.partition}"

@@ -30,7 +30,7 @@ def placement_of(schedule: str) -> Placement:
 def layout_of(strategy: Strategy) -> Layout:
     """Where `strategy`'s ranks sit (values/parallel.py): its replicas (one FSDP group of
     them all where it shards), its pipeline ranks with the stages its schedule puts on each,
-    and its tensor-parallel ranks."""
+    and its context- and tensor-parallel ranks."""
     pipelined = strategy.kind in ("pipeline", "hybrid")
     schedule = strategy.schedule if pipelined else "1f1b"
     layout = pipeline_layout(
@@ -40,6 +40,7 @@ def layout_of(strategy: Strategy) -> Layout:
         replicas=strategy.replicas,
         tp=strategy.tp,
     )
+    layout = replace(layout, context=strategy.cp)
     return replace(layout, fsdp=strategy.replicas) if strategy.sharded else layout
 
 

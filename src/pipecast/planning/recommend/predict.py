@@ -8,6 +8,7 @@ from pipecast.errors import ConfigError
 from pipecast.planning.partition.boundaries import layout_of, split
 from pipecast.planning.recommend import error_ranges
 from pipecast.planning.recommend.auto_schedule import auto_plan
+from pipecast.planning.recommend.context import at_context_parallel, with_context_parallel
 from pipecast.planning.recommend.flops import step_flops
 from pipecast.planning.recommend.mesh import (
     sharded_stages,
@@ -151,7 +152,10 @@ def partition_for(
 ) -> Partition:
     if strategy.kind in ("single", "data"):
         return from_boundaries(
-            [0, profile.num_blocks], method="whole", replicas=strategy.replicas, tp=strategy.tp
+            [0, profile.num_blocks],
+            method="whole",
+            replicas=strategy.replicas,
+            tp=_within(strategy),
         )
     return split(
         profile,
@@ -166,10 +170,16 @@ def partition_for(
         memory_margin=memory_margin,
         recompute=strategy.recompute,
         offload=strategy.offload,
-        tp=strategy.tp,
+        tp=_within(strategy),
         optimizer_shards=strategy.replicas if strategy.shard_optimizer else 1,
         virtual=strategy.virtual,
     )
+
+
+def _within(strategy: Strategy) -> int:
+    """Ranks at each place of the pipeline (context x tensor): a stage's replicas and
+    pipeline neighbours sit that many ranks apart (values/parallel.py)."""
+    return strategy.cp * strategy.tp
 
 
 def plan_for(strategy: Strategy, costs: Costs | None = None, memory_limit: float = 0.0) -> Plan:
@@ -220,7 +230,14 @@ def predict(
     size = micro_batch_of(batch, strategy, uneven=uneven)
     if strategy.recompute == "selective":  # blocks that save less, with longer backwards
         profile = selective(profile, cluster)
-    rank = profile.at_tensor_parallel(strategy.tp)  # what one tensor-parallel rank computes
+    if strategy.cp > 1 and strategy.sharded:
+        raise ConfigError(
+            f"{strategy.label()}: context parallelism beside FSDP is not priced: use whole "
+            "copies of the weights (shard none)"
+        )
+    # what one context- and tensor-parallel rank computes
+    whole = at_context_parallel(profile, strategy.cp)
+    rank = whole.at_tensor_parallel(strategy.tp)
     part = partition_for(rank, cluster, strategy, size, optimizer, memory_margin)
     ddp = ddp_buckets and strategy.kind == "data" and strategy.replicas > 1
     costs = costs_from_profile(
@@ -238,7 +255,9 @@ def predict(
         runtime=runtime and not ddp,
         weight_batch=strategy.weight_batch,
     )
-    costs = with_tensor_parallel(costs, profile, part, size, cluster, layout_of(strategy))
+    layout = layout_of(strategy)
+    costs = with_tensor_parallel(costs, whole, part, size, cluster, layout)
+    costs = with_context_parallel(costs, profile, part, size, cluster, layout)
     if strategy.shard_optimizer:  # ZeRO-1
         if why := why_not_sharded(strategy.replicas, strategy.shard, strategy.tp):
             raise ConfigError(why)

@@ -6,12 +6,22 @@ the GPT anchor workload (docs/benchmarks.md): it takes embeddings and predicts a
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from pipecast.errors import ConfigError
 from pipecast.values.data.spec import DatasetSpec
+
+Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+"""Attention of queries, keys and values (B, nh, T, hs) -> (B, nh, T, hs)."""
+
+
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Each position attends to itself and the positions before it."""
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
 class Embedding(nn.Module):
@@ -21,9 +31,14 @@ class Embedding(nn.Module):
         super().__init__()
         self.token = nn.Embedding(vocab, width)
         self.position = nn.Embedding(seq_len, width)
+        self.positions: torch.Tensor | None = None
+        """The sequence position of each column of the ids; None: 0 to T-1. Context
+        parallelism hands a rank two chunks of each sequence (runtime/context.py)."""
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        positions = torch.arange(ids.shape[1], device=ids.device)
+        positions = self.positions
+        if positions is None:
+            positions = torch.arange(ids.shape[1], device=ids.device)
         out: torch.Tensor = self.token(ids) + self.position(positions)
         return out
 
@@ -41,6 +56,9 @@ class CausalSelfAttention(nn.Module):
         self.k = nn.Linear(width, width)
         self.v = nn.Linear(width, width)
         self.proj = nn.Linear(width, width)
+        self.attend: Attend = causal_attention
+        """Context parallelism puts one here that gathers the other ranks' keys and values
+        (runtime/context.py)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, _ = x.shape
@@ -48,7 +66,7 @@ class CausalSelfAttention(nn.Module):
         q, k, v = (
             z(x).view(b, t, -1, self.head_dim).transpose(1, 2) for z in (self.q, self.k, self.v)
         )
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = self.attend(q, k, v)
         out: torch.Tensor = self.proj(y.transpose(1, 2).reshape(b, t, -1))
         return out
 
