@@ -2,6 +2,9 @@
 own ways, in one device call.
 
     python -m benchmarks.beyond_memory --out DIR [--limits 2,3,4,8,16] [--budget 540]
+    python -m benchmarks.beyond_memory --load gpt6b --limits 0 --torch-modes fsdp-offload-ckpt
+
+(a limit of 0: the GPU's own memory.)
 
 torch's side: `anchors/one_gpu.py`'s FSDP2 CPU offload (with and without checkpointing) and
 save_on_cpu, and a plain step with every block checkpointed (this file, `--torch ckpt`), each
@@ -32,6 +35,11 @@ TORCH_MODES = ("fsdp-offload", "fsdp-offload-ckpt", "save-on-cpu", "ckpt")
 def _shape(load: Load) -> list[str]:
     return [*MODEL, "--width", str(load.width), "--layers", str(load.layers),
             "--heads", str(load.heads), "--seq-len", str(load.seq)]  # fmt: skip
+
+
+def _sizes(batch: int) -> str:
+    """Micro-batch sizes to profile: powers of two up to the batch."""
+    return ",".join(str(2**k) for k in range(batch.bit_length()) if 2**k <= batch)
 
 
 def torch_checkpointed(load: Load) -> dict[str, Any]:
@@ -132,7 +140,8 @@ def main() -> None:
     t0 = time.monotonic()
     _, ok = _run(
         [sys.executable, "-m", "pipecast", "profile", *shape, "--dtype", "bf16", "--device",
-         "cuda", "--micro-batch-sizes", "1,2,4,8", "--measure-layers", "2", "-o", str(profile)],
+         "cuda", "--micro-batch-sizes", _sizes(load.batch), "--measure-layers", "2",
+         "-o", str(profile)],
         left(), out / "profile.log",
     )  # fmt: skip
     print(f"profile: {ok} ({time.monotonic() - t0:.0f} s)", flush=True)
@@ -143,7 +152,7 @@ def main() -> None:
         common = [*shape, "--batch", str(load.batch), "--gpus", "1", "--optimizer", load.optim]
         text, fits = _run(
             [sys.executable, "-m", "pipecast", "recommend", *common, "--profile", str(profile),
-             "--memory-limit", limit, "--top", "4", "-o", str(rec)],
+             *(["--memory-limit", limit] if float(limit) else []), "--top", "4", "-o", str(rec)],
             left(), out / f"rec_{limit}.log",
         )  # fmt: skip
         if not fits:

@@ -54,6 +54,7 @@ LOADS = {
     "vgg16": Load("vgg16", "imagenet", 128, "sgd"),
     "gpt1024": Load("gpt", "tokens", 4, "adam", 1024, 16, 16, 2048),
     "gpt4096": Load("gpt", "tokens", 8, "adam", 4096, 8, 32, 2048),
+    "gpt6b": Load("gpt", "tokens", 4, "adam", 4096, 32, 32, 2048),  # 6.5 B parameters
     "tiny": Load("gpt", "tokens", 2, "adam", 64, 2, 2, 64),  # dry runs on a CPU
 }
 

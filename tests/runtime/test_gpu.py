@@ -235,6 +235,48 @@ def test_offloaded_copies_under_way_stay_within_the_bound_on_a_gpu() -> None:
 
 
 @_needs(1)
+def test_host_steps_beside_a_gpu_backward_give_one_adams_weights() -> None:
+    """Six Linears on a GPU, three micro-batches a step, Adam on the host stepped block by
+    block as the gradients leave on their copy stream (runtime.host_step): after three
+    steps the weights are those of torch's fused Adam on the GPU over the whole model,
+    stepped after the whole backward (fp32; the host's and the GPU's fused kernels round
+    alike to a few ulps)."""
+    import copy
+
+    from torch import nn
+
+    from pipecast.runtime.host_step import HostStep
+
+    device = torch.device("cuda")
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Linear(512, 512) for _ in range(6)]).to(device)
+    ref = copy.deepcopy(model)
+    params = list(model.parameters())
+    host = [nn.Parameter(p.detach().cpu().pin_memory()) for p in params]
+    step = HostStep(
+        list(model), params, host,
+        lambda ps: torch.optim.Adam(ps, lr=1e-3, fused=True), device, streamed=False,
+    )  # fmt: skip
+    step.overlap = True
+    opt = torch.optim.Adam(ref.parameters(), lr=1e-3, fused=True)
+    for _ in range(3):
+        xs = [torch.randn(256, 512, device=device) for _ in range(3)]
+        for i, x in enumerate(xs):
+            if i == 2:
+                step.last_backward()
+            model(x).square().mean().backward()
+        assert all(p.grad is None for p in params)  # every gradient left the device
+        step.step()
+        for x in xs:
+            ref(x).square().mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+    for a, b in zip(model.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+@_needs(1)
 def test_batched_w_on_a_gpu_gives_one_autograd_calls_gradients() -> None:
     """Four micro-batches of 256 rows through two Linears and a LayerNorm on a GPU: their W
     run as one (runtime.weight_batch, from the autograd engine's thread as the runtime runs
