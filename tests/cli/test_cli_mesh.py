@@ -108,7 +108,8 @@ def test_each_strategy_writes_its_own_trace() -> None:
         cfg = SimpleNamespace(offload="none", recompute="none")
         for k, v in config.items():
             setattr(cfg, k, v)
-        return SimpleNamespace(replicas=replicas, shard=shard, tp=tp, cp=cp, config=cfg)
+        plan = SimpleNamespace(name="1f1b", num_stages=1, num_ranks=1)
+        return SimpleNamespace(replicas=replicas, shard=shard, tp=tp, cp=cp, config=cfg, plan=plan)
 
     names = [
         _variant(job()),
