@@ -255,7 +255,8 @@ def main() -> None:
                 continue
             t0 = time.monotonic()
             if args.trace and name.startswith("pipecast"):
-                os.environ["ONE_GPU_TRACE"] = f"{args.trace}/{load_name}_{name.replace(' ', '_')}"
+                safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
+                os.environ["ONE_GPU_TRACE"] = f"{args.trace}/{load_name}_{safe}"
             row, why = _run(cmd, left)
             took = time.monotonic() - t0
             if row is None:
