@@ -128,6 +128,8 @@ class StageModule:
         blocks' weights, brought in from `host_params` as the blocks run."""
         if offloads_weights(config.offload) and self.host_params is not None:
             self.streamed = WeightStream(list(self.module), self.params, self.host_params, device)
+            if device.type == "cuda":  # the whole weights it was built with stay reserved
+                torch.cuda.empty_cache()
         self.copy_input = bool(len(blocks)) and needs_input_copy(blocks[0])
         self.parts = (
             [self.module] if self.meshed or config.compile != "off" else _parts(self.module)

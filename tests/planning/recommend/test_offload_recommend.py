@@ -37,24 +37,25 @@ def test_when_nothing_fits_as_it_is_activations_go_to_the_host() -> None:
     parallelism accumulating 64 fits (sharding the weights, which are small beside
     ResNet-18's activations, fits only at 128 micro-batches, four times slower). Fastest:
     at 32 micro-batches, the weights streamed and every block recomputed on its own (one
-    more forward, against copying the activations out and back)."""
+    more forward, against copying the activations out and back). Every offload that fits
+    is ranked by its prediction: where the same plan runs with its activations alone on
+    the host and with its weights streamed too, the streamed one, which only adds copies,
+    ranks below it."""
     ranked = _ranked(0.2)
     whole = [p for p in ranked if p.strategy.shard == "none"]
     recomputed = [p for p in whole if p.strategy.recompute == "all"]
     assert all(p.strategy.offload == "weights" for p in recomputed)
-    assert whole and all(
-        p.strategy.offload in ("activations", "all") for p in whole if p not in recomputed
-    )
+    assert whole and all(p.strategy.offload != "none" for p in whole)
     assert ranked[0] in recomputed and ranked[0].strategy.microbatches == 32
     best = next(p for p in ranked if p not in recomputed)
     assert best.strategy.offload == "activations" and best.strategy.microbatches == 64
-    # streaming the weights too is offered only where moving the activations is not enough
-    lighter = {replace(p.strategy, offload="none") for p in ranked if p.strategy.offload != "all"}
-    assert all(
-        replace(p.strategy, offload="none", cuda_graphs=False) not in lighter
-        for p in ranked
-        if p.strategy.offload == "all"
-    )
+    place = {p.strategy: i for i, p in enumerate(ranked)}
+    pairs = [
+        (place[replace(p.strategy, offload="activations")], i)
+        for i, p in enumerate(ranked)
+        if p.strategy.offload == "all" and replace(p.strategy, offload="activations") in place
+    ]
+    assert pairs and all(light < streamed for light, streamed in pairs)
     assert best.fits and not best.strategy.cuda_graphs
     assert best.peak_host_memory > 0
     plain = replace(best.strategy, offload="none")
@@ -100,7 +101,8 @@ def test_recomputation_where_it_fits_offload_where_nothing_else_does() -> None:
 def test_adam_state_goes_to_the_host_where_the_weights_alone_fit() -> None:
     """4 GiB of weights under Adam on one GPU of 12 GiB (10.8 usable): weights, gradients
     and Adam's 8 GiB of state need 16; with the state on the host, 8 fit. Moving the
-    activations too would only add copies."""
+    activations or streaming the weights too would only add copies: offered, ranked
+    below."""
     from tests.planning.partition.test_partition import make_profile
 
     from pipecast.values.hardware.presets import describe
@@ -109,7 +111,9 @@ def test_adam_state_goes_to_the_host_where_the_weights_alone_fit() -> None:
     one = describe(gpus_per_node=1, memory="12GiB")
     rec = recommend(profile, one, 8, optimizer="adam")
     assert rec.best.strategy.offload == "optimizer"
-    assert all(p.strategy.offload in ("optimizer", "both") for p in rec.ranked)
+    assert all(p.strategy.offload != "none" for p in rec.ranked)
+    streamed = [p.step_time for p in rec.ranked if p.strategy.offload in ("weights", "all")]
+    assert streamed and min(streamed) > rec.best.step_time  # copies in on every forward
     assert recommend(profile, one, 8).best.strategy.offload == "none"  # SGD keeps no state
 
 

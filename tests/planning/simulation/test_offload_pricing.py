@@ -104,14 +104,16 @@ def test_an_optimizer_on_the_host_trades_its_state_for_copies_and_a_host_step() 
     activations long gone), and the gradients but two blocks' in flight (2 of 4 GiB); the
     host holds weights, gradients and state (16 GiB). The gradients leave beside the
     backward (which takes the copy's time, not its 8 ms), and the host's pass and the
-    weights' copy back follow block by block beside it: after it, what is left of them."""
+    weights' copy back (each block's beside the next block's pass: the longer of the two)
+    follow block by block beside it: after it, what is left of them."""
     gib, gpu = 2**30, GPU_80
     plain, hosted = (_adam_on_one_gpu(o) for o in ("none", "optimizer"))
     # the activations and the batch, a few KiB, are what the square roots replace
     assert plain.peak_memory - hosted.peak_memory == pytest.approx(14 * gib, abs=2**20)
     assert hosted.peak_host_memory == 16 * gib and plain.peak_host_memory == 0
     moved = gpu.host_link.time(4 * gib)
-    copies = (moved - BACKWARD) + (moved + 4 * gib / gpu.host_optimizer_rate - BACKWARD)
+    host = max(moved, 4 * gib / gpu.host_optimizer_rate)  # stepping beside copying back
+    copies = (moved - BACKWARD) + (host - BACKWARD)
     assert hosted.step_time - plain.step_time == pytest.approx(copies)
 
 
@@ -143,7 +145,8 @@ def test_the_host_step_is_priced_at_its_weights_dtype(
         predict(profile, gpu, Strategy(kind="single", offload=o), 8, optimizer="adam")
         for o in ("none", "optimizer")
     )
-    copies = 2 * gpu.host_link.time(4 * gib) + 4 * gib / rate - 2 * BACKWARD
+    moved = gpu.host_link.time(4 * gib)
+    copies = moved + max(moved, 4 * gib / rate) - 2 * BACKWARD
     assert hosted.step_time - plain.step_time == pytest.approx(copies)
 
 
@@ -160,7 +163,8 @@ def test_streamed_weights_leave_the_gradients_and_two_blocks() -> None:
     took = {e.kind: e.end - e.start for e in streamed.timeline.events}
     assert took["F"] == pytest.approx(moved) and took["BW"] == pytest.approx(moved)
     plain = {e.kind: e.end - e.start for e in hosted.timeline.events}
-    assert plain["optimizer"] - took["optimizer"] == pytest.approx(moved)  # no weights back
+    step = 4 * gib / gpu.host_optimizer_rate  # no weights back beside the host's pass
+    assert plain["optimizer"] - took["optimizer"] == pytest.approx(max(step, moved) - step)
 
 
 def test_a_rank_that_offloads_issues_no_further_ahead_than_its_device() -> None:

@@ -27,7 +27,6 @@ from pipecast.values.training import (
     OPTIMIZER_STATE,
     Compile,
     Optimizer,
-    offloads_weights,
     why_not_streamed,
 )
 
@@ -164,8 +163,10 @@ def recommend(
         hosts = profile.device != "cpu"  # CPU ranks' memory is the host's already
         if (pred is None or not pred.fits) and not serving and plain and hosts:
             # what does not fit (or finds no split that fits) may, with its saved
-            # activations on the host, eagerly; streaming the weights only adds copies,
-            # so only where nothing lighter fits
+            # activations, optimizer or weights on the host, eagerly; each ranked by its
+            # prediction (streamed weights come in beside the compute, and their plans
+            # need the least memory, so with the host's step beside the backward they can
+            # beat a lighter offload that must cut the batch into more micro-batches)
             hosted = []
             for moved in offloaded(strategy, optimizer):
                 if moved in tried:  # streamed and recomputed: from either base
@@ -177,8 +178,7 @@ def recommend(
                         hosted.append(other)
                     else:
                         rejected.append(too_large(other))
-            light = [p for p in hosted if not offloads_weights(p.strategy.offload)]
-            fits += light or hosted
+            fits += hosted
         if pred is None:
             continue
         if pred.fits:

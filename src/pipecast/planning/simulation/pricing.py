@@ -262,9 +262,10 @@ def _offloaded(
     backward makes it, so every backward copies the stage's gradients out beside its
     compute, the other way of the link (`grads_out`), and the device holds only those in
     flight (`grad_window_bytes`, twice the largest block's); the host steps each block once
-    the last backward delivered it, beside the rest of that backward, so what is left after
-    it is the host's work less that backward, and no less than the first block's share of
-    it, which the backward delivers last.
+    the last backward delivered it, beside the rest of that backward (and, where the weights
+    are not streamed, copies each stepped block's weights back while it steps the next), so
+    what is left after it is the host's work less that backward, and no less than the first
+    block's share of it, which the backward delivers last.
 
     Streamed weights: every action that runs a block needs its weights on the device, so F,
     B and BW each take no less than the copy of the stage's weights in (`weights_in`,
@@ -281,9 +282,11 @@ def _offloaded(
         streamed = offloads_weights(offload)  # weights come back as the blocks run instead
         window = min(2 * max(b.param_bytes for b in profile.blocks[start:stop]), param_bytes)
         if overlap:
-            host = step + (0.0 if streamed else moved)  # stepped, and the weights back
+            # stepped, and (not streamed) each block's weights back on the link while the
+            # host steps the next: the longer of the two, and the last block both in turn
+            host = step if streamed else max(step, moved)
             first = next(b.param_bytes for b in profile.blocks[start:stop] if b.param_bytes)
-            tail = host * first / param_bytes
+            tail = (step + (0.0 if streamed else moved)) * first / param_bytes
             times = replace(
                 times,
                 optimizer=max(tail, host - times.backward),
