@@ -112,10 +112,12 @@ class Job:
 
 
 def _profile(job: Job) -> dict[str, Any]:
-    """In the child: profile the model at MEASURED_LAYERS layers, tile it, save it."""
+    """In the child: profile the model at MEASURED_LAYERS layers, then (where the shape
+    takes TP readings) a fresh tensor-parallel rank's share of it, tile both, save them."""
     import torch
 
     from pipecast.measuring.profiler.profiler import ProfileOptions, profile_model
+    from pipecast.measuring.profiler.tensor_parallel import sharded_model, with_tensor_parallel
     from pipecast.values.models.workload import Workload
     from pipecast.values.profile.tile import layer_repeat, tiled
 
@@ -127,26 +129,62 @@ def _profile(job: Job) -> dict[str, Any]:
         device=device,
         dtype="fp32" if job.dry else "bf16",
         graph_times=False,  # no --cuda-graphs row to predict; a graph of 405B's layer is GBs
-        tensor_parallel=SHAPES[job.shape].tp,
         repeats=3 if job.dry else 5,
         **EXECUTIONS[job.execution],  # type: ignore[arg-type]
     )
     began = time.perf_counter()
-    torch.manual_seed(0)
-    if job.dry:
-        model = measured.build()
-    else:  # built on the GPU in bf16: no fp32 copy on the host (42 GB for 405B's 2 layers)
-        torch.set_default_dtype(torch.bfloat16)
-        model = measured.build("cuda")
-        torch.set_default_dtype(torch.float32)
     profile = profile_model(
-        model, workload.spec, options, model_name="llama", workload=measured.to_dict()
+        _built(measured.build("meta"), device),
+        workload.spec,
+        options,
+        model_name="llama",
+        workload=measured.to_dict(),
     )
+    for degree in SHAPES[job.shape].tp:  # a rank's share, built afresh: nothing compiled,
+        # converted to Float8 or held from the whole model's profile carries over
+        _free(device)
+        rank = profile_model(
+            _built(sharded_model(measured.build("meta"), degree), device),
+            workload.spec,
+            options,
+            model_name="llama",
+            workload=measured.to_dict(),
+        )
+        profile = with_tensor_parallel(profile, rank, measured.build("meta"), degree)
     profile = tiled(profile, MEASURED_LAYERS, workload.layers, layer_repeat(workload))
     job.path.parent.mkdir(parents=True, exist_ok=True)
     profile.save(job.path)
     peak = torch.cuda.max_memory_allocated() if device == "cuda" else 0
     return {"seconds": round(time.perf_counter() - began, 1), "peak_bytes": peak}
+
+
+def _built(model: Any, device: str) -> Any:
+    """`model`, built shapes only, given memory on `device` in the precision it is profiled
+    at (bf16 on a GPU: no fp32 copy on the host, 42 GB for 405B's 2 layers) and weights of
+    a trained model's scale: norms 1, the rest N(0, 0.02) (values change no timing, but
+    Float8's scales read them)."""
+    import torch
+
+    if device != "cpu":
+        model.to(torch.bfloat16)  # on the meta device: free
+    model.to_empty(device=device)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 1:
+                p.fill_(1.0)
+            else:
+                p.normal_(0.0, 0.02)
+    return model
+
+
+def _free(device: str) -> None:
+    import gc
+
+    import torch
+
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.empty_cache()
 
 
 def _run(job: Job, timeout: float) -> dict[str, Any]:
