@@ -8,17 +8,15 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-
 from benchmarks.published import RATIOS, ROWS, main, report
 from benchmarks.scale import SHAPES, profile_name, workload_of
+
 from pipecast.values.models.workload import Workload
 from pipecast.values.profile.tile import layer_repeat, tiled
 from pipecast.values.profile.types import BlockCost, BlockProfile, Profile
 
 
-@pytest.mark.parametrize(
-    ("shape", "billions"), [("8b", 8.03), ("70b", 70.55), ("405b", 405.85)]
-)
+@pytest.mark.parametrize(("shape", "billions"), [("8b", 8.03), ("70b", 70.55), ("405b", 405.85)])
 def test_the_shapes_have_metas_parameter_counts(shape: str, billions: float) -> None:
     """Meta's model card: Llama 3.1 8B, 70B and 405B hold 8.03, 70.55 and 405.85 billion
     parameters (untied embedding and head)."""
