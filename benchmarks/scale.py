@@ -2,6 +2,9 @@
 
     python -m benchmarks.scale --out DIR [--budget 450] [--runs 8b-eager,...] [--dry]
 
+In a device call, from the repository's root: `PYTHONPATH=$PWD/src:$PWD python -m
+benchmarks.scale --out $OUT` (the runs start `python -m benchmarks.scale` themselves).
+
 One GPU, one device call: each run profiles the model built at 2 layers (embedding, two
 decoder layers, norm and head) at torchtitan's sequence of 8192 tokens in bf16, and tiles the
 second layer to the model's depth (values/profile/tile.py), as `pipecast profile
