@@ -67,7 +67,8 @@ WORKLOAD_SIZES = (
     ("--width", 1, DEFAULT_WIDTH, "embedding width"),
     ("--layers", 0, 0, "transformer layers (0: the model's own)"),
     ("--heads", 0, 0, "attention heads (0: the model's own)"),
-    ("--ffn", 0, 0, "feed-forward width (0: 4 x width)"),
+    ("--kv-heads", 0, 0, "key/value heads, grouped-query attention (0: as many as --heads)"),
+    ("--ffn", 0, 0, "feed-forward width (0: the model's own, 4 x width; Llama's 8/3 x width)"),
 )
 """The workload's sizes: flag, least value, default, help."""
 
@@ -115,6 +116,7 @@ def workload_from_args(args: argparse.Namespace) -> Workload:
         width=args.width,
         layers=args.layers,
         heads=args.heads,
+        kv_heads=args.kv_heads,
         ffn=args.ffn,
     )
 
@@ -129,7 +131,13 @@ def note_sizes(workload: Workload) -> None:
     from pipecast.values.models.sources import hf_sizes
 
     _, _, model_type = workload.model.partition(":")
-    sizes = {"layers": workload.layers, "width": workload.width, "heads": workload.heads}
+    sizes = {
+        "layers": workload.layers,
+        "width": workload.width,
+        "heads": workload.heads,
+        "kv_heads": workload.kv_heads,
+        "ffn": workload.ffn,
+    }
     if note := hf_sizes(model_type, workload.spec, **sizes):
         console.print(note, highlight=False, soft_wrap=True)
 

@@ -100,4 +100,4 @@ def test_incompatible_dataset_names_the_fix() -> None:
 
 
 def test_every_zoo_model_listed() -> None:
-    assert set(IMAGE_MODELS) | {"gpt", "transformer"} == set(model_names())
+    assert set(IMAGE_MODELS) | {"gpt", "llama", "transformer"} == set(model_names())

@@ -55,6 +55,33 @@ def test_gpt_blocks_match_megatrons_closed_form() -> None:
     )
 
 
+def test_llama_3_1_8b_counts_swiglu_and_grouped_query_attention() -> None:
+    """Llama 3.1 8B at 8192 tokens, by hand: a layer's q and o are 2 s h^2 each, k and v
+    (8 key/value heads of 128) 2 s h 1024 each, SwiGLU's three matrices 2 s h 14336 each,
+    attention's scores 4 s^2 h (32 query heads, counted whole); the head 2 s h V. A step's
+    3 x forward is then 6 x (parameters less the embedding and norms) x tokens plus 12 l
+    s^2 h: the rule docs/flops.md states."""
+    s, h, kv, ffn, v, layers = 8192, 4096, 1024, 14336, 128256, 32
+    w = Workload(
+        model="llama",
+        dataset="tokens",
+        seq_len=s,
+        vocab=v,
+        width=h,
+        layers=layers,
+        heads=32,
+        kv_heads=8,
+        ffn=ffn,
+    )
+    counts = workload_flops(w)
+    layer = 2 * s * (2 * h * h + 2 * h * kv) + 2 * s * 3 * h * ffn + 4 * s * s * h
+    assert counts == (0, *[layer] * layers, 2 * s * h * v)
+    params = sum(p.numel() for p in w.build("meta").parameters())
+    assert params == pytest.approx(8.03e9, rel=1e-3)
+    matrices = params - v * h - (2 * layers + 1) * h  # no embedding lookup, no norms
+    assert 3 * sum(counts) == 6 * matrices * s + 12 * layers * s * s * h
+
+
 def test_counts_are_per_sample_and_linear_in_the_batch() -> None:
     w = Workload(model="gpt", dataset="tokens", seq_len=16, vocab=20, width=8, layers=1, heads=2)
     one = forward_flops(list(w.build("meta")), w.spec)

@@ -103,8 +103,10 @@ class _Arrays:
 
 
 def _device_of(stage: int, layout: Layout) -> int:
-    """The rank replica 0 runs `stage` on (the one that carries the pipeline's transfers)."""
-    return layout.stage_ranks(stage)[0]
+    """The rank replica 0 runs `stage` on (the one that carries the pipeline's transfers):
+    stage_ranks(stage)[0], without listing every replica's rank (the partition's inner loop
+    asks for it three times a row; 512 replicas made it most of a 405B plan's time)."""
+    return layout.rank(pipeline=layout.stage_rank(stage))
 
 
 def stage_memory_row(

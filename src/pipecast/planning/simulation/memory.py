@@ -10,6 +10,7 @@ after every activation is gone.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 
 from pipecast.planning.simulation.costs import Costs, StageTimes
@@ -167,9 +168,12 @@ class RankMemory:
     host_memory: int = 0
     """Pinned host bytes of offloaded activations."""
     host_peak: int = 0
-    in_flight: list[tuple[int, float]] = field(default_factory=list)
-    """Transfer buffers the host has let go of and NCCL still holds: (bytes, when the
-    transfer completes on the device)."""
+    in_flight: list[tuple[float, int]] = field(default_factory=list)
+    """Transfer buffers the host has let go of and NCCL still holds: a heap of (when the
+    transfer completes on the device, bytes), the first done first, so that each tally
+    drops the finished ones without reading the rest (hundreds on a deep pipeline)."""
+    in_flight_bytes: int = 0
+    """The bytes `in_flight` holds."""
 
     def tally(
         self,
@@ -187,11 +191,11 @@ class RankMemory:
         a host that runs ahead of its device meanwhile allocates the next actions' tensors.
         A batched W (`group`: the micro-batches it computes) frees every one of them, and
         holds their concatenated copies while it runs; the group's earlier Ws free nothing."""
-        self.in_flight = [(b, t) for b, t in self.in_flight if t > issue]
+        self._drop_done(issue)
         # a graphed rank's blocks keep their tensors in the graphs' pool, which holds more
         # than an eager step would (Costs.graph_pool_ratio)
         scale = costs.graph_pool_ratio if costs.cuda_graphs else 1.0
-        transient = int(st.workspace_bytes * scale) + sum(b for b, _ in self.in_flight)
+        transient = int(st.workspace_bytes * scale) + self.in_flight_bytes
         if group is not None:
             self._tally_group(a, st, costs, plan, scale, transient, group)
             return
@@ -259,6 +263,15 @@ class RankMemory:
         the device (`ready`) and the input gradient it sent until the send is (`available`)."""
         last = plan.num_stages - 1
         if a.stage < last and plan.stage_to_rank[a.stage + 1] != rank:
-            self.in_flight.append((st.output_bytes, max(ready, host)))
+            self._hold(st.output_bytes, max(ready, host))
         if a.stage > 0 and plan.stage_to_rank[a.stage - 1] != rank:
-            self.in_flight.append((st.input_bytes, available.get(a, free)))
+            self._hold(st.input_bytes, available.get(a, free))
+
+    def _drop_done(self, issue: float) -> None:
+        """Let go of the transfers done on the device by `issue`."""
+        while self.in_flight and self.in_flight[0][0] <= issue:
+            self.in_flight_bytes -= heapq.heappop(self.in_flight)[1]
+
+    def _hold(self, size: int, until: float) -> None:
+        heapq.heappush(self.in_flight, (until, size))
+        self.in_flight_bytes += size

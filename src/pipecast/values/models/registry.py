@@ -12,6 +12,7 @@ from pipecast.errors import ShapeError, UnknownNameError
 from pipecast.values.data.spec import DatasetSpec, InputKind
 from pipecast.values.models.gpt import encoder_stack, gpt
 from pipecast.values.models.lenet import lenet5
+from pipecast.values.models.llama import llama
 from pipecast.values.models.mobilenet import mobilenet_v2
 from pipecast.values.models.resnet import resnet
 from pipecast.values.models.vgg import vgg
@@ -50,6 +51,15 @@ ZOO: dict[str, ModelEntry] = {
             "tokens",
             ("layers", "width", "heads"),
             "GPT-style decoder: embedding, transformer blocks, norm + head",
+        ),
+        ModelEntry(
+            "llama",
+            llama,
+            "tokens",
+            "tokens",
+            ("layers", "width", "heads", "kv_heads", "ffn"),
+            "Llama-style decoder: RMSNorm, grouped-query attention with rotary positions, "
+            "SwiGLU MLP",
         ),
         ModelEntry(
             "transformer",

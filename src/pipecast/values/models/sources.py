@@ -68,19 +68,19 @@ class LogitsOnly(nn.Module):
         return logits
 
 
-def hf_model(
-    model_type: str, spec: DatasetSpec, *, layers: int = 0, width: int = 0, heads: int = 0
-) -> nn.Module:
+def hf_model(model_type: str, spec: DatasetSpec, **sizes: int) -> nn.Module:
     """A causal LM of `model_type` ('gpt2', 'llama', ...) from its default config, sized by
-    `spec` (vocabulary, sequence length) and the options given."""
+    `spec` (vocabulary, sequence length) and the sizes given (hf_config's)."""
     transformers = _import("hf")
-    config = hf_config(model_type, spec, layers=layers, width=width, heads=heads)
+    config = hf_config(model_type, spec, **sizes)
     return LogitsOnly(transformers.AutoModelForCausalLM.from_config(config))
 
 
 HF_SIZES = (
     ("hidden_size", "width", "--width"),
     ("num_attention_heads", "heads", "--heads"),
+    ("num_key_value_heads", "key/value heads", "--kv-heads"),
+    ("intermediate_size", "feed-forward width", "--ffn"),
     ("num_hidden_layers", "layers", "--layers"),
     ("vocab_size", "vocabulary", "--vocab"),
     ("max_position_embeddings", "positions", "--seq-len"),
@@ -95,7 +95,7 @@ def hf_sizes(model_type: str, spec: DatasetSpec, **options: int) -> str:
     built = hf_config(model_type, spec, **options)
     moved = []
     for field, words, flag in HF_SIZES:
-        if getattr(built, field) != getattr(own, field):
+        if getattr(built, field, None) != getattr(own, field, None):
             moved.append((words, flag, getattr(built, field), getattr(own, field)))
     if not moved:
         return ""
@@ -121,10 +121,20 @@ def _default_config(model_type: str) -> Any:
 
 
 def hf_config(
-    model_type: str, spec: DatasetSpec, *, layers: int = 0, width: int = 0, heads: int = 0
+    model_type: str,
+    spec: DatasetSpec,
+    *,
+    layers: int = 0,
+    width: int = 0,
+    heads: int = 0,
+    kv_heads: int = 0,
+    ffn: int = 0,
 ) -> Any:
     """`model_type`'s default configuration sized by `spec` (vocabulary, sequence length)
-    and the options given, as hf_model builds it."""
+    and the options given, as hf_model builds it. A new width without `ffn` scales the
+    feed-forward width to 4 x width, and new heads without `kv_heads` make as many
+    key/value heads (the config's own would no longer fit); `ffn` and `kv_heads` set
+    them as given (Llama 3's 14336 and 8 at width 4096)."""
     config = _default_config(model_type)
     if spec.input_kind != "tokens":
         raise ConfigError(f"hf:{model_type} takes token ids: use --dataset tokens")
@@ -140,10 +150,10 @@ def hf_config(
     if width and not heads and width % config.num_attention_heads:
         config.num_attention_heads = max(1, width // 64)  # heads of 64, as GPT-2's
         heads = config.num_attention_heads
-    if width and hasattr(config, "intermediate_size"):
-        config.intermediate_size = 4 * width
-    if heads and hasattr(config, "num_key_value_heads"):
-        config.num_key_value_heads = heads
+    if (ffn or width) and hasattr(config, "intermediate_size"):
+        config.intermediate_size = ffn or 4 * width
+    if (kv_heads or heads) and hasattr(config, "num_key_value_heads"):
+        config.num_key_value_heads = kv_heads or heads
     if (width or heads) and getattr(config, "head_dim", None):  # Llama's, Mistral's: fixed
         config.head_dim = config.hidden_size // config.num_attention_heads
     for token in ("bos_token_id", "eos_token_id", "pad_token_id"):
@@ -243,13 +253,8 @@ def source_model(name: str, spec: DatasetSpec, **options: int) -> object:
     library = library_of(name)
     _, _, model_name = name.partition(":")
     if library == "hf":
-        model: object = hf_model(
-            model_name,
-            spec,
-            layers=options.get("layers", 0),
-            width=options.get("width", 0),
-            heads=options.get("heads", 0),
-        )
+        sizes = ("layers", "width", "heads", "kv_heads", "ffn")
+        model: object = hf_model(model_name, spec, **{k: options.get(k, 0) for k in sizes})
     elif library is not None:
         model = vision_model(library, model_name, spec)
     else:

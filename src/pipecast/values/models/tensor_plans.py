@@ -37,6 +37,10 @@ GPT_ATTENTION: Plan = {
 GPT_MLP: Plan = {"mlp.up": "colwise", "mlp.down": "rowwise"}
 GPT: Plan = {**GPT_ATTENTION, **GPT_MLP}
 """The zoo's GPT block (values/models/gpt.py)."""
+SWIGLU_MLP: Plan = {"mlp.w1": "colwise", "mlp.w3": "colwise", "mlp.w2": "rowwise"}
+ZOO_LLAMA: Plan = {**GPT_ATTENTION, **SWIGLU_MLP}
+"""The zoo's Llama block (values/models/llama.py): GPT's attention names, torchtitan's MLP
+names."""
 
 LLAMA_ATTENTION: Plan = {
     "self_attn.q_proj": "colwise",
@@ -52,7 +56,7 @@ LLAMA_MLP: Plan = {
 LLAMA: Plan = {**LLAMA_ATTENTION, **LLAMA_MLP}
 """A Llama-style decoder layer (Hugging Face's names: Llama, Mistral, Qwen2)."""
 
-PARTS = (GPT_ATTENTION, GPT_MLP, LLAMA_ATTENTION, LLAMA_MLP)
+PARTS = (GPT_ATTENTION, GPT_MLP, SWIGLU_MLP, LLAMA_ATTENTION, LLAMA_MLP)
 """Each closed by one all-reduce. A block holds whole parts, under any path: a captured
 decoder layer (values/models/capture.py) falls into its attention half and its MLP half,
 each under the model's own path ('body.model.model.layers.0.self_attn.q_proj')."""

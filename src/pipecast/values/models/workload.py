@@ -44,13 +44,22 @@ class Workload:
     heads: int = 0
     """Attention heads (0: the model's default)."""
     ffn: int = 0
-    """Feed-forward width of 'transformer' (0: 4 x width)."""
+    """Feed-forward width of 'transformer', 'llama' and 'hf:' models (0: the model's
+    default: 4 x width, Llama's 8/3 x width)."""
+    kv_heads: int = 0
+    """Key/value heads of 'llama' and 'hf:' models, grouped-query attention (0: as many as
+    heads)."""
 
     def __post_init__(self) -> None:
         """Sizes a model can have: lengths and widths of at least 1; layers, heads and the
         feed-forward width 0 (the model's default) or more."""
         sizes = {"seq_len": self.seq_len, "vocab": self.vocab, "width": self.width}
-        defaults = {"layers": self.layers, "heads": self.heads, "ffn": self.ffn}
+        defaults = {
+            "layers": self.layers,
+            "heads": self.heads,
+            "ffn": self.ffn,
+            "kv_heads": self.kv_heads,
+        }
         for name, value in sizes.items():
             if value < 1:
                 raise ConfigError(f"the workload's {name} must be at least 1, got {value}")
@@ -71,10 +80,15 @@ class Workload:
             with torch.device(device):
                 return self.build()
         spec = self.spec
-        options = {"layers": self.layers, "width": self.width, "heads": self.heads}
+        options = {
+            "layers": self.layers,
+            "width": self.width,
+            "heads": self.heads,
+            "kv_heads": self.kv_heads,
+            "ffn": self.ffn,
+        }
         if is_source_path(self.model):
             return build_source_model(self.model, spec, **options)
-        options["ffn"] = self.ffn
         return build_zoo_model(self.model, spec, **options)
 
     def check(self) -> None:
@@ -85,7 +99,13 @@ class Workload:
             self.build("meta")
             return
         check_source_model(
-            self.model, self.spec, layers=self.layers, width=self.width, heads=self.heads
+            self.model,
+            self.spec,
+            layers=self.layers,
+            width=self.width,
+            heads=self.heads,
+            kv_heads=self.kv_heads,
+            ffn=self.ffn,
         )
 
     def block_count(self) -> int:
@@ -107,6 +127,8 @@ class Workload:
             or (not is_source_path(self.model) and get_entry(self.model).options)
         ):
             parts += [f"L{self.layers}", f"H{self.heads}", f"W{self.width}", f"F{self.ffn}"]
+            if self.kv_heads:  # only where given: keys of workloads before it stay as they were
+                parts.append(f"KV{self.kv_heads}")
         return "-".join(parts)
 
     def to_dict(self) -> dict[str, object]:
