@@ -132,7 +132,12 @@ class Workload:
         return "-".join(parts)
 
     def to_dict(self) -> dict[str, object]:
-        return asdict(self)
+        """Its fields; `kv_heads` only where given, so that a workload written before the
+        field existed (a shipped profile's) still reads as the same workload."""
+        out = asdict(self)
+        if not self.kv_heads:
+            del out["kv_heads"]
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, object]) -> Workload:
