@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from pipecast.errors import ConfigError
-from pipecast.planning.simulation.costs import Costs
+from pipecast.planning.simulation.costs import Costs, plus_collectives
 from pipecast.values.hardware.cluster import Cluster
 from pipecast.values.parallel import Layout
 from pipecast.values.partition import Partition
@@ -184,14 +184,7 @@ def with_context_parallel(
         bwd = cp_collectives(
             profile, st.start, st.stop, size, cluster, group, backward=True, tensor=k
         )
-        stages.append(
-            replace(
-                times,
-                forward=times.forward + fwd,
-                backward_input=times.backward_input + bwd,
-                backward=times.backward + bwd,
-            )
-        )
+        stages.append(plus_collectives(times, fwd, bwd))
         ranks = gradient_group(layout, st.devices[0])
         allreduce.append(cluster.allreduce_time(times.param_bytes, ranks))
     return replace(costs, stages=tuple(stages), allreduce=tuple(allreduce))

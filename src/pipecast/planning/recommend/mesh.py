@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from pipecast.planning.partition.boundaries import layout_of
-from pipecast.planning.simulation.costs import Costs, StageTimes
+from pipecast.planning.simulation.costs import Costs, StageTimes, plus_collectives
 from pipecast.planning.simulation.pricing import costs_from_profile
 from pipecast.planning.simulation.recomputation import block_checkpoints
 from pipecast.planning.simulation.sharded import ShardedStep, Unit, sharded_step
@@ -89,14 +89,7 @@ def with_tensor_parallel(
         bwd = tp_collectives(
             profile, st.start, st.stop, size, cluster, degree, backward=True, group=group
         )
-        stages.append(
-            replace(
-                times,
-                forward=times.forward + fwd,
-                backward_input=times.backward_input + bwd,
-                backward=times.backward + bwd,
-            )
-        )
+        stages.append(plus_collectives(times, fwd, bwd))
     return replace(costs, stages=tuple(stages))
 
 

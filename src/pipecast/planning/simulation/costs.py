@@ -187,3 +187,15 @@ class Costs:
             allreduce_buckets=(),
             weight_gather=(),
         )
+
+
+def plus_collectives(times: StageTimes, forward: float, backward: float) -> StageTimes:
+    """`times` with a collective's seconds on the forward and on the backward that passes
+    the input gradient on (tensor parallelism's all-reduces, context parallelism's gathers):
+    they run inside those actions, on the compute's stream."""
+    return replace(
+        times,
+        forward=times.forward + forward,
+        backward_input=times.backward_input + backward,
+        backward=times.backward + backward,
+    )
