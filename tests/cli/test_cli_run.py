@@ -53,6 +53,10 @@ def test_train_verb_runs_and_writes_both_traces(
     assert any(lbl.startswith("measured") for lbl in labels)
     measured = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["pid"] >= 100]
     assert {e["name"] for e in measured} >= {"0F0", "1BW3"}
+    # the run's numbers beside its trace, for scripts (benchmarks/beyond_memory.py reads them)
+    summary = json.loads((tmp_path / "lenet5-1f1b-2.summary.json").read_text())
+    assert summary["samples_per_second"] == pytest.approx(32 / summary["step_time"])
+    assert len(summary["peak_allocated"]) == 2 and "predicted_step_time" not in summary
     # what a user who just trained runs next (issue 55: it once wanted a bench store)
     path = "lenet5-1f1b-2.measured.trace.json"
     assert main(["report", "--trace", path, "-o", "report.html"]) == 0
