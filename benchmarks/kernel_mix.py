@@ -11,94 +11,14 @@ between two systems' steps can be named: more kernel time of one kind, or idle d
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import torch
 
-KINDS = (
-    ("attention", ("flash", "fmha", "attention", "sdpa")),
-    ("optimizer", ("adam", "multi_tensor", "sgd")),
-    ("matmul", ("gemm", "xmma", "cutlass", "nvjet", "matmul", "sm90", "sm100", "mm_")),
-    ("inductor", ("triton",)),
-    ("copy", ("memcpy", "memset", "copy")),
-)
+from pipecast.measuring.kernel_trace import KernelTracer as StepTracer
+from pipecast.measuring.kernel_trace import kind_of, summarize
 
-
-def kind_of(name: str) -> str:
-    low = name.lower()
-    for kind, marks in KINDS:
-        if any(m in low for m in marks):
-            return kind
-    return "elementwise"
-
-
-def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
-    """Kernel milliseconds by kind, busy and span, of a chrome trace's events."""
-    kernels = [
-        e for e in events
-        if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
-    ]  # fmt: skip
-    if not kernels:
-        return {"kernels": 0}
-    by_kind: dict[str, float] = {}
-    top: dict[str, float] = {}
-    for e in kernels:
-        by_kind[kind_of(e["name"])] = by_kind.get(kind_of(e["name"]), 0.0) + e["dur"] / 1e3
-        top[e["name"][:90]] = top.get(e["name"][:90], 0.0) + e["dur"] / 1e3
-    spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in kernels)
-    busy, (lo, hi) = 0.0, spans[0]
-    for a, b in spans[1:]:
-        if a > hi:
-            busy, lo, hi = busy + hi - lo, a, b
-        else:
-            hi = max(hi, b)
-    busy += hi - lo
-    return {
-        "kernels": len(kernels),
-        "span_ms": round((max(b for _, b in spans) - spans[0][0]) / 1e3, 2),
-        "busy_ms": round(busy / 1e3, 2),
-        "by_kind_ms": {k: round(v, 2) for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])},
-        "top_ms": {k: round(v, 2) for k, v in sorted(top.items(), key=lambda kv: -kv[1])[:15]},
-    }
-
-
-class StepTracer:
-    """A Job.before_step callback: traces step `step` (from its start to the next step's)
-    on rank 0 and writes the summary to `out`.json."""
-
-    def __init__(self, out: str, step: int) -> None:
-        self.out, self.step = out, step
-        self.prof: Any = None
-
-    def __call__(self, rank: int, step: int) -> None:
-        if rank != 0:
-            return
-        if step == self.step:
-            self.start()
-        elif step == self.step + 1:
-            self.stop()
-
-    def start(self) -> None:
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
-        self.prof = torch.profiler.profile(activities=acts)
-        self.prof.start()
-
-    def stop(self) -> None:
-        if self.prof is None:
-            return
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        self.prof.stop()
-        path = Path(self.out + ".trace.json")
-        self.prof.export_chrome_trace(str(path))
-        events = json.loads(path.read_text()).get("traceEvents", [])
-        path.unlink()
-        Path(self.out + ".json").write_text(json.dumps(summarize(events), indent=1))
-        self.prof = None
+__all__ = ["StepTracer", "kind_of", "summarize", "torch_traced"]
 
 
 def torch_traced(load: Any, mode: str, out: str) -> dict[str, Any]:

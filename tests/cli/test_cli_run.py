@@ -41,10 +41,15 @@ def test_train_verb_runs_and_writes_both_traces(
             "1",
             "--out-dir",
             str(tmp_path),
+            "--kernel-trace",
         ]
     )
     assert code == 0
     out = capsys.readouterr().out
+    # the step before the last, traced on rank 0 (a spawned rank: the tracer travelled)
+    kernels = json.loads((tmp_path / "lenet5-1f1b-2.kernels.json").read_text())
+    assert kernels["kernels"] == 0 and kernels["host_threads"][0]["busy_ms"] > 0
+    assert (tmp_path / "lenet5-1f1b-2.kernels.trace.json.gz").stat().st_size > 0
     # the quick profile balances the stages; its step time is drawn, not quoted
     assert "samples/s" in out and "predicted step" not in out
     trace = json.loads((tmp_path / "lenet5-1f1b-2.measured.trace.json").read_text())

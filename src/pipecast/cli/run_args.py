@@ -46,6 +46,13 @@ def add_run_args(p: argparse.ArgumentParser, *, inference: bool) -> None:
         help="seconds any wait may take",
     )
     p.add_argument("--out-dir", type=output_dir, default="pipecast-out", help="where traces go")
+    p.add_argument(
+        "--kernel-trace",
+        action="store_true",
+        help="also trace the step before the last under torch.profiler (rank 0): its chrome "
+        "trace (.kernels.trace.json.gz) and a summary of kernels, copies and host threads "
+        "(.kernels.json) beside the run's trace",
+    )
     if not inference:
         _add_data_and_checkpoint_args(p)
 

@@ -127,6 +127,8 @@ def run(args: argparse.Namespace) -> int:
             context_parallel=getattr(args, "context_parallel", 1),
         )
     jsonio.check_output(_trace_path(args, job))  # before the run, not after it
+    if getattr(args, "kernel_trace", False):
+        job = _with_kernel_trace(args, job)
     if not under_torchrun():
         _check_memory(args, job, profile, followed)
     console.print(
@@ -313,6 +315,15 @@ def _write_traces(args: argparse.Namespace, result: JobResult, profile: Profile 
         str(trace).replace(".measured.trace.json", ".summary.json"),
         json.dumps(summary, indent=1) + "\n",
     )
+
+
+def _with_kernel_trace(args: argparse.Namespace, job: TrainJob) -> TrainJob:
+    """`job` with its step before the last traced under torch.profiler, beside its trace."""
+    from pipecast.measuring.kernel_trace import KernelTracer
+
+    stem = str(_trace_path(args, job)).replace(".measured.trace.json", ".kernels")
+    console.print(f"kernel trace: {stem}.trace.json.gz, summary {stem}.json")
+    return replace(job, before_step=KernelTracer(stem, job.total_steps - 2))
 
 
 def _trace_path(args: argparse.Namespace, job: TrainJob) -> Path:
