@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -85,13 +86,49 @@ def torch_checkpointed(load: Load) -> dict[str, Any]:
     }
 
 
-def _run(cmd: list[str], timeout: float, log: Path) -> tuple[str, bool]:
+def _run(
+    cmd: list[str], timeout: float, log: Path, env: dict[str, str] | None = None
+) -> tuple[str, bool]:
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         return "timeout", False
     log.write_text(p.stdout + "\n--- stderr ---\n" + p.stderr)
     return p.stdout, p.returncode == 0
+
+
+def _train(
+    args: argparse.Namespace, rec: Path, out: Path, limit: str, threads: str, left: float
+) -> dict[str, Any]:
+    """`pipecast train` of the recommendation `rec`, its host step on `threads` threads
+    ('': pipecast's default), as a row."""
+    t0 = time.monotonic()
+    name = f"train_{limit}" + (f"_t{threads}" if threads else "")
+    run_dir = out / name
+    env = dict(os.environ, **({"PIPECAST_HOST_THREADS": threads} if threads else {}))
+    text, ran = _run(
+        [sys.executable, "-m", "pipecast", "train", "--recommendation", str(rec),
+         "--steps", str(args.steps), "--warmup-steps", "2", "--out-dir", str(run_dir),
+         *(["--kernel-trace"] if args.kernel_trace else [])],
+        left, out / f"{name}.log", env=env,
+    )  # fmt: skip
+    row: dict[str, Any] = {"side": "pipecast", "limit": float(limit)}
+    if threads:
+        row["host_threads"] = int(threads)
+    summaries = sorted(run_dir.glob("*.summary.json")) if ran else []
+    if not summaries:
+        return {**row, "failed": text[-400:]}
+    s = json.loads(summaries[0].read_text())
+    kernels = sorted(run_dir.glob("*.kernels.json"))
+    return {
+        **row, "strategy": s.get("strategy"),
+        "step_ms": round(s["step_time"] * 1e3, 2),
+        "predicted_ms": round(s.get("predicted_step_time", 0.0) * 1e3, 2),
+        "peak_alloc_gib": round(max(s["peak_allocated"]) / 2**30, 3),
+        "peak_reserved_gib": round(max(s["peak_reserved"]) / 2**30, 3),
+        "process_s": round(time.monotonic() - t0),
+        **({"kernels": json.loads(kernels[0].read_text())} if kernels else {}),
+    }  # fmt: skip
 
 
 def main() -> None:
@@ -103,6 +140,10 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=540.0)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--torch", default="", help="(internal) run one torch mode here")
+    ap.add_argument(
+        "--host-threads", default="", help="train each pick once per count (PIPECAST_HOST_THREADS)"
+    )
+    ap.add_argument("--kernel-trace", action="store_true", help="train --kernel-trace")
     args = ap.parse_args()
     load = LOADS[args.load]
     if args.torch == "ckpt":
@@ -158,26 +199,10 @@ def main() -> None:
         if not fits:
             keep({"side": "pipecast", "limit": float(limit), "failed": text[-400:]})
             continue
-        t0 = time.monotonic()
-        run_dir = out / f"train_{limit}"
-        text, ran = _run(
-            [sys.executable, "-m", "pipecast", "train", "--recommendation", str(rec),
-             "--steps", str(args.steps), "--warmup-steps", "2", "--out-dir", str(run_dir)],
-            left(), out / f"train_{limit}.log",
-        )  # fmt: skip
-        summaries = sorted(run_dir.glob("*.summary.json")) if ran else []
-        if not summaries:
-            keep({"side": "pipecast", "limit": float(limit), "failed": text[-400:]})
-            continue
-        s = json.loads(summaries[0].read_text())
-        keep({
-            "side": "pipecast", "limit": float(limit), "strategy": s.get("strategy"),
-            "step_ms": round(s["step_time"] * 1e3, 2),
-            "predicted_ms": round(s.get("predicted_step_time", 0.0) * 1e3, 2),
-            "peak_alloc_gib": round(max(s["peak_allocated"]) / 2**30, 3),
-            "peak_reserved_gib": round(max(s["peak_reserved"]) / 2**30, 3),
-            "process_s": round(time.monotonic() - t0),
-        })  # fmt: skip
+        for threads in args.host_threads.split(",") if args.host_threads else [""]:
+            if left() < 30:
+                break
+            keep(_train(args, rec, out, limit, threads, left()))
     for r in rows:
         print(r.get("mode") or r.get("limit"), r.get("step_ms"), r.get("peak_reserved_gib"),
               r.get("strategy", ""), flush=True)  # fmt: skip

@@ -28,6 +28,7 @@ before. Parameters several blocks share are stepped then too.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -36,6 +37,18 @@ from typing import Any
 
 import torch
 from torch import nn
+
+
+def host_threads() -> int:
+    """How many CPU threads the host's optimizer steps with: PIPECAST_HOST_THREADS if set,
+    else torch's intra-op count."""
+    given = os.environ.get("PIPECAST_HOST_THREADS", "")
+    return max(1, int(given)) if given.isdigit() else torch.get_num_threads()
+
+
+def _limit_threads() -> None:
+    """The host-step thread's own intra-op thread count (OpenMP's count is per thread)."""
+    torch.set_num_threads(host_threads())
 
 
 @dataclass(eq=False)
@@ -115,7 +128,9 @@ class HostStep:
         self.armed = False
         """The step's last backward of this stage has begun: a gradient delivered now is a
         parameter's last of the step."""
-        self.pool = ThreadPoolExecutor(1, thread_name_prefix="pipecast-host-step")
+        self.pool = ThreadPoolExecutor(
+            1, thread_name_prefix="pipecast-host-step", initializer=_limit_threads
+        )
         self.pending: list[Future[None]] = []
         self.delivered: set[int] = set()
         """ids of the device parameters that got a gradient in the last step."""
