@@ -135,13 +135,39 @@ BLOCK_BY_BLOCK = [e for i in reversed(range(4)) for e in (f"B{i}", f"F{i}")]
 """Each of a GPT stage's four blocks recomputed as its backward begins."""
 
 
-def test_a_selective_stage_reruns_one_block_at_a_time() -> None:
-    """Whole weights, selective: each block a checkpoint (what the profile prices), not
-    the stage one."""
+@pytest.mark.parametrize("recompute", ["selective", "all"])
+def test_a_whole_model_stage_reruns_one_block_at_a_time(recompute: str) -> None:
+    """Whole weights, selective, or all of the whole model (one stage, as pricing.py
+    prices it): each block a checkpoint, not the stage one, whose backward would hold every
+    activation again."""
     torch.manual_seed(0)
-    config = RunConfig(recompute="selective")
+    config = RunConfig(recompute=recompute)  # type: ignore[arg-type]
     st = StageModule(0, GPT.build(), torch.device("cpu"), config, first=True, last=True)
     assert _backward_order(st, recompute=True)[0] == BLOCK_BY_BLOCK
+
+
+def test_a_pipeline_stage_recomputes_as_one_checkpoint() -> None:
+    """A stage of a pipeline (not the whole model) reruns its whole forward as its last
+    block's backward begins: one checkpoint, what GPipe does and the simulator prices."""
+    torch.manual_seed(0)
+    st = StageModule(0, GPT.build(), torch.device("cpu"), RunConfig(recompute="all"),
+                     first=True, last=False)  # fmt: skip
+    order = _backward_order_of_output(st)
+    assert order == ["B3", *(f"F{i}" for i in range(4)), "B2", "B1", "B0"]
+
+
+def _backward_order_of_output(st: StageModule) -> list[str]:
+    """_backward_order for a stage without the loss: the backward of its output's sum."""
+    order: list[str] = []
+    for i, block in enumerate(st.module):
+        inner = next(iter(block.children()))
+        inner.register_forward_hook(lambda *_, i=i: order.append(f"F{i}"))
+        block.register_full_backward_pre_hook(lambda *_, i=i: order.append(f"B{i}"))
+    x, _ = synthetic_batch(GPT.spec, 4, seed=0)
+    out = st.forward(x, recompute=True)
+    order.clear()
+    out.float().square().sum().backward()
+    return order
 
 
 @pytest.fixture(scope="module")

@@ -277,9 +277,11 @@ class StageModule:
         if self.block_checkpoints:
             with recomputation.recomputing(self.module, True):
                 return part(h)
-        selective = self.config.recompute == "selective"
-        if selective and isinstance(part, nn.Sequential):
-            context = recomputation.context_fn("selective")
+        by_block = self.config.recompute == "selective" or (self.first and self.last)
+        if by_block and self.streamed is None and isinstance(part, nn.Sequential):
+            # a whole model recomputed as one checkpoint would hold all its activations
+            # again in the backward: each block is a checkpoint of its own
+            context = recomputation.context_fn(self.config.recompute)
             for block in part:
                 h = checkpoint(block, h, use_reentrant=False, context_fn=context)
             return h

@@ -36,8 +36,9 @@ def test_when_nothing_fits_as_it_is_activations_go_to_the_host() -> None:
     with whole copies of the weights needs more; with its activations on the host, data
     parallelism accumulating 64 fits (sharding the weights, which are small beside
     ResNet-18's activations, fits only at 128 micro-batches, four times slower). Fastest:
-    at 32 micro-batches, the weights streamed and every block recomputed on its own (one
-    more forward, against copying the activations out and back). Every offload that fits
+    FSDP at 32 micro-batches with every block recomputed, nothing on the host; of whole
+    copies, at 32 micro-batches, the weights streamed and every block recomputed on its own
+    (one more forward, against copying the activations out and back). Every offload that fits
     is ranked by its prediction: where the same plan runs with its activations alone on
     the host and with its weights streamed too, the streamed one, which only adds copies,
     ranks below it."""
@@ -46,8 +47,11 @@ def test_when_nothing_fits_as_it_is_activations_go_to_the_host() -> None:
     recomputed = [p for p in whole if p.strategy.recompute == "all"]
     assert all(p.strategy.offload == "weights" for p in recomputed)
     assert whole and all(p.strategy.offload != "none" for p in whole)
-    assert ranked[0] in recomputed and ranked[0].strategy.microbatches == 32
-    best = next(p for p in ranked if p not in recomputed)
+    first = ranked[0].strategy
+    assert first.shard != "none" and first.recompute == "all" and first.offload == "none"
+    assert first.microbatches == 32
+    assert whole[0] in recomputed and whole[0].strategy.microbatches == 32
+    best = next(p for p in whole if p not in recomputed)
     assert best.strategy.offload == "activations" and best.strategy.microbatches == 64
     place = {p.strategy: i for i, p in enumerate(ranked)}
     pairs = [

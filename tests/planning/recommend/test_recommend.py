@@ -176,7 +176,8 @@ def test_accumulation_goes_past_8_only_where_the_batch_does_not_fit_otherwise() 
     """A batch whose micro-batches fit one GPU only at 32 per step: the single-GPU strategy
     accumulates 32, after 8 and 16 ran out of memory, and no larger count is predicted.
     Where 8 fits, nothing past 8 is tried at all. (Counts that do not fit as they are may
-    fit with their activations on the host: those are ranked beside.)"""
+    fit with their activations on the host, or with every block recomputed, keeping only
+    its input: those are ranked beside.)"""
     mib = 2**20
     p = make_profile([1e-3] * 4, saved=[mib] * 4)  # 0.5 MiB of activations a sample
     one = describe(gpus_per_node=1, memory="100MiB")
@@ -184,9 +185,11 @@ def test_accumulation_goes_past_8_only_where_the_batch_does_not_fit_otherwise() 
     counts = sorted(
         (pred.strategy.microbatches, pred.strategy.cuda_graphs)
         for pred in rec.ranked
-        if pred.strategy.offload == "none"
+        if pred.strategy.offload == "none" and pred.strategy.recompute == "none"
     )
     assert counts == [(32, False), (32, True)]  # one device: graphed, and eager beside it
+    recomputed = {p.strategy.microbatches for p in rec.ranked if p.strategy.recompute != "none"}
+    assert 8 in recomputed  # each block keeps its input, a quarter of what it saves
     assert {pred.strategy.microbatches for pred in rec.ranked} <= {8, 16, 32}
     assert rec.best.strategy.kind == "single"
     tried = {r.strategy.microbatches for r in rec.rejected}

@@ -82,17 +82,18 @@ def strategies(
     strategy on up to `gpus` GPUs, each also with its blocks split over each degree in
     `tensor_parallel` (those the profile has costs for) that divides the GPUs.
 
-    Micro-batch counts are powers of two that divide the batch: up to MORE_ACCUMULATION,
-    in rising order, for accumulation (see ACCUMULATION), and S, 2S, 4S, 8S for pipelines
-    of S stages. Pipeline depths and the interleaved schedule's virtual stages per rank are
-    depths.py's. A pipeline's replicas shard its stages kept gathered through the step
-    ('grad', as torchtitan runs them). `serving`: inference, every strategy running forward
-    only (replicas each serve their share of the batch; no recomputation, nothing to
-    update). Split-backward schedules also run with each of `weight_batches` (Plan.
-    weight_batch) that leaves at least two groups, without recomputation. `shard_optimizer`:
-    replicas that hold whole copies of the weights are offered with the optimizer's state
-    sharded over them as well (ZeRO-1, Strategy.shard_optimizer; not beside tensor
-    parallelism)."""
+    Micro-batch counts are powers of two that divide the batch: up to MORE_ACCUMULATION, in
+    rising order, for accumulation (see ACCUMULATION), and S, 2S, 4S, 8S for pipelines of S
+    stages. Each comes with every block recomputed too, right after its plain self (rank.py
+    prices that only where the plain one does not fit). Pipeline depths and the interleaved
+    schedule's virtual stages per rank are depths.py's. A pipeline's replicas shard its
+    stages kept gathered through the step ('grad', as torchtitan runs them). `serving`:
+    inference, every strategy running forward only (replicas each serve their share of the
+    batch; no recomputation, nothing to update). Split-backward schedules also run with each
+    of `weight_batches` (Plan.weight_batch) that leaves at least two groups, without
+    recomputation. `shard_optimizer`: replicas that hold whole copies of the weights are
+    offered with the optimizer's state sharded over them as well (ZeRO-1,
+    Strategy.shard_optimizer; not beside tensor parallelism)."""
     if serving:
         yield from _serving(gpus, batch, blocks, methods)
         return
@@ -118,12 +119,16 @@ def _on(
 ) -> Iterator[Strategy]:
     """The strategies of `g` data and pipeline ranks, each rank `tp` GPUs."""
     share = batch // g if batch % g == 0 else 0
+    options: tuple[Recompute, ...] = ("none", "all") if recompute else ("none",)
     for m in _divisors_pow2(share, MORE_ACCUMULATION) if share else []:
-        if g == 1:
-            yield Strategy(kind="single", replicas=1, microbatches=m, tp=tp)
-            continue
-        for shard in SHARDS:
-            yield Strategy(kind="data", replicas=g, microbatches=m, shard=shard, tp=tp)
+        for rc in options:  # each recomputed after its plain self (rank.py skips it there)
+            if g == 1:
+                yield Strategy(kind="single", replicas=1, microbatches=m, tp=tp, recompute=rc)
+                continue
+            for shard in SHARDS:
+                yield Strategy(
+                    kind="data", replicas=g, microbatches=m, shard=shard, tp=tp, recompute=rc
+                )
     for stages in pipeline_depths(g, blocks):
         replicas = g // stages
         if batch % replicas:
@@ -139,7 +144,6 @@ def _on(
                 if per_replica % m:
                     continue
                 for method in methods:
-                    options: tuple[Recompute, ...] = ("none", "all") if recompute else ("none",)
                     for rc, shard in itertools.product(options, HYBRID_SHARDS[replicas > 1]):
                         yield Strategy(
                             kind="pipeline" if replicas == 1 else "hybrid",

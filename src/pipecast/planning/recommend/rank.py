@@ -185,8 +185,8 @@ def recommend(
             fits.append(pred)
             if strategy.recompute == "none":
                 without_recompute.add(strategy)
-            if strategy.kind in ("single", "data"):
-                accumulated.add(whole)
+                if strategy.kind in ("single", "data"):  # (recomputing is not the only way)
+                    accumulated.add(whole)
         else:
             rejected.append(too_large(pred))
     if not fits:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 
 from pipecast.planning.simulation.costs import BUCKET_BYTES, Costs, StageTimes
 from pipecast.planning.simulation.issue import fitted, span
+from pipecast.planning.simulation.recomputation import block_checkpoints
 from pipecast.values.hardware.cluster import CPU_PROBE_RANKS, Cluster
 from pipecast.values.partition import Partition
 from pipecast.values.profile.types import BATCHED_WEIGHT_GROUP, BlockCost, Profile, StageCost
@@ -81,6 +82,11 @@ def costs_from_profile(
             times, profile, st.start, st.stop, micro_batch, cluster, offload, recompute,
             overlap=not (cuda_graphs or clip or ddp) and len(st.devices) == 1,
         )  # fmt: skip
+        if recompute == "all" and len(partition.stages) == 1 and not times.checkpoint_bytes:
+            # the whole model on each rank: each block a checkpoint of its own (one
+            # checkpoint over all of it would hold every activation again in its backward)
+            kept, largest = block_checkpoints(profile, st.start, st.stop, micro_batch)
+            times = replace(times, checkpoint_bytes=kept, recomputed_bytes=largest)
         stages.append(batched_weights(times, profile, st.start, st.stop, micro_batch, weight_batch))
     fwd, bwd = _transfers(partition, stages, cluster)
     allreduce = tuple(
