@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
-from pipecast.measuring.kernel_trace import overlap, summarize, union
+import torch
+
+from pipecast.measuring.kernel_trace import KernelTracer, overlap, summarize, union
 
 
 def _x(cat: str, name: str, ts: float, dur: float, tid: int, **args: Any) -> dict[str, Any]:
@@ -45,3 +49,16 @@ def test_a_trace_without_a_gpu_still_names_its_threads() -> None:
     assert s == {"kernels": 0, "host_threads": [
         {"tid": "9", "busy_ms": 0.003, "ops": 1, "top": ["aten::add 0.003"]}
     ]}  # fmt: skip
+
+
+def test_the_tracer_writes_into_a_folder_the_run_has_not_made_yet(tmp_path: Path) -> None:
+    """The run's own folder is made when its traces are written, after the traced step."""
+    tracer = KernelTracer(str(tmp_path / "later" / "run.kernels"), step=1)
+    for step in range(3):
+        tracer(0, step)
+        torch.ones(64, 64).matmul(torch.ones(64, 64))
+    summary = json.loads((tmp_path / "later" / "run.kernels.json").read_text())
+    assert any("aten::matmul" in " ".join(t["top"]) for t in summary["host_threads"])
+    assert (tmp_path / "later" / "run.kernels.trace.json.gz").stat().st_size > 0
+    tracer(1, 1)  # another rank's steps trace nothing
+    assert tracer.prof is None

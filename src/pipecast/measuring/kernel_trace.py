@@ -188,6 +188,7 @@ class KernelTracer:
             torch.cuda.synchronize()
         self.prof.stop()
         raw = Path(self.out + ".trace.json")
+        raw.parent.mkdir(parents=True, exist_ok=True)  # the run's folder comes at its end
         self.prof.export_chrome_trace(str(raw))
         self.prof = None
         text = raw.read_text()
