@@ -42,8 +42,9 @@ def _hand_profile(shape: str) -> Profile:
     at 1 and 2 sequences, tiled to the shape's depth; a TP reading where the suite takes
     one (a rank's layer an eighth of the layer)."""
     workload = Workload(**workload_of(shape, dry=True))
-    measured = [("LlamaEmbedding", 1e-4), ("LlamaBlock", 1e-2), ("LlamaBlock", 1e-2)]
-    measured.append(("LlamaHead", 5e-3))
+    prefix = "Llama" if workload.model == "llama" else ""  # the zoo GPT's: Block
+    layer = f"{prefix}Block"
+    measured = [(f"{prefix}Embedding", 1e-4), (layer, 1e-2), (layer, 1e-2), (f"{prefix}Head", 5e-3)]
 
     def blocks(share: float) -> tuple[BlockProfile, ...]:
         return tuple(
@@ -56,7 +57,7 @@ def _hand_profile(shape: str) -> Profile:
                 forward_flops=10**9,
                 costs={
                     b: BlockCost(
-                        forward=t * b * (share if name == "LlamaBlock" else 1),
+                        forward=t * b * (share if name == layer else 1),
                         backward_input=t * b,
                         backward_weight=t * b,
                         backward=2 * t * b,
@@ -71,7 +72,7 @@ def _hand_profile(shape: str) -> Profile:
         )
 
     profile = Profile(
-        model="llama",
+        model=workload.model,
         dataset="tokens",
         device="cpu",
         dtype="fp32",
