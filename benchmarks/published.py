@@ -270,6 +270,7 @@ def strategy_of(row: Row) -> tuple[Strategy, list[str]]:
         microbatches=row.microbatches,
         shard="full",
         tp=row.tp,
+        cp=row.cp,
         recompute=recompute,
         compile="blocks" if row.compiled else "off",
         float8=row.float8,
@@ -287,8 +288,8 @@ def why_not(row: Row, profile: Profile | None) -> str:
     """Why `row` cannot be priced from `profile` ('' where it can)."""
     if row.unexpressible:
         return row.unexpressible
-    if row.cp > 1:
-        return f"context parallelism (CP {row.cp}): pipecast has none yet"
+    if row.cp > 1 and row.fsdp > 1:  # planning/recommend/context.py: beside whole copies
+        return f"context parallelism (CP {row.cp}) beside FSDP {row.fsdp}: pipecast has no price"
     if profile is None:
         return (
             f"no profile of {row.shape} {row.execution} ({profile_name(row.shape, row.execution)})"
