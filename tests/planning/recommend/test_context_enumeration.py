@@ -8,10 +8,13 @@ from dataclasses import replace
 import pytest
 from tests.planning.recommend.test_context_pricing import _gpt
 
+from pipecast.orchestration.recommend.validate import job_for
 from pipecast.planning.recommend.context_degrees import context_degrees
 from pipecast.planning.recommend.predict import predict
 from pipecast.planning.recommend.rank import recommend
+from pipecast.runtime.config import RunConfig
 from pipecast.values.hardware.presets import describe
+from pipecast.values.models import Workload
 from pipecast.values.profile.types import BlockCost, Profile
 from pipecast.values.strategy import Strategy
 
@@ -115,3 +118,12 @@ def test_a_sequence_is_split_only_where_attention_is_a_quarter_of_a_block(
 def test_a_model_without_attention_is_never_split() -> None:
     plain = replace(_gpt(), blocks=tuple(replace(b, name="b") for b in _gpt().blocks))
     assert context_degrees(plain, 8) == ()
+
+
+def test_measuring_a_recommendation_splits_its_sequences() -> None:
+    """--validate measures the strategy that was priced: its job runs CP x4."""
+    strategy = Strategy(kind="data", replicas=2, cp=4)
+    pred = predict(_at(4096), CLUSTER, strategy, 2, optimizer="adam")
+    workload = Workload(model="gpt", dataset="tokens", seq_len=4096, width=256, layers=2)
+    job = job_for(pred, workload, device="cpu", config=RunConfig())
+    assert (job.cp, job.replicas) == (4, 2)
