@@ -1,7 +1,7 @@
 """Megatron-LM's weak-scaling table, and pipecast's prediction of each row from one GPU's
 profiles.
 
-    python -m benchmarks.published_megatron --profiles DIR [--dry] [--json FILE]
+    python -m benchmarks.published_megatron --profiles DIR [--json FILE]
 
 The rows are Table 1 of Narayanan et al., "Efficient Large-Scale Language Model Training
 on GPU Clusters Using Megatron-LM", SC21 (arXiv 2104.04473): GPT models of 1.7B to 1T
@@ -36,7 +36,7 @@ GPU, a non-blocking fat tree), grown to the row's GPUs. The profiles are an H100
 cluster of the same generation keeps compute and links in one machine's balance: Selene's
 200 Gb/s a GPU beside the A100's 312 TFLOP/s peak (section 5) is about 1.25 times the
 preset's bandwidth for each FLOP/s (400 Gb/s beside the 789 TFLOP/s the H100 probes
-measured), the same fat tree and a rail a GPU; an A100 cluster priced from an H100's
+measured), a fat tree and a rail a GPU in both; an A100 cluster priced from an H100's
 compute would make every link look 2.5 times as slow, beside the compute, as Selene's were.
 
 Given benchmarks/scale.py --dry's profiles (CPU, width 64), it prices the rows from them:
