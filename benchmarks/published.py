@@ -7,8 +7,8 @@ The rows are torchtitan's, `benchmarks/llama3_h100_202412_torchtitan.md` in pyto
 HBM2e at 500 W, 8 a host, NVLink within it and 400 Gb/s of RDMA a GPU. Their GPUs are not the
 lent H100 SXMs, so the issue (#67) compares them through ratios between rows (compiled over
 eager, Float8 over bf16, interleaved over 1F1B, 128 GPUs over 8); the absolute errors are
-printed beside. Megatron-LM's (Narayanan et al., SC21) rows are left out: their table was
-not at hand to copy from, and a row typed from memory is no evidence.
+printed beside. Megatron-LM's (Narayanan et al., SC21, Table 1) rows are
+benchmarks/published_megatron.py's, copied from a stored text of the table.
 
 For each row the script builds the Strategy its layout is (FSDP degree, TP, PP with its
 schedule, compiled, Float8, recomputation), takes the profile of the row's shape and
@@ -270,6 +270,7 @@ def strategy_of(row: Row) -> tuple[Strategy, list[str]]:
         microbatches=row.microbatches,
         shard="full",
         tp=row.tp,
+        cp=row.cp,
         recompute=recompute,
         compile="blocks" if row.compiled else "off",
         float8=row.float8,
@@ -287,8 +288,8 @@ def why_not(row: Row, profile: Profile | None) -> str:
     """Why `row` cannot be priced from `profile` ('' where it can)."""
     if row.unexpressible:
         return row.unexpressible
-    if row.cp > 1:
-        return f"context parallelism (CP {row.cp}): pipecast has none yet"
+    if row.cp > 1 and row.fsdp > 1:  # planning/recommend/context.py: beside whole copies
+        return f"context parallelism (CP {row.cp}) beside FSDP {row.fsdp}: pipecast has no price"
     if profile is None:
         return (
             f"no profile of {row.shape} {row.execution} ({profile_name(row.shape, row.execution)})"

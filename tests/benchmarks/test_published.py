@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from benchmarks.published import RATIOS, ROWS, main, report
+from benchmarks.published import RATIOS, ROWS, main, report, strategy_of
 from benchmarks.scale import SHAPES, profile_name, workload_of
 
 from pipecast.values.models.workload import Workload
@@ -42,8 +42,9 @@ def _hand_profile(shape: str) -> Profile:
     at 1 and 2 sequences, tiled to the shape's depth; a TP reading where the suite takes
     one (a rank's layer an eighth of the layer)."""
     workload = Workload(**workload_of(shape, dry=True))
-    measured = [("LlamaEmbedding", 1e-4), ("LlamaBlock", 1e-2), ("LlamaBlock", 1e-2)]
-    measured.append(("LlamaHead", 5e-3))
+    prefix = "Llama" if workload.model == "llama" else ""  # the zoo GPT's: Block
+    layer = f"{prefix}Block"
+    measured = [(f"{prefix}Embedding", 1e-4), (layer, 1e-2), (layer, 1e-2), (f"{prefix}Head", 5e-3)]
 
     def blocks(share: float) -> tuple[BlockProfile, ...]:
         return tuple(
@@ -56,7 +57,7 @@ def _hand_profile(shape: str) -> Profile:
                 forward_flops=10**9,
                 costs={
                     b: BlockCost(
-                        forward=t * b * (share if name == "LlamaBlock" else 1),
+                        forward=t * b * (share if name == layer else 1),
                         backward_input=t * b,
                         backward_weight=t * b,
                         backward=2 * t * b,
@@ -71,7 +72,7 @@ def _hand_profile(shape: str) -> Profile:
         )
 
     profile = Profile(
-        model="llama",
+        model=workload.model,
         dataset="tokens",
         device="cpu",
         dtype="fp32",
@@ -95,13 +96,14 @@ def profiles(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_every_row_is_predicted_or_says_why_not(profiles: Path) -> None:
     """One outcome per published row, in their order: a prediction, or why there is none;
-    the context-parallel rows and the sequences the suite did not profile are refused, and
-    every 8 192-token row without CP or async TP is predicted."""
+    the context-parallel rows beside FSDP (pipecast prices CP beside whole copies alone)
+    and the sequences the suite did not profile are refused, and every 8 192-token row
+    without CP or async TP is predicted."""
     outcomes, ratios = report(profiles, dry=True)
     assert [o.row for o in outcomes] == list(ROWS)
     for o in outcomes:
         assert (o.predicted is None) != (o.why_not == ""), o.row.label
-        if o.row.cp > 1:
+        if o.row.cp > 1 and o.row.fsdp > 1:
             assert o.why_not.startswith("context parallelism"), o.row.label
         elif o.row.seq_len != 8192:
             assert o.why_not.startswith("sequence"), o.row.label
@@ -129,3 +131,12 @@ def test_the_script_prints_a_line_per_row(
     out = capsys.readouterr().out
     assert sum(line.startswith("| Table") for line in out.splitlines()) == len(ROWS)
     assert (tmp_path / "rows.json").exists()
+
+
+def test_each_rows_strategy_spans_its_gpus() -> None:
+    """The Strategy of every row holds the row's GPUs: FSDP x TP x PP x CP (a CP row of
+    FSDP 1 too, whose sequence is split over all 8)."""
+    for row in ROWS:
+        strategy, _ = strategy_of(row)
+        assert strategy.gpus == row.gpus, row.label
+        assert strategy.cp == row.cp, row.label

@@ -385,7 +385,7 @@ def _follow(args: argparse.Namespace, path: str, pick: int) -> Chosen:
                 f"{given}` and run that, or drop {flag}"
             )
     args.gpus, args.replicas = s.gpus, s.replicas
-    args.shard, args.tensor_parallel = s.shard, s.tp
+    args.shard, args.tensor_parallel, args.context_parallel = s.shard, s.tp, s.cp
     args.shard_optimizer = s.shard_optimizer
     args.schedule, args.micro_batches = c.schedule, s.microbatches
     args.virtual_stages = s.virtual if c.schedule == s.schedule else 0

@@ -104,3 +104,33 @@ def test_a_sequence_without_attention_or_that_does_not_cut_is_refused() -> None:
     plain = make_profile([1e-3] * 2)
     with pytest.raises(ConfigError, match="has none it can price"):
         at_context_parallel(plain, 2)
+
+
+def test_a_llama_rank_computes_by_its_own_shape_and_gathers_its_kv_heads() -> None:
+    """Llama 3.1 8B's shape at 32K tokens: d = 4096, 32 heads over 8 key/value heads
+    (d_kv = 1024), f = 14336. A block's linear FLOPs a token over 2 d: 2 x 4096 + 2 x 1024
+    + 3 x 14336 = 53248, so attention's quadratic part is 32768 / 86016 of it; over 2 ranks
+    under a dense mask a block takes (1 + q) / 2 of its time. Its K and V are a quarter of
+    the width: 2 x 8 x 32768 x 1024 x 4 bytes a layer."""
+    seq, width = 32768, 4096
+    base = _gpt()
+    names = ("LlamaEmbedding", "LlamaBlock", "LlamaBlock", "LlamaHead")
+    blocks = tuple(replace(b, name=n) for b, n in zip(base.blocks, names, strict=True))
+    workload = {"model": "llama", "seq_len": seq, "width": width, "heads": 32}
+    profile = replace(base, blocks=blocks, workload={**workload, "kv_heads": 8, "ffn": 14336})
+    q = seq / (seq + 53248)
+    rank = at_context_parallel(profile, 2)
+    assert rank.cost(1, MB).forward == pytest.approx(1e-3 * (1 + q) / 2)
+    assert rank.cost(0, MB).forward == pytest.approx(0.5e-3)
+    kv = 2 * MB * seq * 1024 * 4
+    assert rank.cost(1, MB).saved_bytes == 64_000_000 + kv // 2 + seq * seq // 2
+    # no ffn given: the zoo Llama's default, 8/3 d rounded up to 256 (11008 at 4096),
+    # and as many key/value heads as heads
+    plain = replace(profile, workload=workload)
+    assert at_context_parallel(plain, 2).cost(1, MB).saved_bytes == (
+        64_000_000 + 2 * MB * seq * width * 4 // 2 + seq * seq // 2
+    )
+    q_plain = seq / (seq + 2 * width + 2 * width + 3 * 11008)
+    assert at_context_parallel(plain, 2).cost(1, MB).forward == pytest.approx(
+        1e-3 * (1 + q_plain) / 2
+    )

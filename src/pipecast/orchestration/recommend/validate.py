@@ -79,6 +79,7 @@ def job_for(
         replicas=pred.strategy.replicas,
         shard=pred.strategy.shard,
         tp=pred.strategy.tp,
+        cp=pred.strategy.cp,
         config=RunConfig(
             **{
                 **config.__dict__,

@@ -6,6 +6,7 @@ import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
+from pipecast.planning.recommend.context_degrees import split_sequences
 from pipecast.planning.recommend.depths import pipeline_depths, virtual_counts
 from pipecast.values.profile.types import Profile
 from pipecast.values.strategy import Kind, Shard, Strategy
@@ -41,9 +42,9 @@ same strategy ran out of memory."""
 def graphed(strategies: Iterator[Strategy]) -> Iterator[Strategy]:
     """Each strategy as the runtime runs it on GPUs: every action replayed as a CUDA graph
     (all but PipeDream's, which this enumeration does not offer), except where torch's FSDP
-    or tensor parallelism runs the blocks: those run eagerly."""
+    or tensor parallelism runs the blocks, or a sequence is split: those run eagerly."""
     for s in strategies:
-        eager = s.shard != "none" or s.tp > 1
+        eager = s.shard != "none" or s.tp > 1 or s.cp > 1
         yield s if eager else Strategy(**{**s.to_dict(), "cuda_graphs": True})
 
 
@@ -77,6 +78,7 @@ def strategies(
     tensor_parallel: Sequence[int] = (),
     weight_batches: Sequence[int] = (1,),
     shard_optimizer: bool = False,
+    context_parallel: Sequence[int] = (),
 ) -> Iterator[Strategy]:
     """Every single-GPU, data-parallel (whole copies, or sharded by FSDP), pipeline and hybrid
     strategy on up to `gpus` GPUs, each also with its blocks split over each degree in
@@ -93,7 +95,9 @@ def strategies(
     of `weight_batches` (Plan.weight_batch) that leaves at least two groups, without
     recomputation. `shard_optimizer`: replicas that hold whole copies of the weights are
     offered with the optimizer's state sharded over them as well (ZeRO-1,
-    Strategy.shard_optimizer; not beside tensor parallelism)."""
+    Strategy.shard_optimizer; not beside tensor parallelism). Then, for each degree c in
+    `context_parallel`, the strategies of `gpus` / c ranks that
+    context_degrees.split_sequences keeps, each sequence split over c GPUs."""
     if serving:
         yield from _serving(gpus, batch, blocks, methods)
         return
@@ -106,6 +110,17 @@ def strategies(
                 if s.schedule in SPLIT_SCHEDULES and s.stages > 1 and s.recompute == "none":
                     for k in (k for k in weight_batches if k > 1 and 2 * k <= s.microbatches):
                         yield Strategy(**{**s.to_dict(), "weight_batch": k})
+    for c in context_parallel:
+        ranks = strategies(
+            gpus // c,
+            batch,
+            blocks=blocks,
+            schedules=schedules,
+            methods=methods,
+            recompute=recompute,
+            weight_batches=weight_batches,
+        )
+        yield from split_sequences(c, ranks)
 
 
 def _on(

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 
 from pipecast.errors import ConfigError, PipecastError
 from pipecast.planning.partition.methods import check_margin, check_methods
+from pipecast.planning.recommend.context_degrees import context_degrees
 from pipecast.planning.recommend.enumerate import (
     ACCUMULATION,
     WEIGHT_BATCHES,
@@ -137,6 +138,7 @@ def recommend(
         kwargs["tensor_parallel"] = tuple(profile.tensor_parallel)
         kwargs["weight_batches"] = WEIGHT_BATCHES if batches_weights(profile) else (1,)
         kwargs["shard_optimizer"] = OPTIMIZER_STATE[optimizer] > 0  # SGD has none to shard
+        kwargs["context_parallel"] = context_degrees(profile, gpus)
     todo = strategies(gpus, batch, blocks=profile.num_blocks, methods=methods, **kwargs)  # type: ignore[arg-type]
     for strategy in _as_run(todo, cuda_graphs, both, list(priced)):
         base = Strategy(**{**strategy.to_dict(), "recompute": "none"})
@@ -160,6 +162,7 @@ def recommend(
             rejected.append(Rejected(strategy=strategy, reason=str(exc).splitlines()[0]))
             pred = None
         plain = strategy.shard == "none" and strategy.tp == 1 and not strategy.shard_optimizer
+        plain = plain and strategy.cp == 1  # the runtime moves nothing of a split sequence
         hosts = profile.device != "cpu"  # CPU ranks' memory is the host's already
         if (pred is None or not pred.fits) and not serving and plain and hosts:
             # what does not fit (or finds no split that fits) may, with its saved
@@ -316,7 +319,9 @@ def quoted(labels: list[str]) -> str:
 
 def family(strategy: Strategy) -> str:
     """The kind of strategy a reader compares: one device, data parallel (whole copies),
-    sharded (FSDP), tensor parallel, or pipeline (with replicas or not)."""
+    sharded (FSDP), tensor parallel, context parallel, or pipeline (with replicas or not)."""
+    if strategy.cp > 1:
+        return "context parallel"
     if strategy.tp > 1:
         return "tensor parallel"
     if strategy.sharded and strategy.stages == 1:
