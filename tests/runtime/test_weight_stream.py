@@ -107,10 +107,16 @@ PIPELINES = [
     for ranks in (1, 2)
     for schedule in ("gpipe", "1f1b", "zb-h1")
     for offload, recompute in (("weights", "all"),)
-] + [("1f1b", 2, "all", "all"), ("gpipe", 2, "weights", "all-but-last")]
+] + [
+    ("1f1b", 2, "all", "all"),
+    ("1f1b", 1, "all", "all"),
+    ("1f1b", 1, "both", "all"),
+    ("gpipe", 2, "weights", "all-but-last"),
+]
 """Streamed weights, recomputed, over one rank and two; with the activations on the host
-too (nothing of a recomputed micro-batch moves); and beside GPipe's last micro-batch, which
-is not recomputed and saves its weights through the stream's hooks."""
+too (a recomputed micro-batch's checkpoints' inputs move), streamed or not; and beside
+GPipe's last micro-batch, which is not recomputed and saves its weights through the
+stream's hooks."""
 
 
 @functools.cache

@@ -418,7 +418,9 @@ class PipelineEngine:
             st.version_log.append((a.mb, st.version))
         cuts: list[Cut] = []
         saving: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
-        if (self.offload is not None or st.streamed is not None) and not recompute:
+        # recomputed, the hooks see only what each checkpoint keeps, its input: offloaded
+        # activations move those; streamed weights alone have nothing to mark
+        if self.offload is not None or (st.streamed is not None and not recompute):
             saving = torch.autograd.graph.saved_tensors_hooks(*hooks_of(st.streamed, self.offload))
         if plan.forward_only:
             with torch.no_grad():

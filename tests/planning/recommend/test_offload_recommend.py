@@ -36,20 +36,27 @@ def test_when_nothing_fits_as_it_is_activations_go_to_the_host() -> None:
     with whole copies of the weights needs more; with its activations on the host, data
     parallelism accumulating 64 fits (sharding the weights, which are small beside
     ResNet-18's activations, fits only at 128 micro-batches, four times slower). Fastest:
-    FSDP at 32 micro-batches with every block recomputed, nothing on the host; of whole
-    copies, at 32 micro-batches, the weights streamed and every block recomputed on its own
-    (one more forward, against copying the activations out and back). Every offload that fits
-    is ranked by its prediction: where the same plan runs with its activations alone on
-    the host and with its weights streamed too, the streamed one, which only adds copies,
-    ranks below it."""
+    two stages of 16 micro-batches, recomputed, the weights streamed and each checkpoint's
+    input on the host; then FSDP at 32 micro-batches with every block recomputed, nothing
+    on the host; of whole copies, at 32 micro-batches, the weights streamed and every
+    block recomputed on its own (one more forward, against copying the activations out and
+    back). Every offload that fits is ranked by its prediction: where the same plan runs
+    with its activations alone on the host and with its weights streamed too, the streamed
+    one, which only adds copies, ranks below it."""
     ranked = _ranked(0.2)
-    whole = [p for p in ranked if p.strategy.shard == "none"]
+    whole = [p for p in ranked if p.strategy.shard == "none" and p.strategy.kind == "data"]
     recomputed = [p for p in whole if p.strategy.recompute == "all"]
-    assert all(p.strategy.offload == "weights" for p in recomputed)
+    assert all(p.strategy.offload in ("weights", "both", "all") for p in recomputed)
     assert whole and all(p.strategy.offload != "none" for p in whole)
-    first = ranked[0].strategy
-    assert first.shard != "none" and first.recompute == "all" and first.offload == "none"
-    assert first.microbatches == 32
+    first, second = (p.strategy for p in ranked[:2])
+    assert (first.stages, first.microbatches, first.recompute, first.offload) == (
+        2,
+        16,
+        "all",
+        "all",
+    )
+    assert second.shard != "none" and second.recompute == "all" and second.offload == "none"
+    assert second.microbatches == 32
     assert whole[0] in recomputed and whole[0].strategy.microbatches == 32
     best = next(p for p in whole if p not in recomputed)
     assert best.strategy.offload == "activations" and best.strategy.microbatches == 64
@@ -143,10 +150,11 @@ def test_streamed_weights_are_offered_recomputed_where_they_can_run() -> None:
 def _four_blocks() -> tuple[Profile, int]:
     """Four blocks of 4 MiB of weights, each saving 8 MiB and handing the next 0.25 MiB, on a
     GPU whose host link (20 GB/s) is slower than the forward: and the bytes the smallest
-    plan needs, by hand. Streamed and recomputed, one GPU holds the gradients in flight to the
-    host (two blocks', 8 MiB: each leaves as it is made), two blocks' weights (8), the inputs
-    of blocks 1-3 (0.75), one block's activations recomputed (8), the loss (two fp32 copies
-    of the 0.25 MiB output: 0.5) and the batch (one 4-byte sample)."""
+    plan needs, by hand. Streamed, recomputed and the checkpoints' inputs on the host, one
+    GPU holds the gradients in flight to the host (two blocks', 8 MiB: each leaves as it is
+    made), two blocks' weights (8), one block's activations recomputed (8) and its input
+    brought back (0.25), the loss (two fp32 copies of the 0.25 MiB output: 0.5) and the
+    batch (one 4-byte sample)."""
     mib = 2**20
     weights, saved, out = 4 * mib, 8 * mib, mib // 4
     cost = BlockCost(
@@ -162,12 +170,13 @@ def _four_blocks() -> tuple[Profile, int]:
         model="hand", dataset="x", device="gpu", dtype="fp32", torch_version="t",
         micro_batch_sizes=(1,), input_bytes_per_sample=4, blocks=blocks,
     )  # fmt: skip
-    return profile, 2 * weights + 2 * weights + 3 * out + saved + 2 * out + 4
+    return profile, 2 * weights + 2 * weights + saved + out + 2 * out + 4
 
 
 def test_recommend_reaches_the_smallest_plan_and_names_it_below() -> None:
     """One GPU, batch 1. Of every way to run it (each offload, recomputed or not), the
-    weights streamed and recomputed need the least, the bytes counted by hand. On a GPU of
+    weights streamed and recomputed, with the blocks' inputs on the host, need the least,
+    the bytes counted by hand. On a GPU of
     exactly that (no margin) recommend answers with it, the only plan that fits; a byte
     less and it refuses, naming that plan, its need in bytes and the GPU it fits."""
     profile, need = _four_blocks()
@@ -178,13 +187,17 @@ def test_recommend_reaches_the_smallest_plan_and_names_it_below() -> None:
             strategy = Strategy(kind="single", offload=offload, recompute=recompute)  # type: ignore[arg-type]
             needs[strategy] = predict(profile, gpu, strategy, 1, memory_margin=0.0).peak_memory
     smallest = min(needs, key=lambda s: needs[s])
-    assert (smallest.offload, smallest.recompute) == ("weights", "all")
+    assert (smallest.offload, smallest.recompute) == ("all", "all")
     assert needs[smallest] == need
+    # kept on the device instead, blocks 1-3's inputs cost 0.75 MiB less a restored one
+    streamed = Strategy(kind="single", offload="weights", recompute="all")
+    assert needs[streamed] - need == 2 * 2**20 // 4
     rec = recommend(profile, replace(gpu, memory_bytes=need), 1, memory_margin=0.0)
     assert [p.strategy.label() for p in rec.ranked] == [smallest.label()]
-    # the host holds the weights, their gradients (SGD: no state): 2 x 16 MiB
-    assert rec.best.host_memory == 32 * 2**20
-    assert "32.00 MiB of the host's memory, pinned" in rec.reason()
+    # the host holds the weights, their gradients (SGD: no state): 2 x 16 MiB, and the
+    # inputs of blocks 1-3
+    assert rec.best.host_memory == 32 * 2**20 + 3 * 2**20 // 4
+    assert "32.75 MiB of the host's memory, pinned" in rec.reason()
     with pytest.raises(ConfigError) as refused:
         recommend(profile, replace(gpu, memory_bytes=need - 1), 1, memory_margin=0.0)
     said = str(refused.value)

@@ -248,11 +248,12 @@ def fastest_first(predictions: Iterable[Prediction]) -> tuple[Prediction, ...]:
 
 def offloaded(strategy: Strategy, optimizer: Optimizer) -> list[Strategy]:
     """`strategy` with its activations, its optimizer's state (where it has some), or both
-    on the host (a strategy that recomputes every micro-batch, its optimizer's state
-    alone); and, where the updates are synchronous, with its weights streamed from the host
+    on the host (a strategy that recomputes every micro-batch moves only its checkpoints'
+    inputs); and, where the updates are synchronous, with its weights streamed from the host
     too: with its activations or without, and recomputed (the least memory: each block's
-    weights on the device only while it runs, one block's activations at a time). A step
-    that copies activations or weights runs eagerly."""
+    weights on the device only while it runs, one block's activations at a time, and with
+    the activations offloaded, the blocks' inputs on the host). A step that copies
+    activations or weights runs eagerly."""
     pipedream = strategy.schedule == "pipedream"
 
     def streams(recompute: str) -> bool:
@@ -260,15 +261,18 @@ def offloaded(strategy: Strategy, optimizer: Optimizer) -> list[Strategy]:
 
     eager = replace(strategy, cuda_graphs=False)
     state = [replace(strategy, offload="optimizer")] if OPTIMIZER_STATE[optimizer] else []
-    if strategy.recompute == "all":  # nothing saved to move: the state, and the weights
-        return state + ([replace(eager, offload="weights")] if streams("all") else [])
+    if strategy.recompute == "all":  # what waits for the backward: checkpoints' inputs
+        moved = [replace(eager, offload="both")] if state else []
+        if streams("all"):
+            moved += [replace(eager, offload=o) for o in ("weights", "all")]
+        return state + moved
     out = [replace(eager, offload="activations")]
     if state:
         out += [*state, replace(eager, offload="both")]
     if streams(strategy.recompute):
         out += [replace(eager, offload=o) for o in ("weights", "all")]
     if strategy.recompute == "none" and streams("all"):
-        out.append(replace(eager, offload="weights", recompute="all"))
+        out += [replace(eager, offload=o, recompute="all") for o in ("weights", "all")]
     return out
 
 

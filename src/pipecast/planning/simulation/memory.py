@@ -51,11 +51,33 @@ def offloads(action: Action, costs: Costs, plan: Plan) -> bool:
     )
 
 
+def moves_checkpoints(action: Action, st: StageTimes, costs: Costs, plan: Plan) -> bool:
+    """Whether `action`'s micro-batch, recomputed block by block with its activations
+    offloaded, keeps its checkpoints' inputs on the host."""
+    return (
+        offloads_activations(costs.offload)
+        and not plan.forward_only
+        and recomputed(action.mb, costs, plan)
+        and st.checkpoint_bytes > 0
+    )
+
+
+def host_bytes(action: Action, st: StageTimes, costs: Costs, plan: Plan) -> int:
+    """Bytes `action`'s micro-batch keeps on the host from its F to its backward."""
+    if offloads(action, costs, plan):
+        return st.offloaded_bytes
+    if moves_checkpoints(action, st, costs, plan):
+        return max(0, st.checkpoint_bytes - st.input_bytes)
+    return 0
+
+
 def held_bytes(action: Action, st: StageTimes, costs: Costs, plan: Plan) -> int:
     """Bytes a micro-batch keeps on its stage from F until its last backward action."""
     if plan.forward_only:
         return 0
-    if recomputed(action.mb, costs, plan) and st.checkpoint_bytes:
+    if moves_checkpoints(action, st, costs, plan):
+        held = st.input_bytes  # the rest of the checkpoints' inputs wait on the host
+    elif recomputed(action.mb, costs, plan) and st.checkpoint_bytes:
         held = st.checkpoint_bytes  # each checkpoint's input
     elif recomputed(action.mb, costs, plan) or offloads(action, costs, plan):
         held = st.input_bytes
@@ -208,9 +230,11 @@ class RankMemory:
             # the gradient received for the stage's output and the one it computes
             # for its input, held until its send completes
             transient += st.output_bytes + st.input_bytes
-        offloaded = offloads(a, costs, plan)
+        hosted = host_bytes(a, st, costs, plan)
+        offloaded = hosted > 0
         if a.kind in ("B", "BW") and recomputed(a.mb, costs, plan):  # its forward again
             transient += int((st.recomputed_bytes or st.activation_bytes) * scale)
+            transient += st.restored_bytes if offloaded else 0  # a checkpoint's input back
         elif a.kind in ("B", "BW") and offloaded:
             transient += st.restored_bytes or st.offloaded_bytes  # brought back
         elif a.kind == "F" and offloaded:
@@ -218,10 +242,10 @@ class RankMemory:
         self.peak = max(self.peak, self.memory + transient)
         if offloaded:
             if a.kind == "F":
-                self.host_memory += st.offloaded_bytes
+                self.host_memory += hosted
                 self.host_peak = max(self.host_peak, self.host_memory)
             elif a.kind in ("W", "BW"):
-                self.host_memory -= st.offloaded_bytes
+                self.host_memory -= hosted
         if a.kind == "B":
             self.memory += int(st.held_bytes * scale)
         if a.kind == "W":
@@ -245,8 +269,7 @@ class RankMemory:
         self.peak = max(self.peak, self.memory + transient + gathered)
         for m in members:
             self.memory -= int(held_bytes(m, st, costs, plan) * scale) + int(st.held_bytes * scale)
-            if offloads(m, costs, plan):
-                self.host_memory -= st.offloaded_bytes
+            self.host_memory -= host_bytes(m, st, costs, plan)
 
     def hold_transfers(
         self,

@@ -78,15 +78,15 @@ def costs_from_profile(
     for index, st in enumerate(partition.stages):
         times = _stage_times(profile, partition, index, micro_batch, host, cuda_graphs)
         times = replace(times, optimizer=times.optimizer * step_scale)
-        times = _offloaded(
-            times, profile, st.start, st.stop, micro_batch, cluster, offload, recompute,
-            overlap=not (cuda_graphs or clip or ddp) and len(st.devices) == 1,
-        )  # fmt: skip
-        if recompute == "all" and len(partition.stages) == 1 and not times.checkpoint_bytes:
+        if recompute == "all" and len(partition.stages) == 1:
             # the whole model on each rank: each block a checkpoint of its own (one
             # checkpoint over all of it would hold every activation again in its backward)
             kept, largest = block_checkpoints(profile, st.start, st.stop, micro_batch)
             times = replace(times, checkpoint_bytes=kept, recomputed_bytes=largest)
+        times = _offloaded(
+            times, profile, st.start, st.stop, micro_batch, cluster, offload, recompute,
+            overlap=not (cuda_graphs or clip or ddp) and len(st.devices) == 1,
+        )  # fmt: skip
         stages.append(batched_weights(times, profile, st.start, st.stop, micro_batch, weight_batch))
     fwd, bwd = _transfers(partition, stages, cluster)
     allreduce = tuple(
@@ -306,6 +306,16 @@ def _offloaded(
             if recompute != "none":
                 kept, largest = checkpoints(profile, start, stop, micro_batch)
                 times = replace(times, checkpoint_bytes=kept, recomputed_bytes=largest)
+    if offloads_activations(offload) and recompute != "none" and times.checkpoint_bytes:
+        # recomputed: what waits for the backward is the checkpoints' inputs, on the host
+        out = max(0, times.checkpoint_bytes - times.input_bytes)
+        one = max(profile.cost(i, micro_batch).output_bytes for i in range(start, stop))
+        return replace(
+            times,
+            to_host=cluster.host_link.time(out),
+            from_host=cluster.host_link.time(out),
+            restored_bytes=one,
+        )
     if offloads_activations(offload):
         out = times.offloaded_bytes
         largest = max(profile.cost(i, micro_batch).saved_bytes for i in range(start, stop))

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pipecast.errors import ConfigError
 from pipecast.planning.simulation.costs import Costs, StageTimes
 from pipecast.planning.simulation.links import HeldSends, at, send
-from pipecast.planning.simulation.memory import RankMemory, fixed_memory, offloads, recomputed
+from pipecast.planning.simulation.memory import RankMemory, fixed_memory, host_bytes, recomputed
 from pipecast.values.plan.action import Action, Plan
 from pipecast.values.plan.validate import dependencies
 from pipecast.values.plan.weight_groups import weight_groups
@@ -102,14 +102,15 @@ def _duration(
         seconds = _grouped(st.backward_weight, st.weight_group, len(group), plan)
     if plan.async_updates and action.kind == "BW":
         seconds += st.optimizer
-    restores = offloads(action, costs, plan) and action.kind in ("B", "BW")
+    moves = host_bytes(action, st, costs, plan) > 0
+    restores = moves and action.kind in ("B", "BW")
     if restores:  # the copies back run before the ops that need them, on the compute
         # stream, queued on the host link behind the streamed weights, which share its
         # direction: compute, restores and weights add up
         seconds += st.from_host + st.weights_in
     elif action.kind in ("F", "B", "BW") or _recomputes_weights(action, st, costs, plan):
         seconds = max(seconds, st.weights_in)  # streamed weights come in beside the compute
-    if action.kind == "F" and offloads(action, costs, plan):
+    if action.kind == "F" and moves:
         seconds = max(seconds, st.to_host)  # copies out run beside it, the other way
     if action.kind in ("B", "BW"):
         seconds = max(seconds, st.grads_out)  # gradients leave beside it, the other way
