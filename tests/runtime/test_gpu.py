@@ -59,6 +59,22 @@ CASES: dict[int, dict[str, Case]] = {
         "1f1b compiled": (GPT, "1f1b", [0, 4], True, {"compile": "blocks"}),
         "zb-v compiled": (GPT, "zb-v", [0, 2, 4], True, {"compile": "blocks"}),
         "zb-v compiled eager": (GPT, "zb-v", [0, 2, 4], False, {"compile": "blocks"}),
+        # recomputed block by block, the blocks' inputs and the optimizer on the host
+        # (pinned copies on streams), the weights streamed in or kept
+        "1f1b all offloaded recompute": (
+            GPT,
+            "1f1b",
+            [0, 4],
+            False,
+            {"offload": "all", "recompute": "all"},
+        ),
+        "1f1b both offloaded recompute": (
+            GPT,
+            "1f1b",
+            [0, 4],
+            False,
+            {"offload": "both", "recompute": "all"},
+        ),
     },
     2: {
         "gpipe": (LENET, "gpipe", [0, 6, 12], True, {}),
