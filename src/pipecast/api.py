@@ -23,7 +23,13 @@ from pipecast.errors import ConfigError
 from pipecast.measuring.profiler.options import ProfileOptions
 from pipecast.measuring.profiler.profiler import profile_model, quick_profile
 from pipecast.orchestration.recommend.calibrate import profile_sizes
-from pipecast.orchestration.recommend.session import Outcome, Request, recommend_for, with_defaults
+from pipecast.orchestration.recommend.session import (
+    Outcome,
+    Request,
+    recommend_for,
+    refuse_early,
+    with_defaults,
+)
 from pipecast.planning.partition.boundaries import (
     parse_boundaries,
     placement_of,
@@ -271,6 +277,7 @@ def recommend(
     if options.get("device", "auto") == "auto":
         options["device"] = "cuda" if torch.cuda.is_available() else "cpu"
     request = with_defaults(Request(**options))
+    refuse_early(replace(request, workload=None))  # before the profiling, not after it
     spec = get_spec(dataset or "mnist")
     assert request.dtype is not None
     profile = profile_model(
