@@ -117,3 +117,26 @@ def test_a_mesh_refuses_what_it_cannot_run() -> None:
     resharded = replace(CASES["FSDP x2 x 1f1b 2 stages"], shard="full")
     with pytest.raises(ConfigError, match="--shard grad"):
         resharded.check()
+
+
+def test_a_captured_models_check_exports_it_once_per_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A job's check reads a captured model's shapes for its block count and its
+    tensor-parallel split: one export (seconds) for both, and none the second time, in the
+    launcher as in each rank."""
+    from pipecast.values.models import workload as workloads
+
+    exports: list[str] = []
+    build = workloads.build_source_model
+
+    def counted(path: str, *args: object, **kwargs: object) -> torch.nn.Sequential:
+        exports.append(path)
+        return build(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(workloads, "build_source_model", counted)
+    other = replace(LLAMA, seq_len=4)  # no earlier test's check has read this one
+    job = replace(pipeline_job(other, "1f1b", 1, 1, [0, LLAMA_BLOCKS], batch=BATCH), tp=2)
+    job.check()
+    job.check()
+    assert exports == [other.model]
