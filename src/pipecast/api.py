@@ -111,7 +111,7 @@ def make_job(
             ", or give the job the plan's counts (gpus, microbatches), or leave the plan out"
         )
     micro_batch = max(batch // (replicas * microbatches), 1)
-    blocks = sequential if sequential is not None else workload.build("meta")  # type: ignore[union-attr]
+    blocks = sequential if sequential is not None else workload.shapes()  # type: ignore[union-attr]
     bounds = None if partition == "auto" else parse_boundaries(partition, len(blocks))
     stage_count = stages * stages_per_rank(schedule, virtual)
     _check_stage_count(bounds, stage_count, len(blocks), schedule, stages)
