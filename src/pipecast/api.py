@@ -23,7 +23,13 @@ from pipecast.errors import ConfigError
 from pipecast.measuring.profiler.options import ProfileOptions
 from pipecast.measuring.profiler.profiler import profile_model, quick_profile
 from pipecast.orchestration.recommend.calibrate import profile_sizes
-from pipecast.orchestration.recommend.session import Outcome, Request, recommend_for, with_defaults
+from pipecast.orchestration.recommend.session import (
+    Outcome,
+    Request,
+    recommend_for,
+    refuse_early,
+    with_defaults,
+)
 from pipecast.planning.partition.boundaries import (
     parse_boundaries,
     placement_of,
@@ -105,7 +111,7 @@ def make_job(
             ", or give the job the plan's counts (gpus, microbatches), or leave the plan out"
         )
     micro_batch = max(batch // (replicas * microbatches), 1)
-    blocks = sequential if sequential is not None else workload.build("meta")  # type: ignore[union-attr]
+    blocks = sequential if sequential is not None else workload.shapes()  # type: ignore[union-attr]
     bounds = None if partition == "auto" else parse_boundaries(partition, len(blocks))
     stage_count = stages * stages_per_rank(schedule, virtual)
     _check_stage_count(bounds, stage_count, len(blocks), schedule, stages)
@@ -271,6 +277,7 @@ def recommend(
     if options.get("device", "auto") == "auto":
         options["device"] = "cuda" if torch.cuda.is_available() else "cpu"
     request = with_defaults(Request(**options))
+    refuse_early(replace(request, workload=None))  # before the profiling, not after it
     spec = get_spec(dataset or "mnist")
     assert request.dtype is not None
     profile = profile_model(

@@ -47,12 +47,19 @@ def test_recommend_for_a_named_gpu_node_ranks_from_the_shipped_profile() -> None
     assert out.to_dict()["run"]["label"] == want.best.strategy.label()
 
 
-def test_recommend_takes_a_module_and_profiles_it_here() -> None:
+def test_recommend_takes_a_module_and_profiles_it_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A module is profiled here; one it cannot validate (that needs it by name) is refused
+    before the profiling, not after it."""
     model = nn.Sequential(nn.Flatten(), nn.Linear(784, 64), nn.ReLU(), nn.Linear(64, 10))
     out = pipecast.recommend(model, dataset="mnist", batch=16, gpus=2, device="cpu")
     assert out.profile_source == "given" and out.workload is None and not out.elsewhere
     assert out.profile.num_blocks == 4
     assert out.recommendation.ranked and out.to_dict()["workload"] is None
+
+    def profiled(*args: object, **kwargs: object) -> None:
+        raise AssertionError("profiled a model it then refused")
+
+    monkeypatch.setattr("pipecast.api.profile_model", profiled)
     with pytest.raises(ConfigError, match="need it by name"):
         pipecast.recommend(model, dataset="mnist", batch=16, gpus=2, device="cpu", validate=1)
 

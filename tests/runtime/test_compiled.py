@@ -3,12 +3,17 @@
 Inductor compiles on the CPU with the machine's C++ compiler, seconds a graph: the models
 here are small and made of identical blocks, so one compiled graph serves most of them, and
 every job of the module runs in one spawned world (helpers.run_all) sharing inductor's
-on-disk cache with the in-process tests.
+on-disk cache with the in-process tests. That cache is the one pipecast's runs use
+(compiled.use_cache: TORCHINDUCTOR_CACHE_DIR, else the user's): a graph compiled by an
+earlier run is read back, as a user's second run reads it, and one whose code changed (its
+graph, pipecast's split of it, torch's version) is compiled again. Point
+TORCHINDUCTOR_CACHE_DIR at an empty folder for a run that compiles everything.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -36,11 +41,13 @@ WIDTH = 24
 
 
 @pytest.fixture(autouse=True, scope="module")
-def _shared_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """One inductor cache for the module's processes: spawned ranks find what the first
-    compile of each graph wrote."""
+def _shared_cache() -> Iterator[None]:
+    """One inductor cache for the module's processes, pipecast's own: spawned ranks find
+    what the first compile of each graph wrote, this run's or an earlier one's."""
     mp = pytest.MonkeyPatch()
-    mp.setenv(compiled.CACHE_ENV, str(tmp_path_factory.mktemp("inductor")))
+    mp.setenv(
+        compiled.CACHE_ENV, os.environ.get(compiled.CACHE_ENV) or str(compiled.default_cache_dir())
+    )
     mp.setenv("TORCHINDUCTOR_COMPILE_THREADS", "1")
     yield
     mp.undo()

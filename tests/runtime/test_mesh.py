@@ -11,6 +11,7 @@ import pytest
 import torch
 from tests.runtime.helpers import assert_close, merged, pipeline_job, reference_step, run_all
 
+from pipecast.api import make_job
 from pipecast.errors import ConfigError
 from pipecast.runtime.config import RunConfig
 from pipecast.runtime.job import TrainJob
@@ -117,3 +118,27 @@ def test_a_mesh_refuses_what_it_cannot_run() -> None:
     resharded = replace(CASES["FSDP x2 x 1f1b 2 stages"], shard="full")
     with pytest.raises(ConfigError, match="--shard grad"):
         resharded.check()
+
+
+def test_a_captured_models_check_exports_it_once_per_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Making a job and checking it read a captured model's shapes for its partition, its
+    block count and its tensor-parallel split: one export (seconds) for all, and none the
+    second time, in the launcher as in each rank."""
+    from pipecast.values.models import workload as workloads
+
+    exports: list[str] = []
+    build = workloads.build_source_model
+
+    def counted(path: str, *args: object, **kwargs: object) -> torch.nn.Sequential:
+        exports.append(path)
+        return build(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(workloads, "build_source_model", counted)
+    other = replace(LLAMA, seq_len=4)  # no earlier test's check has read this one
+    job, _ = make_job(
+        other, gpus=2, tensor_parallel=2, partition=f"0,{LLAMA_BLOCKS}", microbatches=1
+    )
+    job.check()
+    assert exports == [other.model]

@@ -186,7 +186,7 @@ class TrainJob:
             model = self.model if self.model is not None else None
             if model is None:
                 assert self.workload is not None
-                model = self.workload.build("meta")
+                model = self.workload.shapes()
             check_split(list(model), self.tp)
 
     def _check_context(self) -> None:

@@ -303,12 +303,10 @@ def _cuda_count() -> int:
     return int(torch.cuda.device_count())
 
 
-def recommend_for(request: Request, events: Events | None = None) -> Outcome:
-    """Rank every strategy for `request` (with_defaults fills it in) and, if it asks,
-    measure the close calls."""
-    ev = events or Events()
-    r = with_defaults(request)
-    assert r.dtype is not None
+def refuse_early(r: Request) -> tuple[str, str, bool]:
+    """What `recommend_for` refuses before it profiles or measures anything (a module given
+    to pipecast.recommend is profiled before its request gets there: it asks first); returns
+    the device here, the one planned for and whether they differ."""
     if r.validate and r.workload is None:
         raise ConfigError(
             "validating runs the model in fresh processes, which need it by name: pass a "
@@ -322,6 +320,16 @@ def recommend_for(request: Request, events: Events | None = None) -> Outcome:
             f"--validate measures strategies here ({here}), but they are predicted for "
             f"{target}: drop --validate, or run it on that machine"
         )
+    return here, target, elsewhere
+
+
+def recommend_for(request: Request, events: Events | None = None) -> Outcome:
+    """Rank every strategy for `request` (with_defaults fills it in) and, if it asks,
+    measure the close calls."""
+    ev = events or Events()
+    r = with_defaults(request)
+    assert r.dtype is not None
+    here, target, elsewhere = refuse_early(r)
     profile, psource = profile_for(r, elsewhere, target, here, ev)
     variants = list(r.variants) + variants_for(r, profile, psource, elsewhere, ev)
     # forward FLOPs for MFU: a profile taken before the profiler counted them (the shipped

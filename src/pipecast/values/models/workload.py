@@ -114,6 +114,15 @@ class Workload:
         counts its blocks in the launcher and again in every rank)."""
         return _block_count(self)
 
+    def shapes(self) -> nn.Sequential:
+        """A shapes-only build (device 'meta') to read, never to change: a captured model's
+        remembered per workload in this process, as for block_count (a job reads it for its
+        block count and its tensor-parallel split, in the launcher and in every rank); any
+        other is built afresh, in milliseconds."""
+        if is_source_path(self.model):
+            return _captured_shapes(self)
+        return self.build("meta")
+
     @property
     def key(self) -> str:
         """A stable, readable identity used for caches and result stores."""
@@ -146,4 +155,9 @@ class Workload:
 
 @lru_cache(maxsize=64)
 def _block_count(workload: Workload) -> int:
-    return len(workload.build("meta"))
+    return len(workload.shapes())
+
+
+@lru_cache(maxsize=4)
+def _captured_shapes(workload: Workload) -> nn.Sequential:
+    return workload.build("meta")
