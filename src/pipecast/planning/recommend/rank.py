@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 
 from pipecast.errors import ConfigError, PipecastError
 from pipecast.planning.partition.methods import check_margin, check_methods
+from pipecast.planning.recommend.bound import Bounds
 from pipecast.planning.recommend.enumerate import (
     ACCUMULATION,
     WEIGHT_BATCHES,
@@ -16,7 +17,13 @@ from pipecast.planning.recommend.enumerate import (
     graphed,
     strategies,
 )
-from pipecast.planning.recommend.predict import Prediction, predict
+from pipecast.planning.recommend.predict import (
+    CPU_ERROR_RANGE,
+    ERROR_RANGE,
+    Prediction,
+    predict,
+)
+from pipecast.planning.recommend.search import Rules, Search
 from pipecast.values.hardware.cluster import Cluster
 from pipecast.values.hardware.peak import PeakRate, peak_rate
 from pipecast.values.hardware.units import human_bytes, per_rank
@@ -51,6 +58,12 @@ class Recommendation:
     peak: PeakRate | None = None
     """One GPU's dense bf16 matrix rate, which MFU divides by (None: CPU ranks, or a GPU
     without a measured rate)."""
+    skipped: int = 0
+    """Strategies left unpriced: their lower bound is above the `kept`-th best step (and
+    cannot change the best of their family or the close calls; planning.recommend.search)."""
+    kept: int = 0
+    """The fastest strategies ranked exactly as every strategy priced would rank them (0:
+    every strategy was priced)."""
 
     @property
     def best(self) -> Prediction:
@@ -99,6 +112,7 @@ def recommend(
     cuda_graphs: bool | None = None,
     serving: bool = False,
     variants: Sequence[Profile] = (),
+    keep: int | None = None,
 ) -> Recommendation:
     """Rank every strategy on up to `gpus` GPUs (default: the whole cluster), as the runtime
     runs them: on GPUs (a GPU's profile) with every action replayed as a CUDA graph, and one
@@ -106,7 +120,10 @@ def recommend(
     ranks eagerly; `cuda_graphs` True or False insists on one or the other. `serving`:
     the fastest way to run inference on `batch` samples (forward only). `variants`:
     profiles of the same model run otherwise (compiled, channels-last, Float8:
-    Profile.execution); every strategy is ranked as each runs it too, priced from it."""
+    Profile.execution); every strategy is ranked as each runs it too, priced from it.
+    `keep`: price only what can change the `keep` fastest, the fastest of each family and
+    the close calls, in rising order of a lower bound (planning.recommend.search), and
+    count the rest in Recommendation.skipped (None: price every strategy)."""
     both = cuda_graphs is None and profile.device != "cpu"
     if cuda_graphs is None:
         cuda_graphs = profile.device != "cpu"
@@ -138,19 +155,51 @@ def recommend(
         kwargs["weight_batches"] = WEIGHT_BATCHES if batches_weights(profile) else (1,)
         kwargs["shard_optimizer"] = OPTIMIZER_STATE[optimizer] > 0  # SGD has none to shard
     todo = strategies(gpus, batch, blocks=profile.num_blocks, methods=methods, **kwargs)  # type: ignore[arg-type]
+    hosts = profile.device != "cpu"  # CPU ranks' memory is the host's already
+    if keep is not None:
+        bounds = Bounds(cluster, batch)
+        rules = Rules(
+            price=predicted,
+            offloaded=lambda s: offloaded(s, optimizer) if hosts and _plain(s) else [],
+            bound=lambda s: bounds.step(priced[s.execution], s),
+            family=family,
+            accumulation=_whole,
+            slack=1 + max(high for _, high in (*ERROR_RANGE.values(), CPU_ERROR_RANGE)),
+            close=lambda p, best: p.measured_range[0] <= best.measured_range[1],
+        )
+        if serving:
+            rules = replace(rules, offloaded=lambda s: [])
+        items = list(_as_run(todo, cuda_graphs, both, list(priced)))
+        outcome, skipped = Search(items, rules, keep).run()
+        for p in outcome:
+            if p.dropped:
+                continue
+            if p.prediction is None:
+                rejected.append(Rejected(strategy=p.strategy, reason=p.error))
+            elif p.prediction.fits:
+                fits.append(p.prediction)
+            else:
+                rejected.append(too_large(p.prediction))
+        if not fits:
+            raise ConfigError(
+                nothing_fits(
+                    rejected, gpus, cluster, cpu=profile.device == "cpu", margin=memory_margin
+                )
+            )
+        return Recommendation(
+            ranked=fastest_first(fits),
+            rejected=tuple(rejected),
+            batch=batch,
+            epoch_samples=epoch_samples,
+            peak=peak_rate(cluster, profile.device),
+            skipped=skipped,
+            kept=keep,
+        )
     for strategy in _as_run(todo, cuda_graphs, both, list(priced)):
         base = Strategy(**{**strategy.to_dict(), "recompute": "none"})
         if strategy.recompute != "none" and base in without_recompute:
             continue  # recomputation only where it is needed to fit
-        whole = (
-            strategy.kind,
-            strategy.replicas,
-            strategy.cuda_graphs,
-            strategy.shard,
-            strategy.shard_optimizer,
-            strategy.tp,
-            strategy.execution,
-        )
+        whole = _whole(strategy)
         if strategy.microbatches > ACCUMULATION and whole in accumulated:
             continue  # more accumulation only where fewer micro-batches did not fit
 
@@ -159,9 +208,7 @@ def recommend(
         except PipecastError as exc:
             rejected.append(Rejected(strategy=strategy, reason=str(exc).splitlines()[0]))
             pred = None
-        plain = strategy.shard == "none" and strategy.tp == 1 and not strategy.shard_optimizer
-        hosts = profile.device != "cpu"  # CPU ranks' memory is the host's already
-        if (pred is None or not pred.fits) and not serving and plain and hosts:
+        if (pred is None or not pred.fits) and not serving and _plain(strategy) and hosts:
             # what does not fit (or finds no split that fits) may, with its saved
             # activations, optimizer or weights on the host, eagerly; each ranked by its
             # prediction (streamed weights come in beside the compute, and their plans
@@ -200,6 +247,16 @@ def recommend(
         epoch_samples=epoch_samples,
         peak=peak_rate(cluster, profile.device),
     )
+
+
+def _whole(s: Strategy) -> tuple[object, ...]:
+    """What a strategy accumulating more micro-batches shares with its smaller counts."""
+    return (s.kind, s.replicas, s.cuda_graphs, s.shard, s.shard_optimizer, s.tp, s.execution)
+
+
+def _plain(s: Strategy) -> bool:
+    """Whole copies of the weights, whose offloaded forms are tried where it does not fit."""
+    return s.shard == "none" and s.tp == 1 and not s.shard_optimizer
 
 
 def too_large(pred: Prediction) -> Rejected:
