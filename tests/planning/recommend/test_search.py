@@ -78,6 +78,8 @@ def test_the_bounded_search_ranks_as_pricing_every_strategy(name: str) -> None:
     assert fast.reason() == full.reason()  # the best of each family, the close calls
     assert [p.strategy for p in fast.close_calls()] == [p.strategy for p in full.close_calls()]
     assert fast.skipped > 0 and fast.kept == KEEP  # and some were left unpriced, counted
+    # what a lower bound on its memory shows cannot fit is rejected unpriced, and says so
+    assert all(r.need == 0 for r in fast.rejected if "alone" in r.reason)
     assert full.skipped == 0
 
 
@@ -89,3 +91,15 @@ def test_the_bound_is_below_every_predicted_step(name: str) -> None:
     assert max(below) <= 1 + 1e-9
     covered = [b for p, b in zip(full.ranked, below, strict=True) if p.strategy.offload == "none"]
     assert min(covered) > 0 and max(covered) > 0.9  # not trivial: near where compute binds
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_the_memory_bound_is_below_every_predicted_peak(name: str) -> None:
+    full, _, profile, cluster, _ = _both(name)
+    optimizer = CASES[name][4].get("optimizer", "sgd")
+    bounds = Bounds(cluster, 1)
+    peaks = [(p.strategy, p.peak_memory) for p in full.ranked]
+    peaks += [(r.strategy, r.need) for r in full.rejected if r.need]
+    below = [bounds.memory(profile, s, optimizer) / peak for s, peak in peaks]
+    assert max(below) <= 1
+    assert min(b for (s, _), b in zip(peaks, below, strict=True) if s.offload == "none") > 0

@@ -19,7 +19,8 @@ are bounded by the mean over the ranks of the same sum, each rank's first stage 
 after at least as many blocks as there are ranks before it. The all-reduces, the optimizer
 step and transfers only add to it, and are left out.
 
-A strategy this does not cover (context parallelism, offloaded, selective recomputation,
+Offloaded strategies add what moves over the host link (Bounds._host_seconds) to the mean
+rank's time. A strategy this does not cover (context parallelism, selective recomputation,
 serving) is bounded by 0: it is always priced.
 """
 
@@ -32,11 +33,18 @@ from pipecast.errors import PipecastError
 from pipecast.planning.recommend.mesh import planned
 from pipecast.planning.recommend.predict import micro_batch_of
 from pipecast.planning.schedules.generators import stages_per_rank
-from pipecast.planning.simulation.pricing import cpu_turns
+from pipecast.planning.simulation.pricing import cpu_turns, weight_bytes
 from pipecast.values.hardware.cluster import Cluster
 from pipecast.values.models.tensor_plans import FALLBACK_REDUCES
 from pipecast.values.profile.types import Profile
 from pipecast.values.strategy import Strategy
+from pipecast.values.training import (
+    OPTIMIZER_STATE,
+    Optimizer,
+    offloads_activations,
+    offloads_optimizer,
+    offloads_weights,
+)
 
 SPLIT = ("zb-h1", "zb-v", "zb-auto")
 """Schedules whose backward runs as B and W."""
@@ -55,12 +63,7 @@ class Bounds:
         """A lower bound on predict(profile, cluster, strategy, batch).step_time (0: none
         known)."""
         s = strategy
-        if (
-            s.schedule == "forward-only"
-            or s.cp > 1
-            or s.offload != "none"
-            or s.recompute not in ("none", "all")
-        ):
+        if s.schedule == "forward-only" or s.cp > 1 or s.recompute not in ("none", "all"):
             return 0.0
         try:
             size = micro_batch_of(self.batch, s)
@@ -69,17 +72,74 @@ class Bounds:
             return 0.0  # priced, and rejected there with the reason
         m = s.microbatches
         pipelined = s.kind in ("pipeline", "hybrid") and s.stages > 1
+        ranks = s.stages if pipelined else 1
+        stages = ranks * (stages_per_rank(s.schedule, s.virtual) if pipelined else 1)
+        busy, step = self._host_seconds(profile, s, size, stages, sum(c))
+        firsts = list(accumulate(f, initial=0.0))[:ranks]
+        bound = sum(firsts) / ranks + (m * busy + step) / ranks  # the mean rank
         if not pipelined:
-            bound = m * sum(c)
-        elif stages_per_rank(s.schedule, s.virtual) == 1:
-            bound = self._least_split(f, c, m, s.stages)
-        else:
-            firsts = list(accumulate(f, initial=0.0))[: s.stages]
-            bound = sum(firsts) / s.stages + m * sum(c) / s.stages
+            bound = max(bound, m * sum(c))
+        elif stages == ranks:
+            bound = max(bound, self._least_split(f, c, m, ranks))
         if s.gpus > 1 and self.cluster.step_overhead:
             turns = cpu_turns(profile, self.cluster, s.gpus) if profile.device == "cpu" else 1.0
             bound += self.cluster.step_overhead * turns
         return bound
+
+    def memory(self, profile: Profile, s: Strategy, optimizer: Optimizer) -> int:
+        """A lower bound on the strategy's predicted peak bytes per GPU (0: none known):
+        what the busiest rank holds whatever the order, no less than the mean rank's share
+        of the weights, their gradients and the optimizer's state
+        (simulation.memory.fixed_memory; sharded.sharded_step on one stage), with the
+        all-reduce's copy of the gradients where whole copies are replicated."""
+        if s.schedule == "forward-only" or s.cp > 1 or s.offload != "none":
+            return 0
+        try:
+            weights = profile.at_tensor_parallel(s.tp).param_bytes
+        except PipecastError:
+            return 0
+        state = OPTIMIZER_STATE[optimizer]
+        pipelined = s.kind in ("pipeline", "hybrid") and s.stages > 1
+        if s.sharded and not pipelined:
+            held = weights * (2.0 + state) / s.replicas
+        elif s.sharded:
+            held = weights * (2.0 + (2.0 + state) / s.replicas)
+        else:
+            kept = 1 / s.replicas if s.shard_optimizer else 1.0
+            held = weights * (2.0 + state * kept) + (weights if s.replicas > 1 else 0)
+        return int(held / (s.stages if pipelined else 1))
+
+    def _host_seconds(
+        self, profile: Profile, s: Strategy, size: int, stages: int, compute: float
+    ) -> tuple[float, float]:
+        """(Seconds every stage's actions take for one micro-batch, in all, no less than
+        `compute`; seconds of every stage's optimizer step) with what `s.offload` moves
+        to and from the host over `cluster.host_link` (pricing._offloaded): streamed
+        weights come in for each forward and input backward, beside the compute; offloaded
+        activations come back in each backward, on top of it (a recomputed micro-batch
+        keeps none); the optimizer's state on the host costs its copies and its step
+        after the backward where the runtime does not overlap them (several replicas, or
+        graphed). Each copy is at least its bytes over the link's rate, and the stages'
+        bytes add up to the whole model's."""
+        if s.offload == "none":
+            return compute, 0.0
+        rank = profile.at_tensor_parallel(s.tp)
+        rate = self.cluster.host_link.bandwidth
+        weights = rank.param_bytes / rate
+        busy, step = compute, 0.0
+        restored = offloads_activations(s.offload) and s.recompute == "none"
+        if restored:
+            costs = [rank.cost(i, size) for i in range(rank.num_blocks)]
+            outputs = max(c.output_bytes for c in costs) * (stages - 1)
+            busy += max(sum(c.saved_bytes for c in costs) - outputs, 0) / rate
+        if offloads_weights(s.offload):
+            busy = busy + weights if restored else max(busy, 2 * weights)
+        if offloads_optimizer(s.offload) and (s.cuda_graphs or s.replicas > 1):
+            moved = 1 if offloads_weights(s.offload) else 2
+            step = moved * weights + rank.param_bytes / self.cluster.optimizer_rate(
+                weight_bytes(rank)
+            )
+        return busy, step
 
     def _per_block(
         self, profile: Profile, s: Strategy, size: int

@@ -158,10 +158,12 @@ def recommend(
     hosts = profile.device != "cpu"  # CPU ranks' memory is the host's already
     if keep is not None:
         bounds = Bounds(cluster, batch)
+        limit = int(cluster.memory_bytes * (1 - memory_margin))
         rules = Rules(
             price=predicted,
             offloaded=lambda s: offloaded(s, optimizer) if hosts and _plain(s) else [],
             bound=lambda s: bounds.step(priced[s.execution], s),
+            too_large=lambda s: _too_large(bounds.memory(priced[s.execution], s, optimizer), limit),
             family=family,
             accumulation=_whole,
             slack=1 + max(high for _, high in (*ERROR_RANGE.values(), CPU_ERROR_RANGE)),
@@ -246,6 +248,16 @@ def recommend(
         batch=batch,
         epoch_samples=epoch_samples,
         peak=peak_rate(cluster, profile.device),
+    )
+
+
+def _too_large(least: int, limit: int) -> str:
+    """Why a strategy needing at least `least` bytes a GPU cannot fit `limit` ('': it may)."""
+    if least <= limit:
+        return ""
+    return (
+        f"needs over {human_bytes(least)} per GPU for weights, gradients and optimizer state "
+        f"alone, {human_bytes(limit)} usable"
     )
 
 

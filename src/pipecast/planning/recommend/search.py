@@ -48,6 +48,11 @@ class Priced:
     form that could not be priced, which that loop drops too: listed nowhere."""
 
 
+Entry = tuple[float, tuple[int, int], int, "Strategy | None"]
+"""A strategy waiting to be priced: (its bound, its order, its place in the enumeration or
+its base's, the offloaded form itself or None for the enumerated strategy)."""
+
+
 @dataclass(frozen=True)
 class Rules:
     """What the search needs from recommend: how to price, bound and group strategies."""
@@ -57,6 +62,8 @@ class Rules:
     offloaded: Callable[[Strategy], list[Strategy]]
     """The offloaded forms to try where the strategy does not fit (none: empty)."""
     bound: Callable[[Strategy], float]
+    too_large: Callable[[Strategy], str]
+    """Why a strategy cannot fit, from a lower bound on its memory ('': it may)."""
     family: Callable[[Strategy], str]
     accumulation: Callable[[Strategy], Hashable | None]
     """The group whose smaller accumulation counts gate larger ones (None: no group)."""
@@ -84,18 +91,41 @@ class Search:
         self.best_k: list[float] = []  # the keep fastest steps so far, negated (a max-heap)
         self.family_best: dict[str, float] = {}
         self.bounds = [rules.bound(s) for s in self.items]
+        self.queue: list[Entry] = []
 
     # ---- the outcome ----------------------------------------------------------------
 
     def run(self) -> tuple[list[Priced], int]:
         """Every strategy priced (with its offloaded forms), and how many were left out."""
-        order = sorted(range(len(self.items)), key=lambda i: (self.bounds[i], i))
-        left = [i for i in order if not self._visit(i)]
+        self.queue = [(self.bounds[i], (i, 0), i, None) for i in range(len(self.items))]
+        heapq.heapify(self.queue)
+        left = self._drain(self._threshold)
         best = self._best()
         if best is not None:  # phase two: the close calls, the best now known
-            left = self._close_calls(left, best)
+            self.queue = left
+            heapq.heapify(self.queue)
+            left = self._drain(self._close_limit(best))
+        items = {i for _, _, i, form in left if form is None and i not in self.priced}
+        forms = {form for _, _, _, form in left if form is not None and form not in self.hosted}
         outcome = [*self.priced.values(), *self.hosted.values()]
-        return sorted(outcome, key=lambda p: p.order), sum(i not in self.priced for i in left)
+        return sorted(outcome, key=lambda p: p.order), len(items) + len(forms)
+
+    def _drain(self, limit: Callable[[Strategy], float]) -> list[Entry]:
+        """Price the queue's entries in rising order of bound while each is within
+        `limit` of its strategy (a limit that only falls as more is priced); the rest, left
+        out."""
+        left = []
+        while self.queue:
+            entry = heapq.heappop(self.queue)
+            bound, order, i, form = entry
+            s = self.items[i] if form is None else form
+            if bound > limit(s):
+                left.append(entry)
+            elif form is None:
+                self._ensure(i)
+            else:
+                self._host(form, order)
+        return left
 
     def _best(self) -> Prediction | None:
         fits = self._fits()
@@ -114,55 +144,48 @@ class Search:
         kth = -self.best_k[0] if len(self.best_k) >= self.keep else float("inf")
         return max(kth, self.family_best.get(self.rules.family(s), float("inf")))
 
-    def _visit(self, i: int) -> bool:
-        """Price strategy `i` unless its bound rules it out; False where left out."""
-        if i in self.priced:
-            return True
-        if self.bounds[i] > self._threshold(self.items[i]):
-            return False
-        self._ensure(i)
-        return True
-
     # ---- phase two: the close calls ---------------------------------------------------
 
-    def _close_calls(self, left: list[int], best: Prediction) -> list[int]:
-        """Price, of `left` (in rising order of bound), those that may be one of the first
-        four close calls; the rest, still left out. The best is final, so whether a priced
-        strategy is a close call is too, and the fourth one's step only falls."""
+    def _close_limit(self, best: Prediction) -> Callable[[Strategy], float]:
+        """What a strategy's step must not exceed to be one of the first four close calls:
+        the best is final, so whether a priced strategy is a close call is too, and the
+        fourth one's step only falls."""
         ceiling = best.measured_range[1] * self.rules.slack
-        known = len(self.priced) + len(self.hosted)
-        close: list[float] = []
-        out = []
-        for n, i in enumerate(left):
-            if len(self.priced) + len(self.hosted) != known or n == 0:
-                known = len(self.priced) + len(self.hosted)
+        seen = [-1, ceiling]
+
+        def limit(_: Strategy) -> float:
+            priced = len(self.priced) + len(self.hosted)
+            if priced != seen[0]:
                 close = sorted(p.step_time for p in self._fits() if self.rules.close(p, best))
-            limit = min(ceiling, close[3]) if len(close) >= 4 else ceiling
-            if self.bounds[i] > limit:
-                out.extend(left[n:])  # the bounds only rise from here
-                break
-            self._ensure(i)
-        return out
+                seen[:] = [priced, min(ceiling, close[3]) if len(close) >= 4 else ceiling]
+            return seen[1]
+
+        return limit
 
     # ---- pricing with the exhaustive loop's rules --------------------------------------
 
     def _ensure(self, i: int) -> None:
-        """Strategy `i` priced where the exhaustive loop prices it (recorded either way)."""
+        """Strategy `i` priced where the exhaustive loop prices it (recorded either way);
+        where it does not fit, its offloaded forms queued, each at its own bound (no less
+        than its base's: moving to the host adds time)."""
         if i in self.priced:
             return
         s = self.items[i]
         if not self._eligible(i):
             self.priced[i] = Priced((i, 0), s, None, dropped=True)
             return
-        try:
-            pred: Prediction | None = self.rules.price(s)
-            error = ""
-        except PipecastError as exc:
-            pred, error = None, str(exc).splitlines()[0]
+        error = self.rules.too_large(s)
+        pred: Prediction | None = None
+        if not error:
+            try:
+                pred = self.rules.price(s)
+            except PipecastError as exc:
+                error = str(exc).splitlines()[0]
         self.priced[i] = Priced((i, 0), s, pred, error)
         if pred is None or not pred.fits:
             for k, moved in enumerate(self.rules.offloaded(s)):
-                self._host(moved, (i, k + 1))
+                bound = max(self.rules.bound(moved), self.bounds[i])
+                heapq.heappush(self.queue, (bound, (i, k + 1), i, moved))
         if pred is not None and pred.fits:
             self._count(s, pred)
 
