@@ -95,9 +95,9 @@ def test_the_bound_is_below_every_predicted_step(name: str) -> None:
 
 @pytest.mark.parametrize("name", CASES)
 def test_the_memory_bound_is_below_every_predicted_peak(name: str) -> None:
-    full, _, profile, cluster, _ = _both(name)
+    full, _, profile, cluster, batch = _both(name)
     optimizer = CASES[name][4].get("optimizer", "sgd")
-    bounds = Bounds(cluster, 1)
+    bounds = Bounds(cluster, batch)
     peaks = [(p.strategy, p.peak_memory) for p in full.ranked]
     peaks += [(r.strategy, r.need) for r in full.rejected if r.need]
     below = [bounds.memory(profile, s, optimizer) / peak for s, peak in peaks]

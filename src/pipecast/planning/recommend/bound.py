@@ -4,11 +4,14 @@ microseconds, for recommend's branch and bound (planning.recommend.search).
 Why it holds: in the simulator a rank's device runs its actions one after another, each no
 shorter than its stage's compute (F, then B + W or the whole backward, the forward again
 where it recomputes), and a rank's first action waits for micro-batch 0's forward through
-every stage before it. So with stages [a_r, b_r) on ranks r, one stage a rank,
+every stage before it. Where the backward is one action (GPipe, 1F1B, interleaved), a
+rank's last action is a backward, and the same micro-batch's backwards through every stage
+before it come after it. So with stages [a_r, b_r) on ranks r, one stage a rank,
 
-    step >= max_r ( F(0, a_r) + M * C(a_r, b_r) ) + the runtime's step overhead,
+    step >= max_r ( P(0, a_r) + M * C(a_r, b_r) ) + the runtime's step overhead,
 
-F and C the blocks' forward and forward + backward seconds per micro-batch at the strategy's
+P the blocks' forward seconds (forward + backward where the backward is one action) and C
+their forward + backward seconds per micro-batch at the strategy's
 micro-batch size (each no more than what pricing charges: the lesser of the eager and the
 graphed time, tensor parallelism's all-reduces, which sit on the compute's stream, on top),
 M the micro-batches. Its least value over every split of the blocks into S stages bounds
@@ -16,7 +19,8 @@ whatever split the partition method picks: a bisection on T, each T tried by the
 split that ends each stage as late as T allows (the latest end is monotone in the stage's
 start, so the greedy split is optimal). Ranks that hold several stages (interleaved, ZB-V)
 are bounded by the mean over the ranks of the same sum, each rank's first stage starting
-after at least as many blocks as there are ranks before it. The all-reduces, the optimizer
+after at least as many blocks as there are ranks before it (and its last backward's stage
+as many). The all-reduces, the optimizer
 step and transfers only add to it, and are left out.
 
 Offloaded strategies add what moves over the host link (Bounds._host_seconds) to the mean
@@ -75,12 +79,17 @@ class Bounds:
         ranks = s.stages if pipelined else 1
         stages = ranks * (stages_per_rank(s.schedule, s.virtual) if pipelined else 1)
         busy, step = self._host_seconds(profile, s, size, stages, sum(c))
-        firsts = list(accumulate(f, initial=0.0))[:ranks]
+        # the chain before a rank's work and after it: the forwards of micro-batch 0 through
+        # the stages before; where the backward is one action, also the backwards of its
+        # last micro-batch back through them (a split backward passes B on and may end
+        # with Ws, so only the forwards count)
+        chain = f if s.schedule in SPLIT else c
+        firsts = list(accumulate(chain, initial=0.0))[:ranks]
         bound = sum(firsts) / ranks + (m * busy + step) / ranks  # the mean rank
         if not pipelined:
             bound = max(bound, m * sum(c))
         elif stages == ranks:
-            bound = max(bound, self._least_split(f, c, m, ranks))
+            bound = max(bound, self._least_split(chain, c, m, ranks))
         if s.gpus > 1 and self.cluster.step_overhead:
             turns = cpu_turns(profile, self.cluster, s.gpus) if profile.device == "cpu" else 1.0
             bound += self.cluster.step_overhead * turns
@@ -88,16 +97,20 @@ class Bounds:
 
     def memory(self, profile: Profile, s: Strategy, optimizer: Optimizer) -> int:
         """A lower bound on the strategy's predicted peak bytes per GPU (0: none known):
-        what the busiest rank holds whatever the order, no less than the mean rank's share
-        of the weights, their gradients and the optimizer's state
-        (simulation.memory.fixed_memory; sharded.sharded_step on one stage), with the
-        all-reduce's copy of the gradients where whole copies are replicated."""
+        the mean rank's share of what the ranks hold whatever the order (weights, their
+        gradients and the optimizer's state, simulation.memory.fixed_memory, with the
+        sharded.sharded_step on one stage) and, beside it at some moment, one micro-batch's
+        saved activations of one of its stages: after the forward, or recomputed in the
+        backward (but for a sharded recomputed stage, which recomputes a block at a time),
+        or the all-reduce's copy of the gradients where whole copies are replicated."""
         if s.schedule == "forward-only" or s.cp > 1 or s.offload != "none":
             return 0
         try:
-            weights = profile.at_tensor_parallel(s.tp).param_bytes
+            rank = profile.at_tensor_parallel(s.tp)
+            size = micro_batch_of(self.batch, s)
         except PipecastError:
             return 0
+        weights = rank.param_bytes
         state = OPTIMIZER_STATE[optimizer]
         pipelined = s.kind in ("pipeline", "hybrid") and s.stages > 1
         if s.sharded and not pipelined:
@@ -106,8 +119,14 @@ class Bounds:
             held = weights * (2.0 + (2.0 + state) / s.replicas)
         else:
             kept = 1 / s.replicas if s.shard_optimizer else 1.0
-            held = weights * (2.0 + state * kept) + (weights if s.replicas > 1 else 0)
-        return int(held / (s.stages if pipelined else 1))
+            held = weights * (2.0 + state * kept)
+        saved = 0.0
+        if not (s.sharded and s.recompute != "none"):
+            saved = sum(rank.cost(i, size).saved_bytes for i in range(rank.num_blocks))
+            saved /= stages_per_rank(s.schedule, s.virtual) if pipelined else 1
+        if s.replicas > 1 and not s.sharded:  # eagerly, the copy reuses what activations freed
+            saved = max(saved, weights)
+        return int((held + saved) / (s.stages if pipelined else 1))
 
     def _host_seconds(
         self, profile: Profile, s: Strategy, size: int, stages: int, compute: float
@@ -183,7 +202,7 @@ class Bounds:
     def _least_split(self, f: list[float], c: list[float], m: int, stages: int) -> float:
         """The least over splits of the blocks into `stages` stages of max_r F(0, a_r) + m
         C(a_r, b_r): a value no split beats (the bisection's infeasible end)."""
-        key = (id(f), m, stages)
+        key = (id(f), id(c), m, stages)
         if key in self._split:
             return self._split[key]
         n = len(c)
