@@ -105,11 +105,10 @@ def list_schedule(
     while remaining:
         if finished:
             active, finished = [r for r in active if weights_left[r] > 0], False
-        now = min(free[r] for r in active)
+        now = min(map(free.__getitem__, active))
         progressed, upcoming = False, []
-        for r in active:
-            if free[r] > now:
-                continue
+        # each rank sets only its own `free`: the ranks due now are known before the first
+        for r in [r for r in active if free[r] <= now]:
             known = known_of[r]
             if known is None:
                 known = known_of[r] = candidates(r)
