@@ -256,8 +256,8 @@ def _too_large(least: int, limit: int) -> str:
     if least <= limit:
         return ""
     return (
-        f"needs over {human_bytes(least)} per GPU for weights, gradients and optimizer state "
-        f"alone, {human_bytes(limit)} usable"
+        f"needs over {human_bytes(least)} per GPU (a lower bound: weights, gradients, "
+        f"optimizer state, one micro-batch's activations), {human_bytes(limit)} usable"
     )
 
 
