@@ -59,6 +59,11 @@ def print_recommendation(rec: Recommendation, top: int) -> None:
             f"[dim]MFU = model FLOPs (recomputation not counted) / step time / GPUs / "
             f"{rec.peak.describe()}; docs/flops.md[/]"
         )
+    if rec.skipped:
+        console.print(
+            f"[dim]{rec.skipped:,} more not priced: a lower bound on each one's step puts it "
+            f"behind the {rec.kept} fastest, its kind's fastest and the close calls[/]"
+        )
     for r in rec.rejected[:3]:
         console.print(f"[dim]does not fit: {r.strategy.label()}: {r.reason}[/]")
     console.print(f"[bold green]recommendation:[/] {rec.reason()}")

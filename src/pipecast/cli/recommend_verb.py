@@ -162,7 +162,13 @@ def _add_planning_args(p: argparse.ArgumentParser) -> None:
 
 def _add_validation_args(p: argparse.ArgumentParser) -> None:
     """What is shown and measured, and where the recommendation is written."""
-    p.add_argument("--top", type=count_arg("--top", 1), default=12, help="rows to show")
+    p.add_argument(
+        "--top",
+        type=count_arg("--top", 1),
+        default=12,
+        help="rows to show; a strategy a lower bound shows cannot join them (nor be its "
+        "family's fastest or a close call) is counted, not priced (default: 12)",
+    )
     p.add_argument(
         "--validate",
         type=count_arg("--validate", 0, also="auto"),
@@ -230,6 +236,7 @@ def run(args: argparse.Namespace) -> int:
         validate=args.validate,
         rounds=args.rounds,
         executions=_executions(args),
+        keep=args.top,
     )
     if request.workload is not None and request.profile is None:
         request.workload.check()  # before the first "calibrating" line

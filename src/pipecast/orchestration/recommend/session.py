@@ -89,6 +89,10 @@ class Request:
     channels-last, Float8), each profiled here (or, for --profile, taken from `variants`)."""
     variants: tuple[Profile, ...] = ()
     """Profiles of the same model run another way, given rather than measured."""
+    keep: int = 0
+    """Rank exactly only the `keep` fastest (with each family's fastest and the close
+    calls), leaving unpriced what a lower bound shows cannot join them (0: price every
+    strategy; planning.recommend.search)."""
 
 
 @dataclass
@@ -164,6 +168,9 @@ class Outcome:
             },
             "epoch_samples": rec.epoch_samples,
             "ranked": [_entry(p, rec) for p in rec.ranked],
+            # strategies left unpriced: their lower bound is above the kept-th best step
+            "skipped": rec.skipped,
+            "kept": rec.kept,
             "rejected": [{"label": r.strategy.label(), "reason": r.reason} for r in rec.rejected],
             "validation": [
                 {
@@ -359,6 +366,7 @@ def recommend_for(request: Request, events: Events | None = None) -> Outcome:
         cuda_graphs=r.cuda_graphs,
         serving=r.serve,
         variants=variants,
+        keep=_kept(r),
     )
     if ev.ranked is not None:
         ev.ranked(rec)
@@ -393,6 +401,13 @@ def recommend_for(request: Request, events: Events | None = None) -> Outcome:
     if r.validate:
         outcome.measured = _validate(r, rec, ev)
     return outcome
+
+
+def _kept(r: Request) -> int | None:
+    """How many of the fastest to rank exactly: enough for --validate K too (None: all)."""
+    if not r.keep:
+        return None
+    return max(r.keep, r.validate if isinstance(r.validate, int) else 0)
 
 
 def _validate(r: Request, rec: Recommendation, ev: Events) -> list[Measured]:

@@ -12,6 +12,7 @@ them the same way, decides.
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import lru_cache
 
 from pipecast.planning.schedules.generators import zero_bubble_auto, zero_bubble_h1
 from pipecast.planning.schedules.greedy import Durations
@@ -34,14 +35,21 @@ def durations_of(costs: Costs) -> Durations:
 
 def candidates(ranks: int, microbatches: int, costs: Costs) -> list[Plan]:
     """The orders ZB-auto chooses among, fewest micro-batches in flight first."""
-    fitted = durations_of(costs)
+    return list(_orders(ranks, microbatches, durations_of(costs)))
+
+
+@lru_cache(maxsize=16)
+def _orders(ranks: int, microbatches: int, fitted: Durations) -> tuple[Plan, ...]:
+    """candidates' orders, kept for the next strategy with the same stages' seconds (its
+    twins that differ only in how the optimizer's state is held: a list schedule over 128
+    ranks and as many micro-batches takes seconds)."""
     plans = [replace(zero_bubble_h1(ranks, microbatches), name="zb-auto")]
     for limit in (ranks, 2 * ranks):
         for durations in (fitted, None):
             plans.append(
                 zero_bubble_auto(ranks, microbatches, durations=durations, in_flight=limit)
             )
-    return plans
+    return tuple(plans)
 
 
 def auto_plan(ranks: int, microbatches: int, costs: Costs, memory_limit: float = 0.0) -> Plan:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 
 from pipecast.errors import ConfigError, PipecastError
 from pipecast.planning.partition.methods import check_margin, check_methods
+from pipecast.planning.recommend.bound import Bounds
 from pipecast.planning.recommend.context_degrees import context_degrees
 from pipecast.planning.recommend.enumerate import (
     ACCUMULATION,
@@ -17,7 +18,13 @@ from pipecast.planning.recommend.enumerate import (
     graphed,
     strategies,
 )
-from pipecast.planning.recommend.predict import Prediction, predict
+from pipecast.planning.recommend.predict import (
+    CPU_ERROR_RANGE,
+    ERROR_RANGE,
+    Prediction,
+    predict,
+)
+from pipecast.planning.recommend.search import Rules, Search
 from pipecast.values.hardware.cluster import Cluster
 from pipecast.values.hardware.peak import PeakRate, peak_rate
 from pipecast.values.hardware.units import human_bytes, per_rank
@@ -52,6 +59,12 @@ class Recommendation:
     peak: PeakRate | None = None
     """One GPU's dense bf16 matrix rate, which MFU divides by (None: CPU ranks, or a GPU
     without a measured rate)."""
+    skipped: int = 0
+    """Strategies left unpriced: their lower bound is above the `kept`-th best step (and
+    cannot change the best of their family or the close calls; planning.recommend.search)."""
+    kept: int = 0
+    """The fastest strategies ranked exactly as every strategy priced would rank them (0:
+    every strategy was priced)."""
 
     @property
     def best(self) -> Prediction:
@@ -100,6 +113,7 @@ def recommend(
     cuda_graphs: bool | None = None,
     serving: bool = False,
     variants: Sequence[Profile] = (),
+    keep: int | None = None,
 ) -> Recommendation:
     """Rank every strategy on up to `gpus` GPUs (default: the whole cluster), as the runtime
     runs them: on GPUs (a GPU's profile) with every action replayed as a CUDA graph, and one
@@ -107,7 +121,10 @@ def recommend(
     ranks eagerly; `cuda_graphs` True or False insists on one or the other. `serving`:
     the fastest way to run inference on `batch` samples (forward only). `variants`:
     profiles of the same model run otherwise (compiled, channels-last, Float8:
-    Profile.execution); every strategy is ranked as each runs it too, priced from it."""
+    Profile.execution); every strategy is ranked as each runs it too, priced from it.
+    `keep`: price only what can change the `keep` fastest, the fastest of each family and
+    the close calls, in rising order of a lower bound (planning.recommend.search), and
+    count the rest in Recommendation.skipped (None: price every strategy)."""
     both = cuda_graphs is None and profile.device != "cpu"
     if cuda_graphs is None:
         cuda_graphs = profile.device != "cpu"
@@ -140,19 +157,53 @@ def recommend(
         kwargs["shard_optimizer"] = OPTIMIZER_STATE[optimizer] > 0  # SGD has none to shard
         kwargs["context_parallel"] = context_degrees(profile, gpus)
     todo = strategies(gpus, batch, blocks=profile.num_blocks, methods=methods, **kwargs)  # type: ignore[arg-type]
+    hosts = profile.device != "cpu"  # CPU ranks' memory is the host's already
+    if keep is not None:
+        bounds = Bounds(cluster, batch)
+        limit = int(cluster.memory_bytes * (1 - memory_margin))
+        rules = Rules(
+            price=predicted,
+            offloaded=lambda s: offloaded(s, optimizer) if hosts and _plain(s) else [],
+            bound=lambda s: bounds.step(priced[s.execution], s),
+            too_large=lambda s: _too_large(bounds.memory(priced[s.execution], s, optimizer), limit),
+            family=family,
+            accumulation=_whole,
+            slack=1 + max(high for _, high in (*ERROR_RANGE.values(), CPU_ERROR_RANGE)),
+            close=lambda p, best: p.measured_range[0] <= best.measured_range[1],
+        )
+        if serving:
+            rules = replace(rules, offloaded=lambda s: [])
+        items = list(_as_run(todo, cuda_graphs, both, list(priced)))
+        outcome, skipped = Search(items, rules, keep).run()
+        for p in outcome:
+            if p.dropped:
+                continue
+            if p.prediction is None:
+                rejected.append(Rejected(strategy=p.strategy, reason=p.error))
+            elif p.prediction.fits:
+                fits.append(p.prediction)
+            else:
+                rejected.append(too_large(p.prediction))
+        if not fits:
+            raise ConfigError(
+                nothing_fits(
+                    rejected, gpus, cluster, cpu=profile.device == "cpu", margin=memory_margin
+                )
+            )
+        return Recommendation(
+            ranked=fastest_first(fits),
+            rejected=tuple(rejected),
+            batch=batch,
+            epoch_samples=epoch_samples,
+            peak=peak_rate(cluster, profile.device),
+            skipped=skipped,
+            kept=keep,
+        )
     for strategy in _as_run(todo, cuda_graphs, both, list(priced)):
         base = Strategy(**{**strategy.to_dict(), "recompute": "none"})
         if strategy.recompute != "none" and base in without_recompute:
             continue  # recomputation only where it is needed to fit
-        whole = (
-            strategy.kind,
-            strategy.replicas,
-            strategy.cuda_graphs,
-            strategy.shard,
-            strategy.shard_optimizer,
-            strategy.tp,
-            strategy.execution,
-        )
+        whole = _whole(strategy)
         if strategy.microbatches > ACCUMULATION and whole in accumulated:
             continue  # more accumulation only where fewer micro-batches did not fit
 
@@ -161,10 +212,7 @@ def recommend(
         except PipecastError as exc:
             rejected.append(Rejected(strategy=strategy, reason=str(exc).splitlines()[0]))
             pred = None
-        plain = strategy.shard == "none" and strategy.tp == 1 and not strategy.shard_optimizer
-        plain = plain and strategy.cp == 1  # the runtime moves nothing of a split sequence
-        hosts = profile.device != "cpu"  # CPU ranks' memory is the host's already
-        if (pred is None or not pred.fits) and not serving and plain and hosts:
+        if (pred is None or not pred.fits) and not serving and _plain(strategy) and hosts:
             # what does not fit (or finds no split that fits) may, with its saved
             # activations, optimizer or weights on the host, eagerly; each ranked by its
             # prediction (streamed weights come in beside the compute, and their plans
@@ -203,6 +251,27 @@ def recommend(
         epoch_samples=epoch_samples,
         peak=peak_rate(cluster, profile.device),
     )
+
+
+def _too_large(least: int, limit: int) -> str:
+    """Why a strategy needing at least `least` bytes a GPU cannot fit `limit` ('': it may)."""
+    if least <= limit:
+        return ""
+    return (
+        f"needs over {human_bytes(least)} per GPU (a lower bound: weights, gradients, "
+        f"optimizer state, one micro-batch's activations), {human_bytes(limit)} usable"
+    )
+
+
+def _whole(s: Strategy) -> tuple[object, ...]:
+    """What a strategy accumulating more micro-batches shares with its smaller counts."""
+    return (s.kind, s.replicas, s.cuda_graphs, s.shard, s.shard_optimizer, s.tp, s.execution)
+
+
+def _plain(s: Strategy) -> bool:
+    """Whole copies of the weights, whose offloaded forms are tried where it does not fit
+    (not a split sequence: the runtime moves nothing of one)."""
+    return s.shard == "none" and s.tp == 1 and not s.shard_optimizer and s.cp == 1
 
 
 def too_large(pred: Prediction) -> Rejected:

@@ -48,64 +48,94 @@ def list_schedule(
     stages, m = len(placement), microbatches
     ranks = max(placement) + 1
     times = durations or Durations.units(stages)
+    seconds = {"F": times.forward, "B": times.backward_input, "W": times.backward_weight}
+    transfer = times.transfer
     own = [[s for s in range(stages) if placement[s] == r] for r in range(ranks)]
-    counts = {"F": [0] * stages, "B": [0] * stages, "W": [0] * stages}
-    end: dict[Action, float] = {}
+    nf, nb, nw = [0] * stages, [0] * stages, [0] * stages
+    # end times by stage and micro-batch (None: not yet scheduled); plain lists, not a dict
+    # of Actions: a search over 50,000 actions spent most of its time hashing them
+    end_f: list[list[float | None]] = [[None] * m for _ in range(stages)]
+    end_b: list[list[float | None]] = [[None] * m for _ in range(stages)]
+    # what crossing from stage s to its neighbour adds to an input's arrival
+    up = [transfer if s and placement[s - 1] != placement[s] else 0.0 for s in range(stages)]
+    down = [
+        transfer if s < stages - 1 and placement[s + 1] != placement[s] else 0.0
+        for s in range(stages)
+    ]
     free = [0.0] * ranks
     rows: list[list[Action]] = [[] for _ in range(ranks)]
     remaining = 3 * stages * m
     ends: list[float] = []  # end times not yet passed, least first (a heap)
+    weights_left = [len(own[r]) * m for r in range(ranks)]
+    active = [r for r in range(ranks) if weights_left[r] > 0]
+    finished = False  # a rank has run its last W: drop it from `active` at the next event
+    # a rank's candidates change only when it or a rank whose outputs it takes starts one
+    # (its own counts, or an input's end time): kept until then, they are the same list
+    known_of: list[list[tuple[float, str, int]] | None] = [None] * ranks
+    waiting = [
+        sorted({placement[t] for s in own[r] for t in (s - 1, s + 1) if 0 <= t < stages} - {r})
+        for r in range(ranks)
+    ]
 
-    def inputs(a: Action) -> list[Action]:
-        if a.kind == "F":
-            return [F(a.stage - 1, a.mb)] if a.stage else []
-        if a.kind == "W":
-            return [B(a.stage, a.mb)]
-        return [F(a.stage, a.mb)] + ([B(a.stage + 1, a.mb)] if a.stage < stages - 1 else [])
-
-    def arrives(d: Action, a: Action) -> float:
-        crosses = placement[d.stage] != placement[a.stage]
-        return end[d] + (times.transfer if crosses else 0.0)
-
-    def candidates(r: int) -> list[tuple[float, Action]]:
-        nf, nb, nw = counts["F"], counts["B"], counts["W"]
+    def candidates(r: int) -> list[tuple[float, str, int]]:
+        """(when its inputs arrive, kind, stage) of each action rank `r` may start next
+        whose inputs exist, in the order B, F, W of each of its stages."""
         in_flight = sum(nf[s] - nw[s] for s in own[r])
-        acts = []
-        for s in own[r]:
-            if nb[s] < m:
-                acts.append(B(s, nb[s]))
-            if nf[s] < m and in_flight < rank_limit:
-                acts.append(F(s, nf[s]))
-            if nw[s] < nb[s]:
-                acts.append(W(s, nw[s]))
         known = []
-        for a in acts:
-            deps = inputs(a)
-            if all(d in end for d in deps):
-                known.append((max((arrives(d, a) for d in deps), default=0.0), a))
+        for s in own[r]:
+            i = nb[s]
+            if i < m:
+                f = end_f[s][i]
+                b = end_b[s + 1][i] if s < stages - 1 else 0.0
+                if f is not None and b is not None:
+                    known.append((max(f, b + down[s]) if s < stages - 1 else f, "B", s))
+            i = nf[s]
+            if i < m and in_flight < rank_limit:
+                if not s:
+                    known.append((0.0, "F", s))
+                elif (f := end_f[s - 1][i]) is not None:
+                    known.append((f + up[s], "F", s))
+            i = nw[s]
+            if i < nb[s]:
+                b = end_b[s][i]
+                assert b is not None
+                known.append((b, "W", s))
         return known
 
-    def priority(a: Action) -> tuple[int, int, int]:
-        return _ORDER[a.kind], a.mb if a.kind == "W" else 0, -a.stage
-
     while remaining:
-        active = [r for r in range(ranks) if any(counts["W"][s] < m for s in own[r])]
-        now = min(free[r] for r in active)
+        if finished:
+            active, finished = [r for r in active if weights_left[r] > 0], False
+        now = min(map(free.__getitem__, active))
         progressed, upcoming = False, []
-        for r in active:
-            if free[r] > now:
-                continue
-            known = candidates(r)
-            ready = [a for t, a in known if t <= now + 1e-12]
-            upcoming += [t for t, _ in known if t > now]
+        # each rank sets only its own `free`: the ranks due now are known before the first
+        for r in [r for r in active if free[r] <= now]:
+            known = known_of[r]
+            if known is None:
+                known = known_of[r] = candidates(r)
+            ready = [(kind, s) for t, kind, s in known if t <= now + 1e-12]
+            upcoming += [t for t, _, _ in known if t > now]
             if ready:
-                a = min(ready, key=priority)
-                end[a] = free[r] = now + times.of(a)
-                heapq.heappush(ends, end[a])
-                rows[r].append(a)
-                counts[a.kind][a.stage] += 1
+                kind, s = min(ready, key=lambda ks: _priority(ks, nw))
+                done = free[r] = now + seconds[kind][s]
+                heapq.heappush(ends, done)
+                if kind == "F":
+                    end_f[s][nf[s]] = done
+                    rows[r].append(F(s, nf[s]))
+                    nf[s] += 1
+                elif kind == "B":
+                    end_b[s][nb[s]] = done
+                    rows[r].append(B(s, nb[s]))
+                    nb[s] += 1
+                else:
+                    rows[r].append(W(s, nw[s]))
+                    nw[s] += 1
+                    weights_left[r] -= 1
+                    finished = finished or not weights_left[r]
                 remaining -= 1
                 progressed = True
+                known_of[r] = None
+                for q in waiting[r]:
+                    known_of[q] = None
         if not progressed:
             later = [free[r] for r in active if free[r] > now] + upcoming
             # the next end after now: `now` never goes back, so an end passed stays passed
@@ -115,8 +145,9 @@ def list_schedule(
             later += ends[:1]
             if not later:
                 raise RuntimeError(f"{name}: rank limit {rank_limit} leaves no action ready")
+            nxt = min(later)
             for r in active:
-                free[r] = max(free[r], min(later))
+                free[r] = max(free[r], nxt)
     return Plan(
         name=name,
         num_stages=stages,
@@ -125,3 +156,9 @@ def list_schedule(
         actions=tuple(tuple(r) for r in rows),
         split_backward=True,
     )
+
+
+def _priority(ks: tuple[str, int], nw: list[int]) -> tuple[int, int, int]:
+    """B first (the later stage first), then F, then the oldest W."""
+    kind, s = ks
+    return _ORDER[kind], nw[s] if kind == "W" else 0, -s
