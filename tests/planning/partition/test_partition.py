@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import numpy as np
 import pytest
@@ -281,6 +282,52 @@ def test_streamed_weights_leave_the_gradients_and_two_blocks_per_stage() -> None
 
     assert row("optimizer") - row("weights") == 900 - 800
     assert row("none") - row("weights") == 900 - 800
+
+
+def test_a_stage_fsdp_shards_holds_gathered_weights_beside_its_shards() -> None:
+    """Blocks of 100, 400, 200 and 300 bytes of weights, each saving 1000 and handing on
+    100; stage [0, 4) under Adam (weights, gradients and two states: 4 x 1000 whole). FSDP
+    over 4 replicas keeps the weights and gradients gathered (2 x 1000) beside a quarter of
+    all four (1000), as the simulator counts it (fixed_memory); recomputed as the first of
+    2 stages of 1F1B (2 in flight), each block is a checkpoint of its own: 2 x 3 inputs
+    and one block's 1000 rebuilt, where the stage as one checkpoint rebuilds all 4000."""
+    from pipecast.planning.partition.methods import _Arrays, stage_memory_row
+
+    profile = make_profile(
+        [1.0] * 4, params=[100, 400, 200, 300], out_bytes=[100] * 4, saved=[1000] * 4
+    )
+    arrays = _Arrays(profile, 8)
+    peak = arrays.peak[0:4].max()
+
+    def row(**how: Any) -> float:
+        setting = Setting(micro_batch=8, microbatches=4, optimizer="adam", **how)
+        return float(stage_memory_row(arrays, 4, 0, 2, setting)[0] - peak)
+
+    assert row() == 4 * 1000 + 2 * 4000
+    assert row(fsdp=4) == 2 * 1000 + 1000 + 2 * 4000
+    assert row(recompute="all") == 4 * 1000 + 0 + 4000  # the first stage receives nothing
+    assert row(fsdp=4, recompute="all") == 3 * 1000 + 2 * 300 + 1000
+
+
+def test_a_sharded_pipeline_finds_the_split_the_simulator_fits() -> None:
+    """Eight blocks of 64 MiB of weights, 2 stages x FSDP 4 under Adam on GPUs of 1 GiB
+    (921.6 MiB usable): a stage holds 256 MiB gathered twice (weights, gradients) beside a
+    quarter of 4 x 256, 2 in-flight micro-batches' 4 x 8 MiB, and its replica's batch (4
+    samples of 4 bytes): 832 MiB and 16 bytes, which fit.
+    Whole copies need 1 GiB of static memory alone, and no split of them fits."""
+    from pipecast.planning.recommend.predict import predict
+    from pipecast.values.strategy import Strategy
+
+    mib = 2**20
+    profile = make_profile([1e-3] * 8, params=[64 * mib] * 8, out_bytes=[mib] * 8,
+                           saved=[8 * mib] * 8)  # fmt: skip
+    gpus = describe(gpus_per_node=8, memory="1GiB")
+    pipeline = Strategy(kind="hybrid", stages=2, replicas=4, microbatches=4, shard="grad")
+    sharded = predict(profile, gpus, pipeline, 16, optimizer="adam")
+    assert sharded.fits and sharded.peak_memory == 832 * mib + 16
+    with pytest.raises(ConfigError, match="no split into 2 stages fits"):
+        predict(profile, gpus, Strategy(**{**pipeline.to_dict(), "shard": "none"}), 16,
+                optimizer="adam")  # fmt: skip
 
 
 @pytest.mark.parametrize("seed", range(10))

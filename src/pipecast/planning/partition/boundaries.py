@@ -80,11 +80,13 @@ def split(
     tp: int = 1,
     optimizer_shards: int = 1,
     virtual: int = 0,
+    fsdp: int = 1,
 ) -> Partition:
     """The pipeline's stages over `ranks` pipeline ranks (times `replicas`, each split over
     `tp` tensor-parallel ranks, placed as values/parallel.py's Layout): boundaries `how` names
     ('0,10,40'), or the partition method `how` for this schedule and micro-batching (with
-    Setting.tolerance); `virtual`: the stages each rank runs (stages_per_rank)."""
+    Setting.tolerance); `virtual`: the stages each rank runs (stages_per_rank); `fsdp`: the
+    replicas FSDP shards each stage over (Setting.fsdp)."""
     stages = ranks * stages_per_rank(schedule, virtual)
     placement = placement_of(schedule)
     bounds = parse_boundaries(how, profile.num_blocks)
@@ -111,6 +113,7 @@ def split(
         replicas=replicas,
         tp=tp,
         optimizer_shards=optimizer_shards,
+        fsdp=fsdp,
     )
     return partition(profile, cluster, stages, setting, how)
 

@@ -69,6 +69,10 @@ class Setting:
     optimizer_shards: int = 1
     """Replicas the optimizer's state is sharded over (Strategy.shard_optimizer): a stage
     holds 1/R of it."""
+    fsdp: int = 1
+    """Replicas FSDP shards each stage over (a sharded pipeline, Strategy.sharded): a stage
+    holds its weights and gradients whole, gathered, beside 1/R of them and of the state
+    (simulation.memory.fixed_memory), and recomputes a block at a time."""
 
     def layout(self, stages: int) -> Layout:
         """Where the pipeline's `stages` stages run (values/partition.py's pipeline_layout)."""
@@ -136,12 +140,15 @@ def stage_memory_row(
         received = np.where(starts > 0, a.out[np.maximum(starts - 1, 0)], 0)
         largest = np.maximum.accumulate(a.block_saved[:stop][::-1])[::-1]  # max over [i, stop)
         back = activation if full else largest
-        if full and offloads_weights(setting.offload):
-            # streamed: one checkpoint a block with weights, recomputed one at a time
+        if full and (offloads_weights(setting.offload) or setting.fsdp > 1):
+            # streamed or sharded: a checkpoint a block with weights, recomputed one at a
+            # time (runtime.weight_stream; runtime.recompute under FSDP)
             received, back = _checkpointed(a, stop)
         last = activation if setting.recompute == "all-but-last" else received
         kept = received * (flight - 1) + last + back
     weights = factor * params
+    if setting.fsdp > 1:  # gathered whole, beside the shards (fixed_memory's count)
+        weights = params * (2.0 + factor / setting.fsdp)
     if offloads_weights(setting.offload):  # the gradients, and two blocks' weights at once
         window = 2 * np.maximum.accumulate(a.block_params[:stop][::-1])[::-1]
         weights = (factor - 1.0) * params + np.minimum(window, params)

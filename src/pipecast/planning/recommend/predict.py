@@ -173,6 +173,7 @@ def partition_for(
         tp=_within(strategy),
         optimizer_shards=strategy.replicas if strategy.shard_optimizer else 1,
         virtual=strategy.virtual,
+        fsdp=strategy.replicas if strategy.sharded else 1,
     )
 
 
