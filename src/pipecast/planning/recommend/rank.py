@@ -142,10 +142,30 @@ def recommend(
     kwargs: dict[str, object] = {"schedules": schedules} if schedules else {}
     if serving:
         kwargs = {"serving": True}
-    fits, rejected = [], []
+    fits: list[Prediction] = []
+    rejected: list[Rejected] = []
     without_recompute: set[Strategy] = set()
     tried: set[Strategy] = set()  # offloaded strategies predicted so far
     accumulated: set[tuple[object, ...]] = set()  # one GPU or data parallel
+
+    def finish(skipped: int = 0, kept: int = 0) -> Recommendation:
+        """What fits, fastest first (Search's count of the strategies it skipped, and what
+        it kept exact)."""
+        if not fits:
+            raise ConfigError(
+                nothing_fits(
+                    rejected, gpus, cluster, cpu=profile.device == "cpu", margin=memory_margin
+                )
+            )
+        return Recommendation(
+            ranked=fastest_first(fits),
+            rejected=tuple(rejected),
+            batch=batch,
+            epoch_samples=epoch_samples,
+            peak=peak_rate(cluster, profile.device),
+            skipped=skipped,
+            kept=kept,
+        )
 
     def predicted(s: Strategy) -> Prediction:
         by = priced[s.execution]
@@ -184,21 +204,7 @@ def recommend(
                 fits.append(p.prediction)
             else:
                 rejected.append(too_large(p.prediction))
-        if not fits:
-            raise ConfigError(
-                nothing_fits(
-                    rejected, gpus, cluster, cpu=profile.device == "cpu", margin=memory_margin
-                )
-            )
-        return Recommendation(
-            ranked=fastest_first(fits),
-            rejected=tuple(rejected),
-            batch=batch,
-            epoch_samples=epoch_samples,
-            peak=peak_rate(cluster, profile.device),
-            skipped=skipped,
-            kept=keep,
-        )
+        return finish(skipped, keep)
     for strategy in _as_run(todo, cuda_graphs, both, list(priced)):
         base = Strategy(**{**strategy.to_dict(), "recompute": "none"})
         if strategy.recompute != "none" and base in without_recompute:
@@ -240,17 +246,7 @@ def recommend(
                     accumulated.add(whole)
         else:
             rejected.append(too_large(pred))
-    if not fits:
-        raise ConfigError(
-            nothing_fits(rejected, gpus, cluster, cpu=profile.device == "cpu", margin=memory_margin)
-        )
-    return Recommendation(
-        ranked=fastest_first(fits),
-        rejected=tuple(rejected),
-        batch=batch,
-        epoch_samples=epoch_samples,
-        peak=peak_rate(cluster, profile.device),
-    )
+    return finish()
 
 
 def _too_large(least: int, limit: int) -> str:
