@@ -375,14 +375,21 @@ def _text(outcomes: list[Outcome], table: list[dict[str, Any]]) -> str:
             + " | ".join(cells)
             + " |"
         )
-    lines += ["", "| ratio | published | predicted | error |", "|---|---:|---:|---:|"]
+    lines += ratio_lines(table, "ratio")
+    return "\n".join(lines)
+
+
+def ratio_lines(table: list[dict[str, Any]], heading: str) -> list[str]:
+    """The ratio checks as a markdown table, after a blank line: each published ratio, its
+    prediction and the error."""
+    lines = ["", f"| {heading} | published | predicted | error |", "|---|---:|---:|---:|"]
     for t in table:
         if t["predicted"] is None:
             lines.append(f"| {t['ratio']} | {t['published']:.3f} | not predicted | |")
         else:
             cells = [f"{t['published']:.3f}", f"{t['predicted']:.3f}", f"{t['error']:+.1%}"]
             lines.append(f"| {t['ratio']} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return lines
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -52,6 +52,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from benchmarks.published import ratio_lines
 from benchmarks.scale import MEGATRON_SEQ_LEN, MEGATRON_VOCAB, profile_name
 from pipecast.errors import PipecastError
 from pipecast.planning.recommend.predict import predict
@@ -243,17 +244,7 @@ def _text(outcomes: list[Outcome], table: list[dict[str, Any]]) -> str:
         got = "" if o.predicted is None else f"{o.predicted:.3g}"
         notes = f"not expressible: {o.why_not}" if o.predicted is None else "; ".join(o.notes)
         lines.append(f"| {r.label} | {r.gpus} | {r.tflops:g} | {got} | {notes} |")
-    lines += [
-        "",
-        "| ratio of TFLOP/s a GPU | published | predicted | error |",
-        "|---|---:|---:|---:|",
-    ]
-    for t in table:
-        if t["predicted"] is None:
-            lines.append(f"| {t['ratio']} | {t['published']:.3f} | not predicted | |")
-        else:
-            cells = [f"{t['published']:.3f}", f"{t['predicted']:.3f}", f"{t['error']:+.1%}"]
-            lines.append(f"| {t['ratio']} | " + " | ".join(cells) + " |")
+    lines += ratio_lines(table, "ratio of TFLOP/s a GPU")
     return "\n".join(lines)
 
 
