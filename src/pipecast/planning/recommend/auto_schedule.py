@@ -17,7 +17,7 @@ from functools import lru_cache
 from pipecast.planning.schedules.generators import zero_bubble_auto, zero_bubble_h1
 from pipecast.planning.schedules.greedy import Durations
 from pipecast.planning.simulation.costs import Costs
-from pipecast.planning.simulation.simulator import simulate
+from pipecast.planning.simulation.simulator import least_peak_memory, simulate
 from pipecast.values.plan.action import Plan
 
 
@@ -58,6 +58,8 @@ def auto_plan(ranks: int, microbatches: int, costs: Costs, memory_limit: float =
     best: tuple[float, Plan] | None = None
     plans = candidates(ranks, microbatches, costs)
     for plan in plans:
+        if memory_limit and least_peak_memory(plan, costs) > memory_limit:
+            continue  # cannot fit: not worth a simulation
         timeline = simulate(plan, costs, exposed=False)
         if memory_limit and max(timeline.peak_memory) > memory_limit:
             continue

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from pipecast.errors import ConfigError
 from pipecast.planning.partition.boundaries import layout_of, split
@@ -20,9 +20,14 @@ from pipecast.planning.simulation.costs import Costs
 from pipecast.planning.simulation.pricing import costs_from_profile, cpu_turns
 from pipecast.planning.simulation.recomputation import selective
 from pipecast.planning.simulation.sharded_optimizer import with_sharded_optimizer
-from pipecast.planning.simulation.simulator import simulate
+from pipecast.planning.simulation.simulator import (
+    exposed_communication,
+    least_peak_memory,
+    simulate,
+)
 from pipecast.values.batching import check_batch, largest_micro_batch
 from pipecast.values.hardware.cluster import Cluster
+from pipecast.values.hardware.units import human_bytes, per_rank
 from pipecast.values.partition import Partition, from_boundaries
 from pipecast.values.plan.action import Plan
 from pipecast.values.profile.types import Profile
@@ -74,6 +79,9 @@ class Prediction:
     (planning.recommend.flops; 0: the profile has no forward count)."""
     hardware_flops: float = 0.0
     """... with the recomputed forwards counted."""
+    unexposed: tuple[Costs, float] | None = field(default=None, repr=False, compare=False)
+    """Predicted without its exposed communication (predict's `exposed`): the costs and the
+    simulated step that with_exposed reads it from."""
 
     @property
     def step_time(self) -> float:
@@ -123,6 +131,16 @@ class Prediction:
     @property
     def comm_fraction(self) -> float:
         return self.timeline.exposed_comm / self.step_time if self.step_time > 0 else 0.0
+
+
+class OverMemory(ConfigError):
+    """predict's `screen`: the plan's memory in program order alone is over the limit."""
+
+    def __init__(self, least: int, limit: int, cpu: bool) -> None:
+        super().__init__(
+            f"needs over {human_bytes(least)} {per_rank(cpu)} (a lower bound: its actions' "
+            f"memory in plan order), {human_bytes(limit)} usable"
+        )
 
 
 def micro_batch_of(batch: int, strategy: Strategy, *, uneven: bool = False) -> int:
@@ -214,6 +232,8 @@ def predict(
     runtime: bool = True,
     clip: bool = False,
     uneven: bool = False,
+    exposed: bool = True,
+    screen: bool = False,
 ) -> Prediction:
     """Simulate `strategy` for a global batch of `batch` samples on `cluster`. With
     `ddp_buckets`, data parallelism runs as torch's DistributedDataParallel, whose
@@ -222,7 +242,11 @@ def predict(
     `cluster.step_overhead` more (the ranks agree on the step's shapes before it and meet at a
     barrier after it; one rank alone does neither). `clip`: the gradients are clipped to
     their global norm before the optimizer step (RunConfig.clip_grad_norm). `uneven`: a batch
-    that does not divide into the micro-batches is priced at its largest micro-batch."""
+    that does not divide into the micro-batches is priced at its largest micro-batch.
+    `exposed` False: leave the communication the step exposes unpriced (a second simulation,
+    which a search that keeps few of its predictions saves: with_exposed adds it). `screen`:
+    raise OverMemory, not simulating, where a lower bound on the plan's memory shows it
+    cannot fit (simulation.simulator.least_peak_memory)."""
     if strategy.gpus > cluster.world:
         raise ConfigError(
             f"{strategy.label()} needs {strategy.gpus} GPUs, the cluster has {cluster.world}: "
@@ -267,10 +291,14 @@ def predict(
         costs = sharded_stages(costs, rank, part, cluster, size)
     memory_limit = int(cluster.memory_bytes * (1 - memory_margin))
     plan = plan_for(strategy, costs, memory_limit)
+    unexposed: tuple[Costs, float] | None = None
     if strategy.sharded and strategy.stages == 1:
         timeline = sharded_timeline(profile, cluster, strategy, size, optimizer)
     else:
-        timeline = simulate(plan, costs)
+        if screen and (least := least_peak_memory(plan, costs)) > memory_limit:
+            raise OverMemory(least, memory_limit, profile.device == "cpu")
+        timeline = simulate(plan, costs, exposed=exposed)
+        unexposed = None if exposed else (costs, timeline.step_time)
     if runtime and not ddp and strategy.gpus > 1 and cluster.step_overhead:
         per_step = cluster.step_overhead
         if profile.device == "cpu":  # CPU ranks beyond the cores take turns on them
@@ -288,4 +316,14 @@ def predict(
         cpu=profile.device == "cpu",
         model_flops=model_flops,
         hardware_flops=hardware_flops,
+        unexposed=unexposed,
     )
+
+
+def with_exposed(pred: Prediction) -> Prediction:
+    """`pred` with the communication its step exposes, where predict left it out."""
+    if pred.unexposed is None:
+        return pred
+    costs, step = pred.unexposed
+    exposed = exposed_communication(pred.plan, costs, step)
+    return replace(pred, timeline=replace(pred.timeline, exposed_comm=exposed), unexposed=None)

@@ -21,8 +21,10 @@ from pipecast.planning.recommend.enumerate import (
 from pipecast.planning.recommend.predict import (
     CPU_ERROR_RANGE,
     ERROR_RANGE,
+    OverMemory,
     Prediction,
     predict,
+    with_exposed,
 )
 from pipecast.planning.recommend.search import Rules, Search
 from pipecast.values.hardware.cluster import Cluster
@@ -151,14 +153,22 @@ def recommend(
     def finish(skipped: int = 0, kept: int = 0) -> Recommendation:
         """What fits, fastest first (Search's count of the strategies it skipped, and what
         it kept exact)."""
+        # the offloaded forms screened out, which the search drops as it drops those it
+        # could not price, are rejected for their memory as those it simulated are
+        listed = {r.strategy for r in rejected}
+        rejected.extend(
+            Rejected(strategy=s, reason=why) for s, why in screened.items() if s not in listed
+        )
         if not fits:
+            exact = {s: too_large(predicted(s, screen=False)) for s in screened}
+            rejected[:] = [exact.pop(r.strategy, r) for r in rejected]
             raise ConfigError(
                 nothing_fits(
                     rejected, gpus, cluster, cpu=profile.device == "cpu", margin=memory_margin
                 )
             )
         return Recommendation(
-            ranked=fastest_first(fits),
+            ranked=fastest_first([with_exposed(p) for p in fits]),
             rejected=tuple(rejected),
             batch=batch,
             epoch_samples=epoch_samples,
@@ -167,9 +177,20 @@ def recommend(
             kept=kept,
         )
 
-    def predicted(s: Strategy) -> Prediction:
+    screened: dict[Strategy, str] = {}
+    """Rejected by predict's screen, not simulated: simulated after all where nothing fits,
+    for the message's closest strategy and its need."""
+
+    def predicted(s: Strategy, screen: bool = True) -> Prediction:
         by = priced[s.execution]
-        return predict(by, cluster, s, batch, optimizer=optimizer, memory_margin=memory_margin)
+        try:
+            return predict(
+                by, cluster, s, batch, optimizer=optimizer, memory_margin=memory_margin,
+                exposed=False, screen=screen,
+            )  # fmt: skip
+        except OverMemory as exc:
+            screened[s] = str(exc)
+            raise
 
     if not serving:
         kwargs["tensor_parallel"] = tuple(profile.tensor_parallel)

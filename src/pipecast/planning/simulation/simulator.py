@@ -23,6 +23,7 @@ sends (Costs.launch_queue, Costs.hold_sends; docs/decisions.md, "Compute held be
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from pipecast.errors import ConfigError
@@ -190,6 +191,10 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
     remaining = sum(len(a) for a in plan.actions)
     groups = weight_groups(plan) if plan.weight_batch > 1 else {}
     links = HeldSends(plan, costs, available, link_free, events) if costs.hold_sends else None
+    # (host, device, span) seconds of an action by what they depend on: its kind and stage,
+    # whether it recomputes, what precedes it on its rank, how many micro-batches a batched W
+    # computes (the micro-batch itself only through recomputation)
+    seconds: dict[tuple[object, ...], tuple[float, float, float]] = {}
     pinned = offloads_activations(costs.offload) and not plan.forward_only
     queue = costs.launch_queue or (1 if pinned else 0)  # how far a host may run ahead
     while remaining:
@@ -215,14 +220,20 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
                 ready = max((available[d] for d in deps), default=0.0)
                 st = costs.stages[a.stage]
                 after = state.head > 0 and actions[state.head - 1].kind in ("B", "W", "BW")
-                state.host = issue + _host(a, st, costs, plan, after, group)
+                rc = recomputed(a.mb, costs, plan)
+                key = (a.kind, a.stage, rc, after, -1 if group is None else len(group))
+                times = seconds.get(key)
+                if times is None:
+                    times = seconds[key] = (
+                        _host(a, st, costs, plan, after, group),
+                        _duration(a, st, costs, plan, group),
+                        _span(a, st, costs, plan),
+                    )
+                host_seconds, device_seconds, span = times
+                state.host = issue + host_seconds
                 state.host_busy += state.host - issue
                 start = max(state.free, ready, issue)
-                finish = max(
-                    start + _duration(a, st, costs, plan, group),
-                    state.host,
-                    issue + _span(a, st, costs, plan),
-                )
+                finish = max(start + device_seconds, state.host, issue + span)
                 events.append(Event(r, str(a), a.kind, start, finish, a.stage, a.mb))
                 if state.first_start < 0:
                     state.first_start = start
@@ -230,7 +241,7 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
                 state.mem.tally(a, st, costs, plan, issue, group)
                 if a.kind in ("W", "BW"):
                     last_backward[a.stage] = events[-1]
-                    last_device[a.stage] = _duration(a, st, costs, plan, group)
+                    last_device[a.stage] = device_seconds
                 elif a.kind == "F" and plan.forward_only:
                     last_backward.setdefault(a.stage, events[-1])
                 state.free = finish
@@ -253,12 +264,33 @@ def simulate(plan: Plan, costs: Costs, *, exposed: bool = True) -> Timeline:
         if not progressed:
             raise ConfigError(f"plan {plan.name} cannot finish: validate it first")
     step = _finish_step(plan, costs, ranks, last_backward, last_device, events)
-    exposed_comm = 0.0
-    if exposed and (costs.forward_transfer or costs.allreduce or costs.weight_gather):
-        exposed_comm = max(
-            step - simulate(plan, costs.without_communication(), exposed=False).step_time, 0.0
-        )
+    exposed_comm = exposed_communication(plan, costs, step) if exposed else 0.0
     return _timeline(plan, costs, ranks, events, step, exposed_comm)
+
+
+def exposed_communication(plan: Plan, costs: Costs, step: float) -> float:
+    """Seconds of the simulated `step` that communication adds: the step less the same plan's
+    with every transfer free (a second simulation)."""
+    if not (costs.forward_transfer or costs.allreduce or costs.weight_gather):
+        return 0.0
+    return max(step - simulate(plan, costs.without_communication(), exposed=False).step_time, 0.0)
+
+
+def least_peak_memory(plan: Plan, costs: Costs) -> int:
+    """A lower bound on simulate(plan, costs)'s peak memory over the ranks, without timing
+    the plan: each rank's actions tallied in program order as the simulator tallies them,
+    less the transfer buffers NCCL keeps past their host's release (when those go depends on
+    the timing, and they only add). A search drops what cannot fit for a fraction of a
+    simulation's price."""
+    fixed = fixed_memory(plan, costs)
+    groups = weight_groups(plan) if plan.weight_batch > 1 else {}
+    peaks = []
+    for r, actions in enumerate(plan.actions):
+        mem = RankMemory()
+        for a in actions:
+            mem.tally(a, costs.stages[a.stage], costs, plan, math.inf, groups.get(a))
+        peaks.append(fixed.peak(r, mem.peak, costs.cuda_graphs))
+    return max(peaks, default=0)
 
 
 def _timeline(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pipecast import jsonio
 from pipecast.errors import PlanError
@@ -22,8 +22,10 @@ _TEXT = re.compile(r"^(\d+)(BW|F|B|W)(\d+)$")
 FORMAT_VERSION = 1
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class Action:
+class Action(NamedTuple):
+    """A tuple, so that hashing and comparing one (the simulator does both for every
+    dependency it looks up) run in C; ordered by stage, kind, micro-batch."""
+
     stage: int
     kind: Kind
     mb: int
