@@ -104,6 +104,8 @@ class _Arrays:
         self.out = np.array([c.output_bytes for c in costs], dtype=float)
         self.input_counted = np.array([b.input_counted for b in profile.blocks])
         self.peak = np.array([c.peak_bytes for c in costs], dtype=float)
+        self.checkpointed: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        """_checkpointed's rows by stop (a loop over the blocks, asked for once per row)."""
 
 
 def _device_of(stage: int, layout: Layout) -> int:
@@ -161,6 +163,12 @@ def _checkpointed(a: _Arrays, stop: int) -> tuple[np.ndarray, np.ndarray]:
     checkpoint's input, the received one for the first) and the most one checkpoint saves.
     From the last block down: a block with weights makes the first one so far begin a
     checkpoint of its own; a weightless one joins the first checkpoint."""
+    if stop not in a.checkpointed:
+        a.checkpointed[stop] = _checkpoints(a, stop)
+    return a.checkpointed[stop]
+
+
+def _checkpoints(a: _Arrays, stop: int) -> tuple[np.ndarray, np.ndarray]:
     held, back = np.zeros(stop), np.zeros(stop)
     inputs = rest = first = 0.0  # later checkpoints' inputs, their largest; the first's bytes
     lead, lead_bytes = -1, 0.0  # the first block with weights, its own checkpoint's bytes
@@ -267,18 +275,24 @@ def _balanced_row(
     a: _Arrays, cluster: Cluster, setting: Setting, stages: int, limit: float
 ) -> RowCost:
     layout = setting.layout(stages)
+    devices = [_device_of(position, layout) for position in range(stages)]
+    # each position's link out to the next stage (None: none, or the same device) and in
+    # from the one before
+    out_links = [
+        cluster.link(devices[p], devices[p + 1])
+        if p < stages - 1 and devices[p] != devices[p + 1]
+        else None
+        for p in range(stages)
+    ]
+    in_links = [cluster.link(devices[max(p - 1, 0)], devices[p]) for p in range(stages)]
 
     def row(stop: int, position: int) -> np.ndarray:
         compute = a.compute[stop] - a.compute[:stop]
-        src = _device_of(position, layout)
-        dst = _device_of(min(position + 1, stages - 1), layout)
-        prev_src = _device_of(max(position - 1, 0), layout)
-        out_time = 0.0
-        if position < stages - 1 and src != dst:
-            out_time = cluster.link(src, dst).time(a.out[stop - 1])
+        out = out_links[position]
+        out_time = out.time(a.out[stop - 1]) if out is not None else 0.0
         starts = np.arange(stop)
         in_bytes = np.where(starts > 0, a.out[np.maximum(starts - 1, 0)], 0.0)
-        link = cluster.link(prev_src, src)
+        link = in_links[position]
         in_time = np.where(in_bytes > 0, link.latency + in_bytes / link.bandwidth, 0.0)
         if position == 0:
             in_time = np.zeros(stop)

@@ -129,8 +129,17 @@ class Prediction:
         return self.step_time / (1 + high), self.step_time / (1 + low)
 
     @property
+    def exposed_comm(self) -> float:
+        """Seconds of the step that communication adds (simulated now where predict left it
+        out: Prediction.unexposed)."""
+        if self.unexposed is None:
+            return self.timeline.exposed_comm
+        costs, step = self.unexposed
+        return exposed_communication(self.plan, costs, step)
+
+    @property
     def comm_fraction(self) -> float:
-        return self.timeline.exposed_comm / self.step_time if self.step_time > 0 else 0.0
+        return self.exposed_comm / self.step_time if self.step_time > 0 else 0.0
 
 
 class OverMemory(ConfigError):
@@ -324,6 +333,5 @@ def with_exposed(pred: Prediction) -> Prediction:
     """`pred` with the communication its step exposes, where predict left it out."""
     if pred.unexposed is None:
         return pred
-    costs, step = pred.unexposed
-    exposed = exposed_communication(pred.plan, costs, step)
-    return replace(pred, timeline=replace(pred.timeline, exposed_comm=exposed), unexposed=None)
+    timeline = replace(pred.timeline, exposed_comm=pred.exposed_comm)
+    return replace(pred, timeline=timeline, unexposed=None)

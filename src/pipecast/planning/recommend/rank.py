@@ -168,7 +168,7 @@ def recommend(
                 )
             )
         return Recommendation(
-            ranked=fastest_first([with_exposed(p) for p in fits]),
+            ranked=exposed_first(fastest_first(fits), kept),
             rejected=tuple(rejected),
             batch=batch,
             epoch_samples=epoch_samples,
@@ -268,6 +268,13 @@ def recommend(
         else:
             rejected.append(too_large(pred))
     return finish()
+
+
+def exposed_first(ranked: Sequence[Prediction], kept: int) -> tuple[Prediction, ...]:
+    """`ranked` with the communication each of the first `kept` exposes simulated (0: of
+    all); the rest simulate theirs when asked (Prediction.exposed_comm)."""
+    shown = kept or len(ranked)
+    return tuple(with_exposed(p) if i < shown else p for i, p in enumerate(ranked))
 
 
 def _too_large(least: int, limit: int) -> str:
@@ -442,7 +449,7 @@ def explain(best: Prediction, ranked: tuple[Prediction, ...]) -> str:
     detail = []
     if best.strategy.stages > 1:
         detail.append(f"bubble {t.bubble_fraction:.0%}")
-    if t.exposed_comm > 0:
+    if best.exposed_comm > 0:
         detail.append(f"exposed communication {best.comm_fraction:.0%}")
     if best.host_memory:
         detail.append(f"{human_bytes(best.host_memory)} of the host's memory, pinned")
