@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from pipecast.runtime.host_step import HostStep
+from pipecast.runtime.host_step import HostStep, host_threads
 
 CPU = torch.device("cpu")
 
@@ -97,3 +97,14 @@ def test_without_overlap_the_device_keeps_its_gradients() -> None:
     assert len(grads) == 6
     for p, g in zip(module.parameters(), grads, strict=True):
         assert p.grad is not None and torch.equal(p.grad, g)
+
+
+@pytest.mark.parametrize(("intra", "given", "want"), [(16, "", 14), (2, "", 1), (16, "3", 3)])
+def test_the_host_step_leaves_two_cores_to_the_threads_beside_it(
+    monkeypatch: pytest.MonkeyPatch, intra: int, given: str, want: int
+) -> None:
+    """Unless told, the host's optimizer takes torch's intra-op threads less the issuing
+    thread and autograd's, and at least one."""
+    monkeypatch.setenv("PIPECAST_HOST_THREADS", given)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: intra)
+    assert host_threads() == want

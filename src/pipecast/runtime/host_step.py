@@ -41,9 +41,16 @@ from torch import nn
 
 def host_threads() -> int:
     """How many CPU threads the host's optimizer steps with: PIPECAST_HOST_THREADS if set,
-    else torch's intra-op count."""
+    else torch's intra-op count less the two threads busy beside it (the one issuing the
+    step's kernels and autograd's, which runs the backward the host's steps overlap): an
+    OpenMP team larger than the cores left to it waits at every barrier for a member the
+    system has paused."""
     given = os.environ.get("PIPECAST_HOST_THREADS", "")
-    return max(1, int(given)) if given.isdigit() else torch.get_num_threads()
+    return max(1, int(given)) if given.isdigit() else max(1, torch.get_num_threads() - BESIDE)
+
+
+BESIDE = 2
+"""Busy threads beside the host's optimizer step (host_threads)."""
 
 
 def _limit_threads() -> None:
