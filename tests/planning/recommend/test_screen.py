@@ -170,7 +170,9 @@ def _outcome(rec: Recommendation | str) -> tuple[object, ...]:
     event), the strategies rejected and how many were left unpriced."""
     assert not isinstance(rec, str), rec
     rejected = [r.strategy for r in rec.rejected]
-    return rec.ranked, set(rejected), len(rejected), rec.skipped, rec.kept
+    # past the kept ones, a prediction simulates its exposed communication when asked
+    ranked = tuple(with_exposed(p) for p in rec.ranked)
+    return ranked, set(rejected), len(rejected), rec.skipped, rec.kept
 
 
 @pytest.mark.parametrize(("gpus", "memory", "keep"), [(2, "40MiB", None), (4, "20MiB", 3)])
