@@ -11,6 +11,7 @@ from functools import partial
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from pipecast.errors import ShapeError
 from pipecast.measuring.profiler.hold import HIDE_LEAD
@@ -33,9 +34,21 @@ def precision(device: torch.device, options: ProfileOptions) -> Iterator[None]:
         yield
 
 
-def storage(t: torch.Tensor) -> tuple[int, int]:
+def storages(t: torch.Tensor) -> list[tuple[int, int]]:
+    """(data pointer, bytes) of each storage `t` holds. A tensor subclass that wraps others
+    (torchao's Float8 tensors, which a Float8 block saves for its backward) has no storage
+    of its own, only its inner tensors'."""
+    if is_traceable_wrapper_subclass(t):
+        names, _ = t.__tensor_flatten__()
+        return [s for name in names for s in storages(getattr(t, name))]
     s = t.untyped_storage()
-    return s.data_ptr(), s.nbytes()
+    return [(s.data_ptr(), s.nbytes())]
+
+
+def storage(t: torch.Tensor) -> tuple[int, int]:
+    """`t`'s first storage and the bytes of all it holds (storages)."""
+    held = storages(t)
+    return held[0][0], sum(n for _, n in held)
 
 
 class BlockRun:
@@ -87,9 +100,9 @@ def saved_storages(run: BlockRun, param_ptrs: set[int]) -> tuple[dict[int, int],
     saved: dict[int, int] = {}
 
     def pack(t: torch.Tensor) -> torch.Tensor:
-        ptr, nbytes = storage(t)
-        if ptr not in param_ptrs and ptr != 0:
-            saved[ptr] = nbytes
+        for ptr, nbytes in storages(t):
+            if ptr not in param_ptrs and ptr != 0:
+                saved[ptr] = nbytes
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):

@@ -17,6 +17,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.checkpoint import checkpoint
 
+from pipecast.measuring.profiler.measure import storages
 from pipecast.runtime.recompute import context_fn
 
 if TYPE_CHECKING:
@@ -34,14 +35,14 @@ class _Made(TorchDispatchMode):  # type: ignore[no-untyped-call]
         out = func(*args, **(kwargs or {}))
         for t in tree_leaves(out):
             if isinstance(t, torch.Tensor) and t.device.type != "meta":
-                storage = t.untyped_storage()
-                self.made.append((weakref.ref(t), storage.data_ptr(), storage.nbytes()))
+                for ptr, nbytes in storages(t):
+                    self.made.append((weakref.ref(t), ptr, nbytes))
         return out
 
     def alive(self, *but: torch.Tensor) -> int:
         """Bytes of the storages made inside it that are still alive, `but`'s aside."""
         # (refcounting frees what nothing holds; a full collection here cost seconds per profile)
-        skip = {t.untyped_storage().data_ptr() for t in but}
+        skip = {ptr for t in but for ptr, _ in storages(t)}
         live = {ptr: n for ref, ptr, n in self.made if ref() is not None and ptr not in skip}
         return sum(live.values())
 
