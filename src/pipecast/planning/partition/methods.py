@@ -285,8 +285,20 @@ def _balanced_row(
         for p in range(stages)
     ]
     in_links = [cluster.link(devices[max(p - 1, 0)], devices[p]) for p in range(stages)]
+    # a row depends on its position only through the micro-batches in flight there and its
+    # two links: positions alike share it (a deep pipeline asks for thousands)
+    rows: dict[tuple[object, ...], np.ndarray] = {}
 
     def row(stop: int, position: int) -> np.ndarray:
+        flight = in_flight(
+            setting.schedule, position, stages, setting.microbatches, ranks=setting.ranks
+        )
+        key = (stop, flight, out_links[position], in_links[position] if position else None)
+        if key not in rows:
+            rows[key] = _row(stop, position)
+        return rows[key]
+
+    def _row(stop: int, position: int) -> np.ndarray:
         compute = a.compute[stop] - a.compute[:stop]
         out = out_links[position]
         out_time = out.time(a.out[stop - 1]) if out is not None else 0.0
