@@ -84,6 +84,10 @@ def test_the_screen_raises_only_where_the_plan_cannot_fit() -> None:
             if whole.unexposed is None:  # FSDP on one stage: not simulated, not screened
                 continue
             least = least_peak_memory(whole.plan, whole.unexposed[0])
+            # where it is over, the screen stops at the first action past the limit
+            first = least_peak_memory(whole.plan, whole.unexposed[0], whole.memory_limit)
+            assert (first > whole.memory_limit) == (least > whole.memory_limit)
+            assert first <= least
             too_large += not whole.fits
             try:
                 pred = _priced(s, cluster, screen=True)
@@ -91,7 +95,7 @@ def test_the_screen_raises_only_where_the_plan_cannot_fit() -> None:
                 screened += 1
                 assert least > whole.memory_limit and not whole.fits, s.label()
                 assert isinstance(exc, ConfigError)
-                assert f"needs over {human_bytes(least)} per GPU" in str(exc)
+                assert f"needs over {human_bytes(first)} per GPU" in str(exc)
                 assert f"{human_bytes(whole.memory_limit)} usable" in str(exc)
                 continue
             assert least <= whole.memory_limit, s.label()

@@ -58,7 +58,7 @@ def auto_plan(ranks: int, microbatches: int, costs: Costs, memory_limit: float =
     best: tuple[float, Plan] | None = None
     plans = candidates(ranks, microbatches, costs)
     for plan in plans:
-        if memory_limit and least_peak_memory(plan, costs) > memory_limit:
+        if memory_limit and least_peak_memory(plan, costs, memory_limit) > memory_limit:
             continue  # cannot fit: not worth a simulation
         timeline = simulate(plan, costs, exposed=False)
         if memory_limit and max(timeline.peak_memory) > memory_limit:

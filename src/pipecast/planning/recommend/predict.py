@@ -304,7 +304,7 @@ def predict(
     if strategy.sharded and strategy.stages == 1:
         timeline = sharded_timeline(profile, cluster, strategy, size, optimizer)
     else:
-        if screen and (least := least_peak_memory(plan, costs)) > memory_limit:
+        if screen and (least := least_peak_memory(plan, costs, memory_limit)) > memory_limit:
             raise OverMemory(least, memory_limit, profile.device == "cpu")
         timeline = simulate(plan, costs, exposed=exposed)
         unexposed = None if exposed else (costs, timeline.step_time)
