@@ -20,7 +20,7 @@ from pipecast.planning.recommend.enumerate import graphed, strategies
 from pipecast.planning.recommend.predict import OverMemory, Prediction, predict, with_exposed
 from pipecast.planning.recommend.rank import Recommendation, offloaded, recommend
 from pipecast.planning.simulation import Costs, StageTimes, simulate
-from pipecast.planning.simulation.simulator import least_peak_memory
+from pipecast.planning.simulation.memory import least_peak_memory
 from pipecast.values.hardware.cluster import Cluster
 from pipecast.values.hardware.presets import describe, preset
 from pipecast.values.hardware.units import human_bytes

@@ -20,7 +20,7 @@ from pipecast.planning.recommend.predict import predict
 from pipecast.planning.recommend.rank import offloaded
 from pipecast.planning.schedules import make_plan
 from pipecast.planning.simulation import Costs, StageTimes, simulate
-from pipecast.planning.simulation.simulator import least_peak_memory
+from pipecast.planning.simulation.memory import least_peak_memory
 from pipecast.values.hardware.presets import describe
 from pipecast.values.plan.action import Plan
 

@@ -17,7 +17,8 @@ from functools import lru_cache
 from pipecast.planning.schedules.generators import zero_bubble_auto, zero_bubble_h1
 from pipecast.planning.schedules.greedy import Durations
 from pipecast.planning.simulation.costs import Costs
-from pipecast.planning.simulation.simulator import least_peak_memory, simulate
+from pipecast.planning.simulation.memory import least_peak_memory
+from pipecast.planning.simulation.simulator import simulate
 from pipecast.values.plan.action import Plan
 
 

@@ -17,14 +17,11 @@ from pipecast.planning.recommend.mesh import (
 )
 from pipecast.planning.schedules.generators import make_plan
 from pipecast.planning.simulation.costs import Costs
+from pipecast.planning.simulation.memory import least_peak_memory
 from pipecast.planning.simulation.pricing import costs_from_profile, cpu_turns
 from pipecast.planning.simulation.recomputation import selective
 from pipecast.planning.simulation.sharded_optimizer import with_sharded_optimizer
-from pipecast.planning.simulation.simulator import (
-    exposed_communication,
-    least_peak_memory,
-    simulate,
-)
+from pipecast.planning.simulation.simulator import exposed_communication, simulate
 from pipecast.values.batching import check_batch, largest_micro_batch
 from pipecast.values.hardware.cluster import Cluster
 from pipecast.values.hardware.units import human_bytes, per_rank
@@ -255,7 +252,7 @@ def predict(
     `exposed` False: leave the communication the step exposes unpriced (a second simulation,
     which a search that keeps few of its predictions saves: with_exposed adds it). `screen`:
     raise OverMemory, not simulating, where a lower bound on the plan's memory shows it
-    cannot fit (simulation.simulator.least_peak_memory)."""
+    cannot fit (simulation.memory.least_peak_memory)."""
     if strategy.gpus > cluster.world:
         raise ConfigError(
             f"{strategy.label()} needs {strategy.gpus} GPUs, the cluster has {cluster.world}: "

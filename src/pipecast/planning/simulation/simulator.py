@@ -23,19 +23,12 @@ sends (Costs.launch_queue, Costs.hold_sends; docs/decisions.md, "Compute held be
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from pipecast.errors import ConfigError
 from pipecast.planning.simulation.costs import Costs, StageTimes
 from pipecast.planning.simulation.links import HeldSends, at, send
-from pipecast.planning.simulation.memory import (
-    FixedMemory,
-    RankMemory,
-    fixed_memory,
-    host_bytes,
-    recomputed,
-)
+from pipecast.planning.simulation.memory import RankMemory, fixed_memory, host_bytes, recomputed
 from pipecast.values.plan.action import Action, Plan
 from pipecast.values.plan.validate import dependencies
 from pipecast.values.plan.weight_groups import weight_groups
@@ -280,38 +273,6 @@ def exposed_communication(plan: Plan, costs: Costs, step: float) -> float:
     if not (costs.forward_transfer or costs.allreduce or costs.weight_gather):
         return 0.0
     return max(step - simulate(plan, costs.without_communication(), exposed=False).step_time, 0.0)
-
-
-def least_peak_memory(plan: Plan, costs: Costs, limit: float = math.inf) -> int:
-    """A lower bound on simulate(plan, costs)'s peak memory over the ranks, without timing
-    the plan: each rank's actions tallied in program order as the simulator tallies them,
-    less the transfer buffers NCCL keeps past their host's release (when those go depends on
-    the timing, and they only add). A search drops what cannot fit for a fraction of a
-    simulation's price. Given a `limit`, it stops at the first rank and action whose bound
-    is over it (what it returns is still a lower bound, and over the limit)."""
-    fixed = fixed_memory(plan, costs)
-    groups = weight_groups(plan) if plan.weight_batch > 1 else {}
-    peaks = []
-    for r, actions in enumerate(plan.actions):
-        mem = RankMemory()
-        over = _room(fixed, r, limit, costs.cuda_graphs)  # the actions' peak over the limit
-        for a in actions:
-            mem.tally(a, costs.stages[a.stage], costs, plan, math.inf, groups.get(a))
-            if mem.peak > over:
-                return fixed.peak(r, mem.peak, costs.cuda_graphs)
-        peaks.append(fixed.peak(r, mem.peak, costs.cuda_graphs))
-    return max(peaks, default=0)
-
-
-def _room(fixed: FixedMemory, rank: int, limit: float, graphed: bool) -> float:
-    """The least actions' peak above which rank `rank`'s peak (FixedMemory.peak, rising in
-    it) is over `limit` (-1: over it already; inf: no limit)."""
-    if limit == math.inf:
-        return math.inf
-    if fixed.peak(rank, 0, graphed) > limit:
-        return -1.0
-    after = max(fixed.stepping[rank], fixed.reducing[rank])
-    return limit - fixed.device[rank] - (after if graphed else 0)
 
 
 def _timeline(
