@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -379,6 +380,31 @@ def _text(outcomes: list[Outcome], table: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def write_json(
+    path: str,
+    head: dict[str, Any],
+    outcomes: Sequence[Any],
+    table: list[dict[str, Any]],
+    **extra: str,
+) -> None:
+    """`head`, then each outcome's row with its prediction, error, why it is not expressible
+    and its notes (and each of `extra`'s keys, read from the attribute it names), then the
+    ratio checks, as JSON at `path`."""
+    rows = [
+        {
+            **asdict(o.row),
+            "predicted": o.predicted,
+            "error": o.error,
+            "not_expressible": o.why_not,
+            "notes": list(o.notes),
+            **{key: getattr(o, name) for key, name in extra.items()},
+        }
+        for o in outcomes
+    ]
+    doc = {**head, "rows": rows, "ratios": table}
+    Path(path).write_text(json.dumps(doc, indent=1) + "\n")
+
+
 def ratio_lines(table: list[dict[str, Any]], heading: str) -> list[str]:
     """The ratio checks as a markdown table, after a blank line: each published ratio, its
     prediction and the error."""
@@ -401,23 +427,8 @@ def main(argv: list[str] | None = None) -> None:
     outcomes, table = report(Path(args.profiles), dry=args.dry)
     print(_text(outcomes, table))
     if args.json:
-        doc = {
-            "source": SOURCE,
-            "cluster": CLUSTER,
-            "rows": [
-                {
-                    **asdict(o.row),
-                    "predicted": o.predicted,
-                    "error": o.error,
-                    "not_expressible": o.why_not,
-                    "notes": list(o.notes),
-                    "predicted_memory_gib": o.memory_gib,
-                }
-                for o in outcomes
-            ],
-            "ratios": table,
-        }
-        Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
+        head = {"source": SOURCE, "cluster": CLUSTER}
+        write_json(args.json, head, outcomes, table, predicted_memory_gib="memory_gib")
 
 
 if __name__ == "__main__":

@@ -46,13 +46,12 @@ how the script is tested on a CPU.
 from __future__ import annotations
 
 import argparse
-import json
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks.published import ratio_lines
+from benchmarks.published import ratio_lines, write_json
 from benchmarks.scale import MEGATRON_SEQ_LEN, MEGATRON_VOCAB, profile_name
 from pipecast.errors import PipecastError
 from pipecast.planning.recommend.predict import predict
@@ -256,22 +255,7 @@ def main(argv: list[str] | None = None) -> None:
     outcomes, table = report(Path(args.profiles))
     print(_text(outcomes, table))
     if args.json:
-        doc = {
-            "source": SOURCE,
-            "cluster": CLUSTER,
-            "rows": [
-                {
-                    **asdict(o.row),
-                    "predicted": o.predicted,
-                    "error": o.error,
-                    "not_expressible": o.why_not,
-                    "notes": list(o.notes),
-                }
-                for o in outcomes
-            ],
-            "ratios": table,
-        }
-        Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
+        write_json(args.json, {"source": SOURCE, "cluster": CLUSTER}, outcomes, table)
 
 
 if __name__ == "__main__":
