@@ -232,6 +232,27 @@ def test_a_memory_limited_split_is_the_fastest_that_fits(
     assert report.slowest == pytest.approx(want)
 
 
+@pytest.mark.parametrize("memory", ["3", "3.5"])
+def test_a_split_bound_by_activations_in_flight_is_the_fastest_that_fits(memory: str) -> None:
+    """Under 1F1B stage s of S keeps S - s micro-batches' activations: a split
+    limited by them is still the fastest of those whose every stage fits, by trying them
+    all (each position's own count in flight, whatever rows it shares with others)."""
+    gib = 2**30
+    rng = np.random.default_rng(7)
+    n, k = 8, 4
+    fwd = list(rng.uniform(1e-3, 5e-3, n))
+    saved = [int(x) for x in rng.uniform(0.2, 0.8, n) * gib]
+    p = make_profile(fwd, saved=saved, params=[2**20] * n)
+    small = describe(gpus_per_node=4, memory=f"{memory}GiB", intra_bandwidth="100GB/s")
+    limit = float(memory) * gib
+    want = _brute_force_slowest(p, k, cluster=small, limit=limit)
+    assert want > _brute_force_slowest(p, k, cluster=small) * (1 + 1e-9)  # memory binds
+    part = partition(p, small, k, Setting(micro_batch=8, memory_margin=0.0))
+    report = analyze(p, part, small, 8)
+    assert all(st.memory <= limit for st in report.stages)
+    assert report.slowest == pytest.approx(want)
+
+
 @pytest.mark.parametrize(("placement", "ranks", "k"), [("loop", 2, 4), ("v", 2, 4), ("loop", 3, 6)])
 def test_loop_and_v_placements_are_split_optimally(placement: str, ranks: int, k: int) -> None:
     """Several stages a device, in a loop (interleaved) or a V (ZB-V): a boundary between

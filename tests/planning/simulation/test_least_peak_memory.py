@@ -93,6 +93,21 @@ def test_the_bound_is_never_above_the_simulated_peak(
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
 @pytest.mark.parametrize(("name", "ranks", "m", "wb"), PLANS)
+def test_stopping_at_a_limit_is_over_it_exactly_where_the_whole_walk_is(
+    name: str, ranks: int, m: int, wb: int, variant: str
+) -> None:
+    """Given a limit, the walk may stop early, but only where the whole walk's bound is over
+    the limit too: at the bound itself it is not over, a byte below it, it is."""
+    plan = _plan(name, ranks, m, wb)
+    costs = _costs(plan, **VARIANTS[variant])
+    whole = least_peak_memory(plan, costs)
+    assert least_peak_memory(plan, costs, whole) == whole
+    early = least_peak_memory(plan, costs, whole - 1)
+    assert whole - 1 < early <= whole
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize(("name", "ranks", "m", "wb"), PLANS)
 def test_with_nothing_crossing_the_bound_is_the_peak(
     name: str, ranks: int, m: int, wb: int, variant: str
 ) -> None:
