@@ -38,6 +38,9 @@ from typing import Any
 import torch
 from torch import nn
 
+BESIDE = 2
+"""Busy threads beside the host's optimizer step (host_threads)."""
+
 
 def host_threads() -> int:
     """How many CPU threads the host's optimizer steps with: PIPECAST_HOST_THREADS if set,
@@ -47,10 +50,6 @@ def host_threads() -> int:
     system has paused."""
     given = os.environ.get("PIPECAST_HOST_THREADS", "")
     return max(1, int(given)) if given.isdigit() else max(1, torch.get_num_threads() - BESIDE)
-
-
-BESIDE = 2
-"""Busy threads beside the host's optimizer step (host_threads)."""
 
 
 def _limit_threads() -> None:
