@@ -20,7 +20,7 @@ from pipecast.planning.recommend.predict import predict
 from pipecast.planning.recommend.rank import offloaded
 from pipecast.planning.schedules import make_plan
 from pipecast.planning.simulation import Costs, StageTimes, simulate
-from pipecast.planning.simulation.memory import least_peak_memory
+from pipecast.planning.simulation.memory import least_peak_memory, program_order_peaks, reclaimed
 from pipecast.values.hardware.presets import describe
 from pipecast.values.plan.action import Plan
 
@@ -186,3 +186,56 @@ def test_the_bound_holds_for_strategies_priced_from_a_profile() -> None:
             checked += 1
             below += least < pred.peak_memory
     assert checked > 100 and below > 0
+
+
+def test_program_order_peaks_by_hand() -> None:
+    """The case above, rank by rank: 2010 and 1040 in program order."""
+    first = StageTimes(
+        forward=1, backward_input=1, backward_weight=1, backward=2, activation_bytes=1000,
+        output_bytes=10,
+    )  # fmt: skip
+    last = replace(first, output_bytes=0, input_bytes=10, activation_bytes=500)
+    costs = Costs(stages=(first, last), recompute="all-but-last")
+    assert program_order_peaks(make_plan("gpipe", 2, 4), costs) == (2010, 1040)
+
+
+@pytest.mark.parametrize(
+    ("limit", "held"),
+    [(2030, (2030, 1040)), (2020, (2020, 1040)), (2010, (2010, 1040)), (2000, (2010, 1040))],
+)
+def test_a_limit_reclaims_the_buffers_held_in_flight(limit: int, held: tuple[int, ...]) -> None:
+    """The same case's simulated peaks, (2030, 1040), on GPUs of `limit` bytes: the first
+    rank's two gradients in flight (20 bytes past its program order) fill the room up to the
+    limit and no further; below its program order (2010) it needs that, and does not fit."""
+    first = StageTimes(
+        forward=1, backward_input=1, backward_weight=1, backward=2, activation_bytes=1000,
+        output_bytes=10,
+    )  # fmt: skip
+    last = replace(first, output_bytes=0, input_bytes=10, activation_bytes=500)
+    costs = Costs(stages=(first, last), recompute="all-but-last")
+    assert reclaimed((2030, 1040), make_plan("gpipe", 2, 4), costs, limit) == held
+
+
+def test_a_pipeline_fits_where_only_its_buffers_in_flight_were_over() -> None:
+    """Two stages sending 100 MB a micro-batch over a 1 GB/s link, their hosts far ahead of
+    their devices: simulated on a roomy GPU, the buffers NCCL holds raise a rank's peak past
+    its program order. On a GPU whose room lies between the two the plan fits, its peak the
+    room itself, and its step is the roomy GPU's."""
+    profile = make_profile([1e-3] * 4, out_bytes=[10**8] * 4, saved=[10**6] * 4)
+    roomy = describe(gpus_per_node=2, memory="80GiB", intra_bandwidth="1GB/s")
+    pipelines = [
+        s for s in strategies(2, 64, blocks=4) if s.kind == "pipeline" and s.schedule == "1f1b"
+    ]
+    s = max(pipelines, key=lambda s: s.microbatches)
+    wide = predict(profile, roomy, s, 64, memory_margin=0.0, exposed=False)
+    assert wide.unexposed is not None
+    costs, _ = wide.unexposed
+    order = program_order_peaks(wide.plan, costs)
+    simulated = simulate(wide.plan, costs, exposed=False).peak_memory
+    assert max(simulated) > max(order)
+    room = (max(order) + max(simulated)) // 2
+    tight = replace(roomy, memory_bytes=room)
+    pred = predict(profile, tight, s, 64, memory_margin=0.0, exposed=False)
+    assert pred.fits
+    assert max(pred.timeline.peak_memory) == room
+    assert pred.step_time == wide.step_time

@@ -17,7 +17,7 @@ from pipecast.planning.recommend.mesh import (
 )
 from pipecast.planning.schedules.generators import make_plan
 from pipecast.planning.simulation.costs import Costs
-from pipecast.planning.simulation.memory import least_peak_memory
+from pipecast.planning.simulation.memory import least_peak_memory, reclaimed
 from pipecast.planning.simulation.pricing import costs_from_profile, cpu_turns
 from pipecast.planning.simulation.recomputation import selective
 from pipecast.planning.simulation.sharded_optimizer import with_sharded_optimizer
@@ -304,6 +304,8 @@ def predict(
         if screen and (least := least_peak_memory(plan, costs, memory_limit)) > memory_limit:
             raise OverMemory(least, memory_limit, profile.device == "cpu")
         timeline = simulate(plan, costs, exposed=exposed)
+        peaks = reclaimed(timeline.peak_memory, plan, costs, memory_limit)
+        timeline = replace(timeline, peak_memory=peaks)
         unexposed = None if exposed else (costs, timeline.step_time)
     if runtime and not ddp and strategy.gpus > 1 and cluster.step_overhead:
         per_step = cluster.step_overhead

@@ -309,18 +309,42 @@ def least_peak_memory(plan: Plan, costs: Costs, limit: float = math.inf) -> int:
     the timing, and they only add). A search drops what cannot fit for a fraction of a
     simulation's price. Given a `limit`, it stops at the first rank and action whose bound
     is over it (what it returns is still a lower bound, and over the limit)."""
+    return max(_program_order(plan, costs, limit), default=0)
+
+
+def program_order_peaks(plan: Plan, costs: Costs) -> tuple[int, ...]:
+    """Each rank's peak memory with its actions tallied in program order and no transfer
+    buffer held past its host's release (least_peak_memory, rank by rank)."""
+    return tuple(_program_order(plan, costs, math.inf))
+
+
+def _program_order(plan: Plan, costs: Costs, limit: float) -> list[int]:
+    """The ranks' program-order peaks, ending with the first over `limit` if one is."""
     fixed = fixed_memory(plan, costs)
     groups = weight_groups(plan) if plan.weight_batch > 1 else {}
-    peaks = []
+    peaks: list[int] = []
     for r, actions in enumerate(plan.actions):
         mem = RankMemory()
         over = _room(fixed, r, limit, costs.cuda_graphs)  # the actions' peak over the limit
         for a in actions:
             mem.tally(a, costs.stages[a.stage], costs, plan, math.inf, groups.get(a))
             if mem.peak > over:
-                return fixed.peak(r, mem.peak, costs.cuda_graphs)
+                return [*peaks, fixed.peak(r, mem.peak, costs.cuda_graphs)]
         peaks.append(fixed.peak(r, mem.peak, costs.cuda_graphs))
-    return max(peaks, default=0)
+    return peaks
+
+
+def reclaimed(peaks: tuple[int, ...], plan: Plan, costs: Costs, limit: int) -> tuple[int, ...]:
+    """Simulated peaks (`peaks`, a rank each) as a GPU with `limit` bytes for the plan holds
+    them. The caching allocator, out of room, waits for the transfers NCCL still holds and
+    takes their blocks back before it fails (synchronize_and_free_events), so the buffers a
+    host running ahead of its device keeps in flight grow a rank's memory up to the limit,
+    not past it: a rank over the limit holds the larger of the limit and its program-order
+    peak (docs/decisions.md, "Transfer buffers under a limit")."""
+    if max(peaks, default=0) <= limit:
+        return peaks
+    order = program_order_peaks(plan, costs)
+    return tuple(p if p <= limit else max(o, limit) for p, o in zip(peaks, order, strict=True))
 
 
 def _room(fixed: FixedMemory, rank: int, limit: float, graphed: bool) -> float:
