@@ -137,6 +137,27 @@ def test_a_split_block_adds_an_all_reduce_per_row_wise_forward_and_column_wise_b
     assert tp_collectives(profile, 0, 1, 8, cluster, 2, backward=True) == pytest.approx(4 * one)
 
 
+def test_a_profile_measured_in_shares_alone_prices_its_all_reduces() -> None:
+    """A model too large for one GPU whole is profiled as one rank's share, which stands for
+    the whole blocks too (weights as small): its split blocks still all-reduce, as the
+    profiler recorded (tp_reduces); an unsplit block (no record) does not."""
+    from dataclasses import replace
+
+    from tests.planning.partition.test_partition import make_profile
+
+    from pipecast.planning.recommend.mesh import tp_collectives
+    from pipecast.values.hardware.presets import describe
+
+    profile = make_profile([1e-3] * 2, params=[2000, 2000])
+    split = replace(profile.blocks[0], tp_reduces=(2, 4))
+    profile = replace(profile, tensor_parallel={2: (split, profile.blocks[1])})
+    cluster = describe(gpus_per_node=2, memory="80GiB")
+    one = cluster.allreduce_time(1000, range(2))
+    assert tp_collectives(profile, 0, 2, 8, cluster, 2) == pytest.approx(2 * one)
+    assert tp_collectives(profile, 0, 2, 8, cluster, 2, backward=True) == pytest.approx(4 * one)
+    assert tp_collectives(profile, 1, 2, 8, cluster, 2) == 0.0
+
+
 def _fsdp_profile() -> Profile:
     """Four blocks of 3 GB of weights each, 1 ms forward, and an optimizer step of 8 ms a
     block (nothing fixed on top)."""

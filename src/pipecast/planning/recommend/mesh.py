@@ -33,9 +33,14 @@ from pipecast.values.training import OPTIMIZER_STATE, OPTIMIZER_TEMPORARY, Optim
 
 
 def planned(profile: Profile, degree: int, block: int) -> bool:
-    """Whether `block` is split at `degree` (its sharded weights are smaller)."""
+    """Whether `block` is split at `degree`: the profiler recorded its split's all-reduces
+    (BlockProfile.tp_reduces), or, in a profile from before it did, its sharded weights are
+    smaller. A profile measured in shares alone (a model too large for one GPU whole:
+    benchmarks/scale.py) has a rank's share for its whole blocks too, weights as small."""
     sharded = profile.at_tensor_parallel(degree).blocks[block]
-    return degree > 1 and sharded.param_bytes < profile.blocks[block].param_bytes
+    if degree <= 1:
+        return False
+    return sharded.tp_reduces is not None or sharded.param_bytes < profile.blocks[block].param_bytes
 
 
 def tp_collectives(
