@@ -13,8 +13,9 @@ benchmarks/published_megatron.py's, copied from a stored text of the table.
 For each row the script builds the Strategy its layout is (FSDP degree, TP, PP with its
 schedule, compiled, Float8, recomputation), takes the profile of the row's shape and
 execution from DIR (benchmarks/scale.py's llama-<shape>_<execution>.json), prices it with
-pipecast's predict on `h100-nvlink` nodes (values/hardware/presets.py) and prints tokens/s
-per GPU beside the published figure. A row pipecast cannot express is listed with why; one
+pipecast's predict on `h100-nvlink` nodes (values/hardware/presets.py) with torchtitan's
+96 GB cards and no memory margin (the runs fitted; the table sets the predicted peak beside
+the published one) and prints tokens/s per GPU beside the published figure. A row pipecast cannot express is listed with why; one
 it expresses only in part is predicted and its note says what was left out. `--dry`
 prices every execution from the eager profile (benchmarks/scale.py --dry makes only those):
 how the script is tested on a CPU.
@@ -279,10 +280,16 @@ def strategy_of(row: Row) -> tuple[Strategy, list[str]]:
     return strategy, notes
 
 
+CARD_MEMORY = 96 * 10**9
+"""torchtitan's H100s' memory (96 GB of HBM2e, 89.4 GiB): its 405B rows peaked at up to
+84.9 GiB, past an 80 GB card's."""
+
+
 def cluster_for(gpus: int) -> Cluster:
-    """`gpus` H100s as h100-nvlink nodes of 8."""
+    """`gpus` H100s as h100-nvlink nodes of 8, with torchtitan's cards' memory."""
     base = preset(CLUSTER)
-    return replace(base, nodes=max(1, math.ceil(gpus / base.gpus_per_node)))
+    nodes = max(1, math.ceil(gpus / base.gpus_per_node))
+    return replace(base, nodes=nodes, memory_bytes=CARD_MEMORY)
 
 
 def why_not(row: Row, profile: Profile | None) -> str:
@@ -322,8 +329,13 @@ def outcome(row: Row, folder: Path, *, dry: bool = False) -> Outcome:
     assert profile is not None
     strategy, more = strategy_of(row)
     try:
-        prediction = predict(
-            profile, cluster_for(row.gpus), strategy, row.global_batch, optimizer=OPTIMIZER
+        prediction = predict(  # the run fitted: no margin, its memory beside the published
+            profile,
+            cluster_for(row.gpus),
+            strategy,
+            row.global_batch,
+            optimizer=OPTIMIZER,
+            memory_margin=0.0,
         )
     except PipecastError as exc:
         return Outcome(row, why_not=f"pipecast refuses the layout: {exc}")
