@@ -57,15 +57,6 @@ def _limit_threads() -> None:
     torch.set_num_threads(host_threads())
 
 
-def stepping_pool() -> ThreadPoolExecutor:
-    """The one thread the host's optimizer steps run on, with host_threads() threads of its
-    own: the runtime's, and the probe's that times them (measuring.probe.host_link), so the
-    rate priced is the rate run."""
-    return ThreadPoolExecutor(
-        1, thread_name_prefix="pipecast-host-step", initializer=_limit_threads
-    )
-
-
 @dataclass(eq=False)
 class _Group:
     """One block's parameters (or the shared ones) and the optimizer that steps them."""
@@ -143,7 +134,9 @@ class HostStep:
         self.armed = False
         """The step's last backward of this stage has begun: a gradient delivered now is a
         parameter's last of the step."""
-        self.pool = stepping_pool()
+        self.pool = ThreadPoolExecutor(
+            1, thread_name_prefix="pipecast-host-step", initializer=_limit_threads
+        )
         self.pending: list[Future[None]] = []
         self.delivered: set[int] = set()
         """ids of the device parameters that got a gradient in the last step."""

@@ -12,7 +12,6 @@ import torch
 import torch.distributed as dist
 
 from pipecast.runtime import devices
-from pipecast.runtime.host_step import stepping_pool
 from pipecast.runtime.launch import Context
 from pipecast.values.hardware.cluster import Link
 from pipecast.values.hardware.fit import fit_link
@@ -82,20 +81,17 @@ def optimizer_rate(
     the runtime's offloaded optimizer is (runtime.stage.make_optimizer), every rank at once
     as offloaded optimizers step together: Cluster.host_optimizer_rate (fp32) and
     host_optimizer_rate_16 (bf16). Per byte the two differ: a 16-bit weight is widened to
-    fp32 for the arithmetic and its state narrowed back. Timed on the runtime's stepping
-    thread, with its thread count: torch's whole team would price a step faster than the
-    runtime, which leaves two cores to the threads beside it, runs it."""
+    fp32 for the arithmetic and its state narrowed back."""
     itemsize = torch.empty(0, dtype=dtype).element_size()
     weight = torch.nn.Parameter(torch.zeros(nbytes // itemsize, dtype=dtype))
     weight.grad = torch.full_like(weight, 1e-3)
     adam = torch.optim.Adam([weight], lr=1e-3, fused=True)
+    adam.step()  # its state, allocated once
     times = []
-    with stepping_pool() as pool:  # on the thread, and its thread count, the runtime's use
-        pool.submit(adam.step).result()  # its state, allocated once
-        for _ in range(repeats):
-            if dist.is_initialized() and dist.get_world_size() > 1:
-                dist.barrier()
-            began = time.perf_counter()
-            pool.submit(adam.step).result()
-            times.append(time.perf_counter() - began)
+    for _ in range(repeats):
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            dist.barrier()
+        began = time.perf_counter()
+        adam.step()
+        times.append(time.perf_counter() - began)
     return nbytes / statistics.median(times)
