@@ -44,7 +44,12 @@ def list_schedule(
     *,
     rank_limit: int,
     durations: Durations | None = None,
+    until: int = 0,
 ) -> Plan:
+    """The list schedule of `microbatches` micro-batches over stages placed by `placement`.
+    `until`: stop once rank 0 has that many actions (0: schedule them all); the Plan is then
+    a head of the whole one, each rank's row a prefix of its whole row (what the ranks had
+    started when rank 0 started its `until`-th action), and is not a valid plan."""
     stages, m = len(placement), microbatches
     ranks = max(placement) + 1
     times = durations or Durations.units(stages)
@@ -136,6 +141,9 @@ def list_schedule(
                 known_of[r] = None
                 for q in waiting[r]:
                     known_of[q] = None
+                if until and not r and len(rows[0]) >= until:
+                    remaining = 0  # the head asked for: the rows so far
+                    break
         if not progressed:
             later = [free[r] for r in active if free[r] > now] + upcoming
             # the next end after now: `now` never goes back, so an end passed stays passed
