@@ -13,10 +13,12 @@ import random
 import numpy as np
 import pytest
 
+from pipecast.planning.partition.balance import min_max_split
 from pipecast.planning.partition.memory import in_flight
 from pipecast.planning.partition.methods import (
     Setting,
     _Arrays,
+    _balanced_costs,
     _balanced_row,
     _device_of,
     stage_memory_matrix,
@@ -139,3 +141,22 @@ def test_the_balanced_rows_are_the_rows_as_written(seed: int) -> None:
             assert mine.tobytes() == theirs.tobytes(), (setting, position, stop)
             over += int(np.isinf(theirs).sum())
     assert over > 0
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_balanced_split_from_matrices_is_the_split_from_rows(seed: int) -> None:
+    """The same splits (and the same infeasible ones) under limits from loose to tight."""
+    rng = random.Random(seed)
+    n = rng.choice([7, 10])
+    a = _Arrays(_profile(rng, n), 4)
+    cluster = describe(gpus_per_node=2, nodes=4, memory="80GiB", inter_bandwidth="5GB/s")
+    found = missed = 0
+    for setting in _settings(rng):
+        whole = stage_memory_row(a, n, 0, 1, setting)
+        for limit in (float(np.max(whole)), float(np.median(whole)) / 2):
+            row, matrix = _balanced_costs(a, cluster, setting, 4, limit)
+            want = min_max_split(n, 4, row)
+            assert min_max_split(n, 4, row, matrix) == want, setting
+            found += bool(want[0])
+            missed += not want[0]
+    assert found and missed

@@ -17,6 +17,7 @@ import numpy as np
 
 from pipecast.errors import ConfigError, UnknownNameError
 from pipecast.planning.partition.balance import (
+    MatrixCost,
     RowCost,
     additive_row,
     min_max_split,
@@ -277,6 +278,7 @@ def partition(
     limit = _memory_limit(cluster, setting, stages)
     costs = [profile.cost(i, setting.micro_batch) for i in range(n)]
     _check_single_blocks(profile, a, cluster, setting, stages, limit)
+    matrix: MatrixCost | None = None  # the balanced rows, a position's at once
     if method == "blocks":
         row = additive_row([1.0] * n)
     elif method == "params":
@@ -293,14 +295,14 @@ def partition(
     elif method == "compute":
         row = additive_row(list(np.diff(a.compute)))
     else:
-        row = _balanced_row(a, cluster, setting, stages, limit)
+        row, matrix = _balanced_costs(a, cluster, setting, stages, limit)
     if setting.tolerance > 0 and method in ("forward", "compute", "balanced"):
         bounds, best = min_max_split(n, stages, row)
         bounds, _ = near_min_max_split(
             n, stages, row, slack=best * setting.tolerance, tie=additive_row([1.0] * n)
         )
     else:
-        bounds, _ = min_max_split(n, stages, row)
+        bounds, _ = min_max_split(n, stages, row, matrix)
     if not bounds:
         raise _nothing_fits(profile, a, cluster, setting, stages, limit)
     return from_boundaries(
@@ -325,6 +327,13 @@ def measured_spread(profile: Profile, micro_batch: int) -> float:
 def _balanced_row(
     a: _Arrays, cluster: Cluster, setting: Setting, stages: int, limit: float
 ) -> RowCost:
+    return _balanced_costs(a, cluster, setting, stages, limit)[0]
+
+
+def _balanced_costs(
+    a: _Arrays, cluster: Cluster, setting: Setting, stages: int, limit: float
+) -> tuple[RowCost, MatrixCost]:
+    """The balanced cost a row at a time and a position's rows at once (one matrix)."""
     layout = setting.layout(stages)
     devices = [_device_of(position, layout) for position in range(stages)]
     # each position's link out to the next stage (None: none, or the same device) and in
@@ -341,14 +350,17 @@ def _balanced_row(
     # row of a position is one matrix, by stop
     matrices: dict[tuple[object, ...], np.ndarray] = {}
 
-    def row(stop: int, position: int) -> np.ndarray:
+    def matrix(position: int) -> np.ndarray:
         flight = in_flight(
             setting.schedule, position, stages, setting.microbatches, ranks=setting.ranks
         )
         key = (flight, out_links[position], in_links[position] if position else None)
         if key not in matrices:
             matrices[key] = _matrix(position, flight)
-        return matrices[key][stop, :stop]
+        return matrices[key]
+
+    def row(stop: int, position: int) -> np.ndarray:
+        return matrix(position)[stop, :stop]
 
     def _matrix(position: int, flight: int) -> np.ndarray:
         """[stop, i]: stage [i, stop)'s cost at `position` (inf where it does not fit)."""
@@ -371,7 +383,7 @@ def _balanced_row(
         memory = stage_memory_matrix(a, flight, setting)
         return np.where(memory <= limit, cost, np.inf)
 
-    return row
+    return row, matrix
 
 
 def _check_single_blocks(
