@@ -125,3 +125,27 @@ def test_heap_schedule_is_the_scan_schedule(seed: int) -> None:
             list_schedule("zb-auto", placement, m, rank_limit=limit, durations=durations)
         return
     assert list_schedule("zb-auto", placement, m, rank_limit=limit, durations=durations) == want
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_ranks_queue_schedules_deep_uneven_pipelines_as_the_scan(seed: int) -> None:
+    """The ranks due are taken from a queue by when each is free (issue 67: a scan of every
+    rank at each event made a 128-rank head take seconds): on 8 to 16 ranks whose stages
+    take unequal seconds, so that ranks fall due one at a time, and on equal units, where
+    many fall due at once, the plan is the scan's."""
+    rng = random.Random(100 + seed)
+    ranks, m = rng.choice([8, 12, 16]), rng.choice([8, 20, 32])
+    durations = (
+        None
+        if seed % 4 == 0
+        else Durations(
+            forward=tuple(rng.uniform(0.3, 3) for _ in range(ranks)),
+            backward_input=tuple(rng.uniform(0.3, 3) for _ in range(ranks)),
+            backward_weight=tuple(rng.choice([0.0, rng.uniform(0.1, 2)]) for _ in range(ranks)),
+            transfer=rng.choice([0.0, 0.25, 1.1]),
+        )
+    )
+    placement = tuple(range(ranks))
+    limit = rng.choice([ranks, 2 * ranks])
+    want = reference_schedule("zb-auto", placement, m, rank_limit=limit, durations=durations)
+    assert list_schedule("zb-auto", placement, m, rank_limit=limit, durations=durations) == want

@@ -20,9 +20,18 @@ RowCost = Callable[[int, int], np.ndarray]
 """row(stop, group) -> cost of groups [i, stop) for every i in 0..stop-1 (inf: not allowed)."""
 
 
-def min_max_split(n: int, groups: int, row: RowCost) -> tuple[list[int], float]:
+MatrixCost = Callable[[int], np.ndarray]
+"""matrix(group) -> [stop, i]: cost of group [i, stop) for every stop in 0..n and i < stop
+(every row of a RowCost at once; entries i >= stop are not read)."""
+
+
+def min_max_split(
+    n: int, groups: int, row: RowCost, matrix: MatrixCost | None = None
+) -> tuple[list[int], float]:
     """Boundaries [0, b1, ..., n] of `groups` non-empty contiguous groups that minimise the
-    largest cost, and that cost ([] and inf when no split is allowed)."""
+    largest cost, and that cost ([] and inf when no split is allowed). `matrix`: the same
+    costs as `row`, a group's rows at once, which fill a group's every end in one step
+    (the same comparisons, so the same split, ties to the earliest start included)."""
     if groups < 1:
         raise ConfigError(f"need at least 1 stage, got {groups}")
     if groups > n:
@@ -34,6 +43,9 @@ def min_max_split(n: int, groups: int, row: RowCost) -> tuple[list[int], float]:
     choice = np.zeros((groups + 1, n + 1), dtype=np.int64)
     best[0, 0] = 0.0
     for k in range(1, groups + 1):
+        if matrix is not None:
+            _fill(best, choice, k, n - (groups - k) + 1, matrix(k - 1))
+            continue
         for j in range(k, n - (groups - k) + 1):
             lo = k - 1
             costs = np.asarray(row(j, k - 1), dtype=float)[lo:j]
@@ -46,6 +58,19 @@ def min_max_split(n: int, groups: int, row: RowCost) -> tuple[list[int], float]:
     for k in range(groups, 0, -1):
         bounds.append(int(choice[k, bounds[-1]]))
     return bounds[::-1], float(best[groups, n])
+
+
+def _fill(best: np.ndarray, choice: np.ndarray, k: int, end: int, costs: np.ndarray) -> None:
+    """min_max_split's step for group k over every end j in [k, end) at once: for each j,
+    the start i in [k - 1, j) least in max(best[k - 1, i], costs[j, i]), the first of
+    equals (np.argmin's, on a row whose entries past j are inf)."""
+    lo, n = k - 1, costs.shape[1]
+    values = np.maximum(best[k - 1, lo:n], costs[k:end, lo:n])
+    starts, ends = np.arange(lo, n), np.arange(k, end)
+    values[starts[None, :] >= ends[:, None]] = np.inf  # not a group: i >= j
+    first = np.argmin(values, axis=1)
+    best[k, k:end] = values[np.arange(len(ends)), first]
+    choice[k, k:end] = lo + first
 
 
 def near_min_max_split(

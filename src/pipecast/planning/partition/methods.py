@@ -17,6 +17,7 @@ import numpy as np
 
 from pipecast.errors import ConfigError, UnknownNameError
 from pipecast.planning.partition.balance import (
+    MatrixCost,
     RowCost,
     additive_row,
     min_max_split,
@@ -157,6 +158,57 @@ def stage_memory_row(
     return np.asarray(weights + kept + peak, dtype=float)
 
 
+def stage_memory_matrix(a: _Arrays, flight: int, setting: Setting) -> np.ndarray:
+    """stage_memory_row for every stop at once, its stage at a position holding `flight`
+    micro-batches: [stop, i] is the peak of stage [i, stop) for i < stop (the rest is not
+    a stage). Each entry is worked out by stage_memory_row's operations in its order, so it
+    is that row's entry to the bit; a deep pipeline's split asks for thousands of rows,
+    and one matrix a position costs about what a few rows did."""
+    n = len(a.block_saved)
+    starts = np.arange(n)
+    params = a.params[:, None] - a.params[None, :n]
+    held_input = np.where((starts > 0) & ~a.input_counted, a.out[np.maximum(starts - 1, 0)], 0)
+    activation = a.saved[:, None] - a.saved[None, :n] + held_input
+    stash = flight if setting.schedule == "pipedream" else 0
+    peak = _suffix_max(a.peak)
+    state = "sgd" if offloads_optimizer(setting.offload) else setting.optimizer
+    factor = static_bytes(1.0, state, stashed_versions=stash, state_shards=setting.optimizer_shards)
+    kept = activation * flight
+    full = setting.recompute in ("all", "all-but-last")
+    if flight and (full or offloads_activations(setting.offload)):
+        received = np.where(starts > 0, a.out[np.maximum(starts - 1, 0)], 0)
+        back = activation if full else _suffix_max(a.block_saved)
+        if full and (offloads_weights(setting.offload) or setting.fsdp > 1):
+            received, back = _checkpointed_matrix(a)
+        last = activation if setting.recompute == "all-but-last" else received
+        kept = received * (flight - 1) + last + back
+    weights = factor * params
+    if setting.fsdp > 1:
+        weights = params * (2.0 + factor / setting.fsdp)
+    if offloads_weights(setting.offload):
+        window = 2 * _suffix_max(a.block_params)
+        weights = (factor - 1.0) * params + np.minimum(window, params)
+    return np.asarray(weights + kept + peak, dtype=float)
+
+
+def _suffix_max(values: np.ndarray) -> np.ndarray:
+    """[stop, i] = max(values[i:stop]) for i < stop (-inf elsewhere)."""
+    n = len(values)
+    index = np.arange(n)
+    spread = np.where(index[None, :] >= index[:, None], values[None, :], -np.inf)
+    running = np.maximum.accumulate(spread, axis=1)  # [i, j] = max(values[i..j])
+    return np.vstack([np.full((1, n), -np.inf), running.T])
+
+
+def _checkpointed_matrix(a: _Arrays) -> tuple[np.ndarray, np.ndarray]:
+    """_checkpointed's rows, [stop, i] for i < stop (0 elsewhere)."""
+    n = len(a.block_saved)
+    held, back = np.zeros((n + 1, n)), np.zeros((n + 1, n))
+    for stop in range(1, n + 1):
+        held[stop, :stop], back[stop, :stop] = _checkpointed(a, stop)
+    return held, back
+
+
 def _checkpointed(a: _Arrays, stop: int) -> tuple[np.ndarray, np.ndarray]:
     """For every start i < stop, stage [i, stop) streamed and recomputed, a checkpoint per
     block with weights (simulation.pricing.checkpoints): the bytes a micro-batch keeps (each
@@ -226,6 +278,7 @@ def partition(
     limit = _memory_limit(cluster, setting, stages)
     costs = [profile.cost(i, setting.micro_batch) for i in range(n)]
     _check_single_blocks(profile, a, cluster, setting, stages, limit)
+    matrix: MatrixCost | None = None  # the balanced rows, a position's at once
     if method == "blocks":
         row = additive_row([1.0] * n)
     elif method == "params":
@@ -242,14 +295,14 @@ def partition(
     elif method == "compute":
         row = additive_row(list(np.diff(a.compute)))
     else:
-        row = _balanced_row(a, cluster, setting, stages, limit)
+        row, matrix = _balanced_costs(a, cluster, setting, stages, limit)
     if setting.tolerance > 0 and method in ("forward", "compute", "balanced"):
         bounds, best = min_max_split(n, stages, row)
         bounds, _ = near_min_max_split(
             n, stages, row, slack=best * setting.tolerance, tie=additive_row([1.0] * n)
         )
     else:
-        bounds, _ = min_max_split(n, stages, row)
+        bounds, _ = min_max_split(n, stages, row, matrix)
     if not bounds:
         raise _nothing_fits(profile, a, cluster, setting, stages, limit)
     return from_boundaries(
@@ -274,6 +327,13 @@ def measured_spread(profile: Profile, micro_batch: int) -> float:
 def _balanced_row(
     a: _Arrays, cluster: Cluster, setting: Setting, stages: int, limit: float
 ) -> RowCost:
+    return _balanced_costs(a, cluster, setting, stages, limit)[0]
+
+
+def _balanced_costs(
+    a: _Arrays, cluster: Cluster, setting: Setting, stages: int, limit: float
+) -> tuple[RowCost, MatrixCost]:
+    """The balanced cost a row at a time and a position's rows at once (one matrix)."""
     layout = setting.layout(stages)
     devices = [_device_of(position, layout) for position in range(stages)]
     # each position's link out to the next stage (None: none, or the same device) and in
@@ -286,40 +346,53 @@ def _balanced_row(
     ]
     in_links = [cluster.link(devices[max(p - 1, 0)], devices[p]) for p in range(stages)]
     # a row depends on its position only through the micro-batches in flight there and its
-    # two links: positions alike share it (a deep pipeline asks for thousands)
-    rows: dict[tuple[object, ...], np.ndarray] = {}
+    # two links: positions alike share it (a deep pipeline asks for thousands), and every
+    # row of a position is one matrix, by stop
+    matrices: dict[tuple[object, ...], np.ndarray] = {}
 
-    def row(stop: int, position: int) -> np.ndarray:
+    def matrix(position: int) -> np.ndarray:
         flight = in_flight(
             setting.schedule, position, stages, setting.microbatches, ranks=setting.ranks
         )
-        key = (stop, flight, out_links[position], in_links[position] if position else None)
-        if key not in rows:
-            rows[key] = _row(stop, position)
-        return rows[key]
+        key = (flight, out_links[position], in_links[position] if position else None)
+        if key not in matrices:
+            matrices[key] = _matrix(position, flight)
+        return matrices[key]
 
-    def _row(stop: int, position: int) -> np.ndarray:
-        compute = a.compute[stop] - a.compute[:stop]
+    def row(stop: int, position: int) -> np.ndarray:
+        return matrix(position)[stop, :stop]
+
+    def _matrix(position: int, flight: int) -> np.ndarray:
+        """[stop, i]: stage [i, stop)'s cost at `position` (inf where it does not fit)."""
+        n = len(a.out)
+        compute = a.compute[:, None] - a.compute[None, :n]
         out = out_links[position]
-        out_time = out.time(a.out[stop - 1]) if out is not None else 0.0
-        starts = np.arange(stop)
+        out_time = np.array(
+            [
+                out.time(a.out[stop - 1]) if out is not None and stop else 0.0
+                for stop in range(n + 1)
+            ]
+        )
+        starts = np.arange(n)
         in_bytes = np.where(starts > 0, a.out[np.maximum(starts - 1, 0)], 0.0)
         link = in_links[position]
         in_time = np.where(in_bytes > 0, link.latency + in_bytes / link.bandwidth, 0.0)
         if position == 0:
-            in_time = np.zeros(stop)
-        cost = compute + out_time + in_time
-        memory = stage_memory_row(a, stop, position, stages, setting)
+            in_time = np.zeros(n)
+        cost = compute + out_time[:, None] + in_time
+        memory = stage_memory_matrix(a, flight, setting)
         return np.where(memory <= limit, cost, np.inf)
 
-    return row
+    return row, matrix
 
 
 def _check_single_blocks(
     profile: Profile, a: _Arrays, cluster: Cluster, setting: Setting, stages: int, limit: float
 ) -> None:
+    flight = in_flight(setting.schedule, 0, stages, setting.microbatches, ranks=setting.ranks)
+    first = stage_memory_matrix(a, flight, setting)  # [i + 1, i]: block i alone
     for i in range(profile.num_blocks):
-        need = stage_memory_row(a, i + 1, 0, stages, setting)[i]
+        need = first[i + 1, i]
         if need > limit:
             raise ConfigError(
                 f"block {i} ({profile.blocks[i].name}) alone needs {human_bytes(need)} at "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
 from pipecast.errors import ConfigError
 from pipecast.planning.partition.boundaries import layout_of, split
@@ -216,13 +217,17 @@ def plan_for(strategy: Strategy, costs: Costs | None = None, memory_limit: float
     if strategy.schedule == "zb-auto" and costs is not None:
         plan = auto_plan(strategy.stages, strategy.microbatches, costs, memory_limit)
         return plan if k == 1 else replace(plan, weight_batch=k)
-    return make_plan(
-        strategy.schedule,
-        strategy.stages,
-        strategy.microbatches,
-        virtual=strategy.virtual,
-        weight_batch=k,
+    return _named_plan(
+        strategy.schedule, strategy.stages, strategy.microbatches, strategy.virtual, k
     )
+
+
+@lru_cache(maxsize=32)
+def _named_plan(schedule: str, ranks: int, microbatches: int, virtual: int, k: int) -> Plan:
+    """make_plan's plan, kept for the next strategy that runs it (a search prices many
+    strategies of one schedule and micro-batching: replicas, tensor parallelism,
+    recomputation, offloading; a deep pipeline's order takes a tenth of a second)."""
+    return make_plan(schedule, ranks, microbatches, virtual=virtual, weight_batch=k)
 
 
 def predict(

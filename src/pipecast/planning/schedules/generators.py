@@ -224,18 +224,25 @@ def zero_bubble_auto(
     *,
     durations: Durations | None = None,
     in_flight: int = 0,
+    until: int = 0,
 ) -> Plan:
     """ZB-auto: one stage per rank, the backward split into B and W, the order found by a
     list scheduler run on the stages' own F, B, W and transfer seconds (`durations`; equal
     units without them): a rank starts a ready B first, else the next F while it keeps fewer
     than `in_flight` micro-batches (default 2R: the paper's ZB-2p), else its oldest W, so W
-    fills exactly the gaps these durations leave."""
+    fills exactly the gaps these durations leave. `until`: only the head of it, up to rank
+    0's `until`-th action (list_schedule's)."""
     _check(ranks, microbatches)
     limit = in_flight or 2 * ranks
     if limit < 1:
         raise ConfigError(f"zb-auto needs at least 1 micro-batch in flight, got {limit}")
     return list_schedule(
-        "zb-auto", tuple(range(ranks)), microbatches, rank_limit=limit, durations=durations
+        "zb-auto",
+        tuple(range(ranks)),
+        microbatches,
+        rank_limit=limit,
+        durations=durations,
+        until=until,
     )
 
 

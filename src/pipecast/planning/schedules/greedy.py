@@ -44,7 +44,12 @@ def list_schedule(
     *,
     rank_limit: int,
     durations: Durations | None = None,
+    until: int = 0,
 ) -> Plan:
+    """The list schedule of `microbatches` micro-batches over stages placed by `placement`.
+    `until`: stop once rank 0 has that many actions (0: schedule them all); the Plan is then
+    a head of the whole one, each rank's row a prefix of its whole row (what the ranks had
+    started when rank 0 started its `until`-th action), and is not a valid plan."""
     stages, m = len(placement), microbatches
     ranks = max(placement) + 1
     times = durations or Durations.units(stages)
@@ -67,8 +72,10 @@ def list_schedule(
     remaining = 3 * stages * m
     ends: list[float] = []  # end times not yet passed, least first (a heap)
     weights_left = [len(own[r]) * m for r in range(ranks)]
-    active = [r for r in range(ranks) if weights_left[r] > 0]
-    finished = False  # a rank has run its last W: drop it from `active` at the next event
+    # the ranks with work left by when each is free, least first (a heap, each rank once:
+    # only the ranks due now change their `free`; taking the least from a scan over every
+    # rank at each event made a 128-rank search's heads take seconds)
+    queue = [(0.0, r) for r in range(ranks) if weights_left[r] > 0]
     # a rank's candidates change only when it or a rank whose outputs it takes starts one
     # (its own counts, or an input's end time): kept until then, they are the same list
     known_of: list[list[tuple[float, str, int]] | None] = [None] * ranks
@@ -103,12 +110,13 @@ def list_schedule(
         return known
 
     while remaining:
-        if finished:
-            active, finished = [r for r in active if weights_left[r] > 0], False
-        now = min(map(free.__getitem__, active))
+        now = queue[0][0]
+        due = []  # in rank order, as ties pop
+        while queue and queue[0][0] <= now:
+            due.append(heapq.heappop(queue)[1])
         progressed, upcoming = False, []
         # each rank sets only its own `free`: the ranks due now are known before the first
-        for r in [r for r in active if free[r] <= now]:
+        for r in due:
             known = known_of[r]
             if known is None:
                 known = known_of[r] = candidates(r)
@@ -130,14 +138,16 @@ def list_schedule(
                     rows[r].append(W(s, nw[s]))
                     nw[s] += 1
                     weights_left[r] -= 1
-                    finished = finished or not weights_left[r]
                 remaining -= 1
                 progressed = True
                 known_of[r] = None
                 for q in waiting[r]:
                     known_of[q] = None
+                if until and not r and len(rows[0]) >= until:
+                    remaining = 0  # the head asked for: the rows so far
+                    break
         if not progressed:
-            later = [free[r] for r in active if free[r] > now] + upcoming
+            later = [t for t, _ in queue[:1]] + upcoming  # the next rank free, after now
             # the next end after now: `now` never goes back, so an end passed stays passed
             # (scanning every end here made a step of 10,000 actions take minutes)
             while ends and ends[0] <= now:
@@ -146,8 +156,11 @@ def list_schedule(
             if not later:
                 raise RuntimeError(f"{name}: rank limit {rank_limit} leaves no action ready")
             nxt = min(later)
-            for r in active:
+            for r in due:  # the others are free no earlier
                 free[r] = max(free[r], nxt)
+        for r in due:
+            if weights_left[r] > 0:  # a rank that ran its last W is done
+                heapq.heappush(queue, (free[r], r))
     return Plan(
         name=name,
         num_stages=stages,

@@ -198,6 +198,12 @@ class RankMemory:
     drops the finished ones without reading the rest (hundreds on a deep pipeline)."""
     in_flight_bytes: int = 0
     """The bytes `in_flight` holds."""
+    _costs: Costs | None = field(default=None, repr=False, compare=False)
+    _plan: Plan | None = field(default=None, repr=False, compare=False)
+    _terms: dict[tuple[str, int, bool], tuple[int, int, int, int]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+    """_terms of the actions tallied so far under `_costs` and `_plan`."""
 
     def tally(
         self,
@@ -214,46 +220,32 @@ class RankMemory:
         except transfer buffers: NCCL keeps those until the transfer is done on the device, and
         a host that runs ahead of its device meanwhile allocates the next actions' tensors.
         A batched W (`group`: the micro-batches it computes) frees every one of them, and
-        holds their concatenated copies while it runs; the group's earlier Ws free nothing."""
-        self._drop_done(issue)
-        # a graphed rank's blocks keep their tensors in the graphs' pool, which holds more
-        # than an eager step would (Costs.graph_pool_ratio)
-        scale = costs.graph_pool_ratio if costs.cuda_graphs else 1.0
-        transient = int(st.workspace_bytes * scale) + self.in_flight_bytes
+        holds their concatenated copies while it runs; the group's earlier Ws free nothing.
+        `st` is `costs.stages[a.stage]`: an action's bytes depend on its kind, its stage and
+        whether its micro-batch is recomputed, and are worked out once for each (_terms)."""
+        if self.in_flight and self.in_flight[0][0] <= issue:
+            self._drop_done(issue)
         if group is not None:
+            # a graphed rank's blocks keep their tensors in the graphs' pool, which holds
+            # more than an eager step would (Costs.graph_pool_ratio)
+            scale = costs.graph_pool_ratio if costs.cuda_graphs else 1.0
+            transient = int(st.workspace_bytes * scale) + self.in_flight_bytes
             self._tally_group(a, st, costs, plan, scale, transient, group)
             return
-        held = int(held_bytes(a, st, costs, plan) * scale)
-        if a.kind == "F":
-            self.memory += held
-        if a.kind != "W" and not plan.forward_only:
-            transient += st.loss_bytes  # the last stage's loss, forward and backward
-        if a.kind in ("B", "BW"):
-            # the gradient received for the stage's output and the one it computes
-            # for its input, held until its send completes
-            transient += st.output_bytes + st.input_bytes
-        hosted = host_bytes(a, st, costs, plan)
-        offloaded = hosted > 0
-        if a.kind in ("B", "BW") and recomputed(a.mb, costs, plan):  # its forward again
-            transient += int((st.recomputed_bytes or st.activation_bytes) * scale)
-            transient += st.restored_bytes if offloaded else 0  # a checkpoint's input back
-        elif a.kind in ("B", "BW") and offloaded:
-            transient += st.restored_bytes or st.offloaded_bytes  # brought back
-        elif a.kind == "F" and offloaded:
-            transient += copies_under_way(st)
-        self.peak = max(self.peak, self.memory + transient)
-        if offloaded:
-            if a.kind == "F":
-                self.host_memory += hosted
+        if costs is not self._costs or plan is not self._plan:
+            self._costs, self._plan, self._terms = costs, plan, {}
+        key = (a.kind, a.stage, recomputed(a.mb, costs, plan))
+        terms = self._terms.get(key)
+        if terms is None:
+            terms = self._terms[key] = _terms(a, st, costs, plan)
+        before, transient, hosted, after = terms
+        self.memory += before
+        self.peak = max(self.peak, self.memory + transient + self.in_flight_bytes)
+        if hosted:
+            self.host_memory += hosted
+            if hosted > 0:
                 self.host_peak = max(self.host_peak, self.host_memory)
-            elif a.kind in ("W", "BW"):
-                self.host_memory -= hosted
-        if a.kind == "B":
-            self.memory += int(st.held_bytes * scale)
-        if a.kind == "W":
-            self.memory -= held + int(st.held_bytes * scale)
-        elif a.kind == "BW":
-            self.memory -= held
+        self.memory += after
 
     def _tally_group(
         self,
@@ -300,6 +292,47 @@ class RankMemory:
     def _hold(self, size: int, until: float) -> None:
         heapq.heappush(self.in_flight, (until, size))
         self.in_flight_bytes += size
+
+
+def _terms(a: Action, st: StageTimes, costs: Costs, plan: Plan) -> tuple[int, int, int, int]:
+    """What an unbatched action adds to its rank's memory, as RankMemory.tally counts it:
+    (bytes held from it on, added before its peak; its transient bytes beside what is held,
+    but for the transfer buffers still in flight; pinned host bytes it adds, negative where
+    it frees them; bytes held from it on, added after its peak)."""
+    # a graphed rank's blocks keep their tensors in the graphs' pool, which holds more than
+    # an eager step would (Costs.graph_pool_ratio)
+    scale = costs.graph_pool_ratio if costs.cuda_graphs else 1.0
+    transient = int(st.workspace_bytes * scale)
+    held = int(held_bytes(a, st, costs, plan) * scale)
+    before = held if a.kind == "F" else 0
+    if a.kind != "W" and not plan.forward_only:
+        transient += st.loss_bytes  # the last stage's loss, forward and backward
+    if a.kind in ("B", "BW"):
+        # the gradient received for the stage's output and the one it computes for its
+        # input, held until its send completes
+        transient += st.output_bytes + st.input_bytes
+    hosted = host_bytes(a, st, costs, plan)
+    offloaded = hosted > 0
+    if a.kind in ("B", "BW") and recomputed(a.mb, costs, plan):  # its forward again
+        transient += int((st.recomputed_bytes or st.activation_bytes) * scale)
+        transient += st.restored_bytes if offloaded else 0  # a checkpoint's input back
+    elif a.kind in ("B", "BW") and offloaded:
+        transient += st.restored_bytes or st.offloaded_bytes  # brought back
+    elif a.kind == "F" and offloaded:
+        transient += copies_under_way(st)
+    host = 0
+    if offloaded and a.kind == "F":
+        host = hosted
+    elif offloaded and a.kind in ("W", "BW"):
+        host = -hosted
+    after = 0
+    if a.kind == "B":
+        after = int(st.held_bytes * scale)
+    elif a.kind == "W":
+        after = -(held + int(st.held_bytes * scale))
+    elif a.kind == "BW":
+        after = -held
+    return before, transient, host, after
 
 
 def least_peak_memory(plan: Plan, costs: Costs, limit: float = math.inf) -> int:

@@ -239,7 +239,11 @@ class Profile:
                 f"the profile of {self.model} has no tensor-parallel costs for degree "
                 f"{degree} (profiled: {profiled}): profile it with --tensor-parallel {degree}"
             )
-        return replace(self, blocks=self.tensor_parallel[degree], tensor_parallel={})
+        if degree not in self._tp_ranks:  # one object a degree: its costs' caches kept
+            self._tp_ranks[degree] = replace(
+                self, blocks=self.tensor_parallel[degree], tensor_parallel={}
+            )
+        return self._tp_ranks[degree]
 
     def compute_factor(self, busy: int) -> float | None:
         """shared_compute at the nearest count measured at or below `busy` (1 for one
@@ -360,6 +364,12 @@ class Profile:
 
     @cached_property
     def _cache(self) -> dict[int, Any]:
+        return {}
+
+    @cached_property
+    def _tp_ranks(self) -> dict[int, Profile]:
+        """at_tensor_parallel's profiles by degree (a search asks for each thousands of
+        times, and each fresh one interpolated its costs again)."""
         return {}
 
     @cached_property
