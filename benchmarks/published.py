@@ -15,8 +15,9 @@ schedule, compiled, Float8, recomputation), takes the profile of the row's shape
 execution from DIR (benchmarks/scale.py's llama-<shape>_<execution>.json), prices it with
 pipecast's predict on `h100-nvlink` nodes (values/hardware/presets.py) with torchtitan's
 96 GB cards and no memory margin (the runs fitted; the table sets the predicted peak beside
-the published one) and prints tokens/s per GPU beside the published figure. A row pipecast cannot express is listed with why; one
-it expresses only in part is predicted and its note says what was left out. `--dry`
+the published one) and prints tokens/s per GPU beside the published figure. A row
+pipecast cannot express is listed with why; one it expresses only in part is predicted and
+its note says what was left out. `--dry`
 prices every execution from the eager profile (benchmarks/scale.py --dry makes only those):
 how the script is tested on a CPU.
 """
