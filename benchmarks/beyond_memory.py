@@ -126,6 +126,8 @@ def _train(
         "predicted_ms": round(s.get("predicted_step_time", 0.0) * 1e3, 2),
         "peak_alloc_gib": round(max(s["peak_allocated"]) / 2**30, 3),
         "peak_reserved_gib": round(max(s["peak_reserved"]) / 2**30, 3),
+        # the host's Adam as the run stepped it, to set beside the probe's isolated reading
+        "host_optimizer_gbps": round(max(s.get("host_optimizer_rate") or [0.0]) / 1e9, 2),
         "process_s": round(time.monotonic() - t0),
         **({"kernels": json.loads(kernels[0].read_text())} if kernels else {}),
     }  # fmt: skip

@@ -108,3 +108,23 @@ def test_the_host_step_leaves_two_cores_to_the_threads_beside_it(
     monkeypatch.setenv("PIPECAST_HOST_THREADS", given)
     monkeypatch.setattr(torch, "get_num_threads", lambda: intra)
     assert host_threads() == want
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_a_step_records_the_weights_the_host_stepped_and_its_time(overlap: bool) -> None:
+    """Every parameter got a gradient: the step covers all their bytes (the model's fp32
+    weights), in some positive time; a step where only the last block got one covers that
+    block's alone."""
+    module, host = _hosted(overlap)
+    host.last_backward()
+    module(torch.randn(4, 8)).square().sum().backward()
+    host.step()
+    seconds, nbytes = host.last_stepped
+    assert nbytes == sum(p.numel() * 4 for p in module.parameters()) == 4 * (72 + 72 + 36)
+    assert seconds > 0
+    for p in module.parameters():
+        p.grad = None
+    host.last_backward()
+    module[4](torch.randn(4, 8)).square().sum().backward()
+    host.step()
+    assert host.last_stepped[1] == 4 * 36

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -141,6 +142,12 @@ class HostStep:
         self.delivered: set[int] = set()
         """ids of the device parameters that got a gradient in the last step."""
         self.lock = threading.Lock()
+        self.stepping = (0.0, 0)
+        """(seconds, bytes of weights) the optimizer has stepped so far this step; its own
+        thread adds to it, the engine's reads it once the step is done."""
+        self.last_stepped = (0.0, 0)
+        """`stepping` of the last finished step: the host's optimizer rate as the run
+        steps it, under the backward's load (RankReport.host_optimizer_rate)."""
         for entry in self.params:
             entry.device.register_post_accumulate_grad_hook(self._delivered)  # type: ignore[no-untyped-call]
         self.begin_step()
@@ -173,6 +180,7 @@ class HostStep:
         self.pending.clear()
         if self.back is not None:
             torch.cuda.current_stream(self.device).wait_stream(self.back)
+        self.last_stepped, self.stepping = self.stepping, (0.0, 0)
         self.delivered = {id(p.device) for p in self.params if p.count}
         self.begin_step()
 
@@ -247,7 +255,11 @@ class HostStep:
                 p.host.grad = p.grad if p.count else None
             group.optimizer.state = self.optimizer.state  # (a checkpoint's load replaces them)
             group.optimizer.param_groups = [self.optimizer.param_groups[g]]
+            began = time.perf_counter()
             group.optimizer.step()
+            stepped = sum(p.host.numel() * p.host.element_size() for p in params if p.count)
+            seconds, nbytes = self.stepping
+            self.stepping = (seconds + time.perf_counter() - began, nbytes + stepped)
             if self.streamed:
                 return
             if self.back is None:

@@ -47,6 +47,9 @@ class StepRecord:
     barrier after the step."""
     grad_norm: float | None = None
     """The gradients' global norm before clipping (None: not clipped)."""
+    host_optimizer: tuple[float, int] = (0.0, 0)
+    """(seconds, bytes of weights) the host's optimizer stepped in this step, over the
+    rank's stages (HostStep.last_stepped; zeros where the optimizer is on the device)."""
     skipped: bool = False
     """The gradients overflowed under loss scaling: no update."""
     loss_scale: float = 0.0
@@ -230,6 +233,7 @@ def run_rank(ctx: Context, job: TrainJob) -> RankReport:
                         skipped=result.skipped,
                         loss_scale=result.loss_scale,
                         graphs_replayed=result.graphs_replayed,
+                        host_optimizer=_host_stepped(stages),
                     )
                 )
                 final = result
@@ -389,6 +393,21 @@ def _barrier(ctx: Context, where: str) -> None:
         ) from None
 
 
+def _host_stepped(stages: dict[int, StageModule]) -> tuple[float, int]:
+    """The host's optimizer's (seconds, bytes) in the step just taken, over `stages`."""
+    stepped = [st.host_step.last_stepped for st in stages.values() if st.host_step is not None]
+    return sum(s for s, _ in stepped), sum(b for _, b in stepped)
+
+
+def host_optimizer_rate(report: RankReport) -> float:
+    """Bytes of weights a second the rank's host optimizer stepped over its timed steps, as
+    the run stepped them (beside the backward, on the run's threads); 0 where none ran.
+    The probe's isolated reading (Cluster.host_optimizer_rate) can be checked against it."""
+    seconds = sum(s.host_optimizer[0] for s in report.steps)
+    nbytes = sum(s.host_optimizer[1] for s in report.steps)
+    return nbytes / seconds if seconds > 0 else 0.0
+
+
 def median_step(reports: list[RankReport]) -> float:
     """Median over steps of the slowest rank's step time."""
     per_step: dict[int, float] = {}
@@ -407,4 +426,5 @@ def summary(reports: list[RankReport], batch: int) -> dict[str, Any]:
         "loss": losses[-1] if losses else None,
         "peak_allocated": [max((s.peak_allocated for s in r.steps), default=0) for r in reports],
         "peak_reserved": [max((s.peak_reserved for s in r.steps), default=0) for r in reports],
+        "host_optimizer_rate": [host_optimizer_rate(r) for r in reports],
     }
