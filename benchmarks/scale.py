@@ -226,7 +226,11 @@ def _profile(job: Job) -> dict[str, Any]:
     profile = tiled(profile, MEASURED_LAYERS, workload.layers, layer_repeat(workload))
     if not shape.whole:
         shares = f"one of {shape.tp[0]} tensor-parallel ranks' shares stands for the whole"
-        profile = replace(profile, tiled=f"{profile.tiled}; {shares} layers (not measured)")
+        profile = replace(
+            profile,
+            tiled=f"{profile.tiled}; {shares} layers (not measured)",
+            shares=shape.tp[0],
+        )
     job.path.parent.mkdir(parents=True, exist_ok=True)
     profile.save(job.path)
     peak = torch.cuda.max_memory_allocated() if device == "cuda" else 0

@@ -79,10 +79,12 @@ def strategies(
     weight_batches: Sequence[int] = (1,),
     shard_optimizer: bool = False,
     context_parallel: Sequence[int] = (),
+    shares: int = 0,
 ) -> Iterator[Strategy]:
     """Every single-GPU, data-parallel (whole copies, or sharded by FSDP), pipeline and hybrid
     strategy on up to `gpus` GPUs, each also with its blocks split over each degree in
-    `tensor_parallel` (those the profile has costs for) that divides the GPUs.
+    `tensor_parallel` (those the profile has costs for) that divides the GPUs; a profile
+    of one rank's `shares` alone (Profile.shares) has no whole blocks, so only that degree.
 
     Micro-batch counts are powers of two that divide the batch: up to MORE_ACCUMULATION, in
     rising order, for accumulation (see ACCUMULATION), and S, 2S, 4S, 8S for pipelines of S
@@ -102,7 +104,7 @@ def strategies(
         yield from _serving(gpus, batch, blocks, methods)
         return
     for g in gpu_counts(gpus):
-        for tp in (1, *(t for t in tensor_parallel if t > 1 and g % t == 0)):
+        for tp in _tp_degrees(g, tensor_parallel, shares):
             for s in _on(g // tp, batch, blocks, schedules, methods, recompute, tp):
                 yield s
                 if shard_optimizer and s.replicas > 1 and s.shard == "none" and tp == 1:
@@ -110,6 +112,8 @@ def strategies(
                 if s.schedule in SPLIT_SCHEDULES and s.stages > 1 and s.recompute == "none":
                     for k in (k for k in weight_batches if k > 1 and 2 * k <= s.microbatches):
                         yield Strategy(**{**s.to_dict(), "weight_batch": k})
+    if shares > 1:  # context parallelism is offered beside whole blocks only
+        return
     for c in context_parallel:
         ranks = strategies(
             gpus // c,
@@ -121,6 +125,13 @@ def strategies(
             weight_batches=weight_batches,
         )
         yield from split_sequences(c, ranks)
+
+
+def _tp_degrees(gpus: int, tensor_parallel: Sequence[int], shares: int) -> tuple[int, ...]:
+    """The tensor-parallel degrees a strategy on `gpus` GPUs may take (strategies)."""
+    if shares > 1:
+        return (shares,) if gpus % shares == 0 else ()
+    return (1, *(t for t in tensor_parallel if t > 1 and gpus % t == 0))
 
 
 def _on(

@@ -197,6 +197,7 @@ def recommend(
         kwargs["weight_batches"] = WEIGHT_BATCHES if batches_weights(profile) else (1,)
         kwargs["shard_optimizer"] = OPTIMIZER_STATE[optimizer] > 0  # SGD has none to shard
         kwargs["context_parallel"] = context_degrees(profile, gpus)
+        kwargs["shares"] = profile.shares
     todo = strategies(gpus, batch, blocks=profile.num_blocks, methods=methods, **kwargs)  # type: ignore[arg-type]
     hosts = profile.device != "cpu"  # CPU ranks' memory is the host's already
     if keep is not None:

@@ -222,6 +222,11 @@ class Profile:
     """Degree t -> every block as one of t tensor-parallel ranks runs it: a block with a
     TP plan profiled at its sharded shapes (its collectives priced apart), the others as
     they are (empty: not profiled)."""
+    shares: int = 0
+    """Above 1: a model too large for one GPU whole, profiled as one of `shares`
+    tensor-parallel ranks alone. Its blocks are that rank's shares, standing in for the
+    whole ones, so it prices tensor parallelism of that degree and no other (0: the whole
+    blocks were measured)."""
 
     @property
     def execution(self) -> tuple[Compile, bool, bool]:
@@ -231,6 +236,12 @@ class Profile:
 
     def at_tensor_parallel(self, degree: int) -> Profile:
         """The profile of one of `degree` tensor-parallel ranks (degree 1: this one)."""
+        if self.shares > 1 and degree != self.shares:
+            raise ConfigError(
+                f"the profile of {self.model} holds one of {self.shares} tensor-parallel "
+                f"ranks' shares of each block, not the whole blocks: it prices tensor "
+                f"parallelism {self.shares} alone, not {degree}"
+            )
         if degree == 1:
             return self
         if degree not in self.tensor_parallel:
@@ -358,9 +369,15 @@ class Profile:
 
     @property
     def forward_flops(self) -> int | None:
-        """The whole model's forward FLOPs for one sample (None: a block is not counted)."""
+        """The whole model's forward FLOPs for one sample (None: a block is not counted). A
+        profile of one rank's shares (`shares`) counted each split block's share: the
+        whole block computes `shares` times that."""
         counts = [b.forward_flops for b in self.blocks]
-        return None if any(n is None for n in counts) else sum(n or 0 for n in counts)
+        if any(n is None for n in counts):
+            return None
+        split = self.tensor_parallel.get(self.shares, ()) if self.shares > 1 else ()
+        ranks = [self.shares if b.tp_reduces is not None else 1 for b in split]
+        return sum((n or 0) * k for n, k in zip(counts, ranks or [1] * len(counts), strict=True))
 
     @cached_property
     def _cache(self) -> dict[int, Any]:
