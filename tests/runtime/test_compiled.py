@@ -167,3 +167,36 @@ def test_compiled_schedules_train_to_one_process_weights(case: str) -> None:
             assert counts["weights"] >= m * STEPS, (report.global_rank, counts)
     if extra.get("cuda_graphs"):
         assert_replayed(result)
+
+
+def test_blocks_of_torchs_own_modules_all_run_compiled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blocks that are torch's own modules (Conv2d, Linear: a VGG's) all enter dynamo
+    through one wrapper function, whose graphs count against one recompile limit: each
+    block compiled has a budget of RECOMPILE_LIMIT graphs of its own, or the blocks past
+    the shared limit run eagerly (dynamo only warns). Here a limit of 2 and three Linears
+    at two micro-batch sizes: 6 graphs on that one function."""
+    calls = [0]
+
+    def backend(gm: fx.GraphModule, _: list[object]) -> object:
+        def run(*args: object) -> object:
+            calls[0] += 1
+            return gm.forward(*args)
+
+        return run
+
+    dynamo = torch._dynamo.config
+    monkeypatch.setattr(compiled, "RECOMPILE_LIMIT", 2)
+    monkeypatch.setattr(compiled, "_BACKENDS", {(False, 1.0): backend})
+    monkeypatch.setattr(compiled, "_COMPILED_BLOCKS", [0])
+    monkeypatch.setattr(dynamo, "recompile_limit", 2)
+    monkeypatch.setattr(dynamo, "accumulated_recompile_limit", 2)
+    torch._dynamo.reset()
+    model = nn.Sequential(nn.Linear(8, 16), nn.Linear(16, 4), nn.Linear(4, 8))
+    compiled.compile_blocks(model, split=False)
+    try:
+        for size in (1, 2):
+            before = calls[0]
+            model(torch.randn(size, 8)).sum().backward()
+            assert calls[0] - before == 3, f"micro-batch {size}: blocks ran eagerly"
+    finally:
+        torch._dynamo.reset()

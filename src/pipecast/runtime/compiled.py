@@ -271,9 +271,14 @@ def backend(
 
 _BACKENDS: dict[tuple[bool, float], Backend] = {}
 RECOMPILE_LIMIT = 64
-"""Graphs dynamo keeps per code object: a model's blocks share their class's forward, and
-each shape of block (a ResNet stage's width, a micro-batch size) is one graph of it; torch's
-default of 8 would send the rest back to eager."""
+"""Graphs dynamo keeps per code object, for each block compiled in the process: a model's
+blocks share their class's forward, and each shape of block (a ResNet stage's width, a
+micro-batch size) is one graph of it; torch's default of 8 would send the rest back to
+eager. Blocks that are torch's own modules (Conv2d, Linear, Sequential) all enter dynamo
+through one wrapper function of torch's, whatever their class: every such block's graphs
+count against that one function's limit, hence a budget per block compiled."""
+_COMPILED_BLOCKS = [0]
+"""Blocks compile_blocks has compiled in this process."""
 
 
 def compile_blocks(
@@ -284,13 +289,16 @@ def compile_blocks(
     RunConfig.compile_budget. One backend object per kind, so blocks of the same code and
     shapes share one compiled graph."""
     use_cache()
-    dynamo = torch._dynamo.config
-    dynamo.recompile_limit = max(dynamo.recompile_limit, RECOMPILE_LIMIT)
     key = (split, budget)
     if key not in _BACKENDS:
         _BACKENDS[key] = backend(split=split, budget=budget)
     chosen = _BACKENDS[key]
     targets = [module] if whole else [b for b in module if _has_work(b)]
+    _COMPILED_BLOCKS[0] += len(targets)
+    limit = RECOMPILE_LIMIT * _COMPILED_BLOCKS[0]
+    dynamo = torch._dynamo.config
+    dynamo.recompile_limit = max(dynamo.recompile_limit, limit)
+    dynamo.accumulated_recompile_limit = max(dynamo.accumulated_recompile_limit, limit)
     for block in targets:
         block.compile(backend=chosen, dynamic=False)
 

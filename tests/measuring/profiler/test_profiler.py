@@ -563,3 +563,46 @@ def test_profile_output_says_how_far_the_host_windows_lay_apart(
     print_profile(gpu)
     out = " ".join(capsys.readouterr().out.split())
     assert "moved by up to 50% between 3 windows (micro-batch 2)" in out
+
+
+def test_compile_seconds_time_the_passes_that_compile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Profile.compile_seconds is the first pass at each size: every graph the passes with
+    gradients use is compiled there, also where host windows run whole-model passes before
+    the per-block runs (a GPU; here the CPU stands in for one). The blocks compile with a
+    backend that runs dynamo's graphs as they are: the same graphs, in milliseconds."""
+    from pipecast.measuring.profiler import profiler
+    from pipecast.runtime import compiled
+
+    inside = [""]
+    compiles: list[str] = []  # per graph compiled: where ("": neither)
+
+    def backend(gm: torch.fx.GraphModule, _: list[Any]) -> Any:
+        compiles.append(inside[0])
+        return gm.forward
+
+    real_pass, real_check = profiler._Profiling.compile_pass, profiler._check_shapes
+
+    def compile_pass(self: Any, size: int) -> None:
+        inside[0] = "compile pass"
+        real_pass(self, size)
+        inside[0] = ""
+
+    def check_shapes(*a: Any) -> None:  # without gradients: graphs the passes don't use
+        inside[0] = "shapes"
+        real_check(*a)
+        inside[0] = ""
+
+    monkeypatch.setattr(compiled, "_BACKENDS", {})
+    monkeypatch.setattr(compiled, "backend", lambda **_: backend)
+    monkeypatch.setattr(compiled, "compile_loss", lambda loss_fn, _: loss_fn)
+    monkeypatch.setattr(profiler._Profiling, "compile_pass", compile_pass)
+    monkeypatch.setattr(profiler, "_check_shapes", check_shapes)
+    monkeypatch.setattr(profiler, "HOST_MODELLED", ("cuda", "cpu"))
+    torch._dynamo.reset()
+    w = Workload(model="lenet5", dataset="mnist")
+    options = replace(FAST, compile="blocks", host_windows=3)
+    profile = profile_model(w.build(), w.spec, options, model_name="lenet5")
+    torch._dynamo.reset()
+    assert profile.host.windows == 3
+    assert "shapes" in compiles and "compile pass" in compiles
+    assert set(compiles) == {"shapes", "compile pass"}, compiles

@@ -154,6 +154,9 @@ def _profile_model(
     run = _Profiling(model, spec, options, progress)
     if run.windows > 1:
         _check_shapes(run.blocks, run.whole_batch(run.sizes[0])[0], run.device, options)
+    for size in run.sizes:  # before the first window's passes, which would compile them
+        run.compile_pass(size)
+    if run.windows > 1:
         run.host_window()
     for size in run.sizes:
         run.measure_size(size)
@@ -246,7 +249,6 @@ class _Profiling:
 
     def measure_size(self, size: int) -> None:
         """Every block at `size` in isolation, the loss, then the whole-model passes."""
-        self.compile_pass(size)
         gc.collect()
         x, target = self.whole_batch(size)
         prev_saved_output = False
