@@ -145,6 +145,17 @@ def test_the_bound_by_hand_on_one_rank() -> None:
     assert least_peak_memory(plan, Costs(stages=(st,), offload="activations")) == 140
 
 
+def _two_stages() -> Costs:
+    """GPipe's two stages of the hand cases: 1000 and 500 bytes saved a micro-batch, 10
+    crossing, 'all-but-last'."""
+    first = StageTimes(
+        forward=1, backward_input=1, backward_weight=1, backward=2, activation_bytes=1000,
+        output_bytes=10,
+    )  # fmt: skip
+    last = replace(first, output_bytes=0, input_bytes=10, activation_bytes=500)
+    return Costs(stages=(first, last), recompute="all-but-last")
+
+
 def test_the_bound_by_hand_below_the_simulated_peak() -> None:
     """GPipe, 2 stages saving 1000 and 500 bytes a micro-batch, 10 bytes crossing, 4
     micro-batches, 'all-but-last' (test_memory_terms' case, the second stage lighter). The
@@ -153,12 +164,7 @@ def test_the_bound_by_hand_below_the_simulated_peak() -> None:
     2010 in program order. The second: 500 + 3 x 10 kept, 500 recomputed and the 10 it
     sends, 1040. The host, costing nothing, runs ahead of its device, so the simulated first
     rank also still holds two earlier gradients (2030), which the bound leaves out."""
-    first = StageTimes(
-        forward=1, backward_input=1, backward_weight=1, backward=2, activation_bytes=1000,
-        output_bytes=10,
-    )  # fmt: skip
-    last = replace(first, output_bytes=0, input_bytes=10, activation_bytes=500)
-    costs = Costs(stages=(first, last), recompute="all-but-last")
+    costs = _two_stages()
     plan = make_plan("gpipe", 2, 4)
     assert simulate(plan, costs).peak_memory == (2030, 1040)
     assert least_peak_memory(plan, costs) == 2010
@@ -190,12 +196,7 @@ def test_the_bound_holds_for_strategies_priced_from_a_profile() -> None:
 
 def test_program_order_peaks_by_hand() -> None:
     """The case above, rank by rank: 2010 and 1040 in program order."""
-    first = StageTimes(
-        forward=1, backward_input=1, backward_weight=1, backward=2, activation_bytes=1000,
-        output_bytes=10,
-    )  # fmt: skip
-    last = replace(first, output_bytes=0, input_bytes=10, activation_bytes=500)
-    costs = Costs(stages=(first, last), recompute="all-but-last")
+    costs = _two_stages()
     assert program_order_peaks(make_plan("gpipe", 2, 4), costs) == (2010, 1040)
 
 
@@ -207,12 +208,7 @@ def test_a_limit_reclaims_the_buffers_held_in_flight(limit: int, held: tuple[int
     """The same case's simulated peaks, (2030, 1040), on GPUs of `limit` bytes: the first
     rank's two gradients in flight (20 bytes past its program order) fill the room up to the
     limit and no further; below its program order (2010) it needs that, and does not fit."""
-    first = StageTimes(
-        forward=1, backward_input=1, backward_weight=1, backward=2, activation_bytes=1000,
-        output_bytes=10,
-    )  # fmt: skip
-    last = replace(first, output_bytes=0, input_bytes=10, activation_bytes=500)
-    costs = Costs(stages=(first, last), recompute="all-but-last")
+    costs = _two_stages()
     assert reclaimed((2030, 1040), make_plan("gpipe", 2, 4), costs, limit) == held
 
 
