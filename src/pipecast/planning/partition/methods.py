@@ -324,12 +324,6 @@ def measured_spread(profile: Profile, micro_batch: int) -> float:
     return sum(c.spread * (c.forward + c.backward) for c in costs) / total if total > 0 else 0.0
 
 
-def _balanced_row(
-    a: _Arrays, cluster: Cluster, setting: Setting, stages: int, limit: float
-) -> RowCost:
-    return _balanced_costs(a, cluster, setting, stages, limit)[0]
-
-
 def _balanced_costs(
     a: _Arrays, cluster: Cluster, setting: Setting, stages: int, limit: float
 ) -> tuple[RowCost, MatrixCost]:
