@@ -37,9 +37,9 @@ def planned(profile: Profile, degree: int, block: int) -> bool:
     (BlockProfile.tp_reduces), or, in a profile from before it did, its sharded weights are
     smaller. A profile measured in shares alone (a model too large for one GPU whole:
     benchmarks/scale.py) has a rank's share for its whole blocks too, weights as small."""
-    sharded = profile.at_tensor_parallel(degree).blocks[block]
     if degree <= 1:
         return False
+    sharded = profile.at_tensor_parallel(degree).blocks[block]
     return sharded.tp_reduces is not None or sharded.param_bytes < profile.blocks[block].param_bytes
 
 

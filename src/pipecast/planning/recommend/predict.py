@@ -310,7 +310,8 @@ def predict(
             raise OverMemory(least, memory_limit, profile.device == "cpu")
         timeline = simulate(plan, costs, exposed=exposed)
         peaks = reclaimed(timeline.peak_memory, plan, costs, memory_limit)
-        timeline = replace(timeline, peak_memory=peaks)
+        if peaks is not timeline.peak_memory:  # a rank over the limit
+            timeline = replace(timeline, peak_memory=peaks)
         unexposed = None if exposed else (costs, timeline.step_time)
     if runtime and not ddp and strategy.gpus > 1 and cluster.step_overhead:
         per_step = cluster.step_overhead
